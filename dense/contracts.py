@@ -1,0 +1,45 @@
+"""The dense-arm contract: the ``Embedder`` protocol and its one failure type."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+
+class DenseError(Exception):
+    """Root of every exception ``dense`` raises on purpose."""
+
+
+class EmbedderUnavailable(DenseError):
+    """The embedding provider could not produce vectors (down, timing out, bad output).
+
+    This is the one exception an ``Embedder`` raises for provider trouble, so the engine
+    can tell "provider down" (degrade to keyword search) from a bug (propagate).
+    """
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into L2-normalised float32 vectors.
+
+    Contract:
+    - ``embed(texts)`` returns an array of shape ``(len(texts), dimension)``, dtype
+      float32, each row of unit L2 norm, in input order; ``embed([])`` returns shape
+      ``(0, dimension)``. Provider trouble raises ``EmbedderUnavailable`` only.
+    - ``dimension`` is cached after the first look-up.
+    - ``is_available()`` is cheap and never raises.
+    - ``name`` identifies the model (used in cache keys and metrics-free logs).
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def dimension(self) -> int: ...
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]: ...
+
+    def is_available(self) -> bool: ...
