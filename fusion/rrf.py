@@ -1,0 +1,171 @@
+"""Reciprocal rank fusion (RRF) over ranked id lists.
+
+Pure functions: no I/O, no logging, no third-party imports.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fusion.errors import FusionError
+
+DEFAULT_K = 60.0
+"""The RRF constant of Cormack, Clarke & Büttcher (2009)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FusedHit:
+    """One fused result.
+
+    ``ranks[i]`` is the 1-based rank of ``id`` in input ranking ``i`` (after that ranking's
+    duplicates are dropped), or ``None`` where the ranking does not contain it, so a caller
+    can explain why a hit is where it is.
+    """
+
+    id: str
+    score: float
+    ranks: tuple[int | None, ...]
+
+
+def rrf(
+    rankings: Sequence[Sequence[str]],
+    k: float = DEFAULT_K,
+    weights: Sequence[float] | None = None,
+    limit: int | None = None,
+) -> list[FusedHit]:
+    """Fuse ranked id lists by reciprocal rank fusion.
+
+    Convention (Cormack, Clarke & Büttcher, "Reciprocal Rank Fusion outperforms Condorcet
+    and individual Rank Learning Methods", SIGIR 2009)::
+
+        score(d) = Σ_i  w_i / (k + rank_i(d))      rank 1-based, k = 60, w_i = 1 by default
+
+    summed over the rankings that contain ``d``. Peers differ, so scores are not comparable
+    across libraries: Qdrant defaults to k = 2, txtai to k = 0, Haystack adds 61 to a
+    0-based rank (the same as k = 60 here, different from k = 61).
+
+    Semantics:
+
+    - A ranking lists ids best first. Within one ranking a repeated id keeps its first
+      (best) occurrence; later repeats are dropped and the ids after them move up, as if
+      the repeat had never been there.
+    - An empty ranking contributes nothing. A single non-empty ranking (or several with
+      the others empty) yields its own order, duplicates dropped.
+    - The result holds the union of all ids, truncated to ``limit`` (``None`` = all).
+    - Order is deterministic: score descending, then best (minimum) rank across the
+      rankings ascending, then id ascending. Scores are summed with ``math.fsum`` (exactly
+      rounded), so the order of the rankings never changes a score.
+    - A weight of 0 keeps the ranking's ids in the union (with no score from it).
+
+    Raises:
+        FusionError: (a ``ValueError``) if ``k`` is not a finite number > 0; if ``weights``
+            does not have one finite, non-negative number per ranking; if ``limit`` is not
+            ``None`` or an integer >= 0; if ``rankings`` or one ranking is a bare ``str``.
+    """
+    arms = _checked_rankings(rankings)
+    constant = _checked_k(k)
+    arm_weights = _checked_weights(weights, len(arms))
+    cap = _checked_limit(limit)
+
+    entries = _fuse(arms, constant, arm_weights)
+    entries.sort()  # ids are unique, so tuple order never compares past the id
+    if cap is not None:
+        del entries[cap:]
+    return [FusedHit(doc_id, score, tuple(ranks)) for _, _, doc_id, score, ranks in entries]
+
+
+_Entry = tuple[float, int, str, float, list[int | None]]
+"""(-score, best rank, id, score, ranks): sortable as is, ties broken left to right."""
+
+
+def _fuse(arms: Sequence[Sequence[str]], k: float, weights: Sequence[float]) -> list[_Entry]:
+    """Score every id; a repeated id in one arm keeps its first rank, later ids move up."""
+    width = len(arms)
+    ranks_by_id: dict[str, list[int | None]] = {}
+    score_by_id: dict[str, float] = {}
+    best_by_id: dict[str, int] = {}
+    for arm, ranking in enumerate(arms):
+        weight = weights[arm]
+        # dict.fromkeys keeps each id's first occurrence, in order: the dedup rule.
+        for rank, doc_id in enumerate(dict.fromkeys(ranking), start=1):
+            ranks = ranks_by_id.get(doc_id)
+            if ranks is None:
+                ranks_by_id[doc_id] = ranks = [None] * width
+                score_by_id[doc_id] = weight / (k + rank)
+                best_by_id[doc_id] = rank
+            else:
+                score_by_id[doc_id] += weight / (k + rank)
+                if rank < best_by_id[doc_id]:
+                    best_by_id[doc_id] = rank
+            ranks[arm] = rank
+    entries: list[_Entry] = []
+    for doc_id, ranks in ranks_by_id.items():
+        score = score_by_id[doc_id]
+        if width > 2 and width - ranks.count(None) > 2:
+            # Two floats add commutatively; three or more may round differently per order.
+            # fsum is exactly rounded, so the order of the arms never changes a score.
+            score = math.fsum(
+                weights[arm] / (k + rank) for arm, rank in enumerate(ranks) if rank is not None
+            )
+        entries.append((-score, best_by_id[doc_id], doc_id, score, ranks))
+    return entries
+
+
+def _checked_rankings(rankings: Sequence[Sequence[str]]) -> Sequence[Sequence[str]]:
+    if isinstance(rankings, str):
+        raise FusionError("rankings must be a sequence of rankings, not a str")
+    for index, ranking in enumerate(rankings):
+        if isinstance(ranking, str):
+            raise FusionError(
+                f"rankings[{index}] is a str; a ranking is a sequence of ids, best first"
+            )
+    return rankings
+
+
+def _checked_k(k: float) -> float:
+    value = _as_float("k", k)
+    if not (math.isfinite(value) and value > 0):
+        raise FusionError(f"k must be a finite number > 0, got {k!r}")
+    return value
+
+
+def _checked_weights(weights: Sequence[float] | None, count: int) -> list[float]:
+    if weights is None:
+        return [1.0] * count
+    if isinstance(weights, str):
+        raise FusionError("weights must be a sequence of numbers, not a str")
+    values = [_as_float(f"weights[{index}]", w) for index, w in enumerate(weights)]
+    if len(values) != count:
+        raise FusionError(
+            f"weights must have one entry per ranking: got {len(values)} weights "
+            f"for {count} rankings"
+        )
+    for index, value in enumerate(values):
+        if not (math.isfinite(value) and value >= 0):
+            raise FusionError(
+                f"weights[{index}] must be a finite number >= 0, got {weights[index]!r}"
+            )
+    return values
+
+
+def _checked_limit(limit: int | None) -> int | None:
+    if limit is None:
+        return None
+    if isinstance(limit, bool):
+        raise FusionError(f"limit must be an integer >= 0 or None, got {limit!r}")
+    try:
+        value = operator.index(limit)
+    except TypeError as exc:
+        raise FusionError(f"limit must be an integer >= 0 or None, got {limit!r}") from exc
+    if value < 0:
+        raise FusionError(f"limit must be an integer >= 0 or None, got {limit!r}")
+    return value
+
+
+def _as_float(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise FusionError(f"{name} must be a real number, got {value!r}")
+    return float(value)
