@@ -1,0 +1,382 @@
+"""``FaissIndex``: string ids over FAISS, cosine by inner product, filters inside search.
+
+Structure. Every string id gets an int64 *label* the first time it is added; labels are
+never reused or reassigned (a removed id keeps its label), so they stay stable across
+save/load and compiled ``AllowList`` objects stay valid. The unit vectors themselves are
+kept in a float32 matrix, which is the source of truth: the FAISS structure is derived
+from it and can be rebuilt at any time.
+
+Flat or HNSW. Below ``hnsw_threshold`` vectors the index is exact
+(``IndexIDMap2(IndexFlatIP)``); at or above it, approximate (``IndexIDMap2`` over
+``IndexHNSWFlat`` with inner-product metric, ``hnsw_m`` links per node,
+``ef_construction`` at build time and ``ef_search`` at query time). The switch happens on
+``add``; HNSW cannot delete, so a removal or an upsert marks the graph stale and the next
+search rebuilds it from the matrix (once, under the write lock).
+
+Filters. ``search(..., allow=...)`` applies the allow-list inside FAISS through an
+``IDSelectorBitmap``, so the top-k is cut among eligible vectors only. On HNSW, small
+eligible sets (``<= exact_filter_limit``) are scored exactly from the matrix, and a graph
+search that finds fewer than ``k`` eligible hits falls back to the exact path, so a
+filtered search returns ``min(k, eligible)`` results on both kinds.
+
+Concurrency: any number of concurrent searches, one writer at a time (readers/writer
+lock); FAISS searches run without the GIL.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, Self
+
+import numpy as np
+import numpy.typing as npt
+
+from dense._faiss import faiss_module
+from dense._rwlock import RWLock
+from dense.allow_list import AllowList
+from dense.index_file import FaissIndexCorrupt, IndexSnapshot, read_snapshot, write_snapshot
+
+__all__ = ["AllowList", "FaissIndex", "FaissIndexCorrupt", "IndexKind"]
+
+logger = logging.getLogger(__name__)
+
+Vectors = npt.NDArray[np.float32]
+
+
+class IndexKind(enum.Enum):
+    FLAT = "flat"
+    HNSW = "hnsw"
+
+
+class FaissIndex:
+    """A cosine-similarity vector index keyed by string ids.
+
+    Args:
+        dimension: vector length (384 for all-MiniLM-L6-v2).
+        hnsw_threshold: switch from exact flat search to HNSW once this many vectors are
+            stored (default 50,000: below that a flat scan of 384-d vectors is well under
+            a few milliseconds). ``0`` means always HNSW.
+        hnsw_m: HNSW links per node (memory vs recall).
+        ef_construction: HNSW candidate list size while building.
+        ef_search: HNSW candidate list size while searching (raised to ``k`` if smaller).
+        exact_filter_limit: on HNSW, filtered searches with at most this many eligible
+            vectors are scored exactly instead of walking the graph.
+    """
+
+    def __init__(
+        self,
+        dimension: int,
+        *,
+        hnsw_threshold: int = 50_000,
+        hnsw_m: int = 32,
+        ef_construction: int = 200,
+        ef_search: int = 128,
+        exact_filter_limit: int = 2_048,
+    ) -> None:
+        for name, value, low in (
+            ("dimension", dimension, 1),
+            ("hnsw_threshold", hnsw_threshold, 0),
+            ("hnsw_m", hnsw_m, 2),
+            ("ef_construction", ef_construction, 1),
+            ("ef_search", ef_search, 1),
+            ("exact_filter_limit", exact_filter_limit, 0),
+        ):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+        self.dimension = dimension
+        self.hnsw_threshold = hnsw_threshold
+        self.hnsw_m = hnsw_m
+        self.ef_construction = ef_construction
+        self.ef_search = ef_search
+        self.exact_filter_limit = exact_filter_limit
+
+        self._lock = RWLock()
+        self._owner = object()  # identity token for AllowList
+        self._ids: list[str] = []  # label -> string id (removed ids included)
+        self._label_of: dict[str, int] = {}
+        self._row_of_label = np.full(0, -1, dtype=np.int64)  # -1: not stored
+        self._labels = np.zeros(0, dtype=np.int64)  # row -> label (first _size valid)
+        self._matrix: Vectors = np.zeros((0, dimension), dtype=np.float32)
+        self._size = 0
+        self._kind = IndexKind.FLAT
+        self._stale = False
+        self._index: Any = self._new_faiss(IndexKind.FLAT)
+
+    # ----------------------------------------------------------------- inspection
+    def __len__(self) -> int:
+        return self._size
+
+    def __contains__(self, doc_id: object) -> bool:
+        if not isinstance(doc_id, str):
+            return False
+        with self._lock.read():
+            label = self._label_of.get(doc_id)
+            return label is not None and bool(self._row_of_label[label] >= 0)
+
+    def ids(self) -> list[str]:
+        """The stored ids, in storage order."""
+        with self._lock.read():
+            return [self._ids[label] for label in self._labels[: self._size].tolist()]
+
+    @property
+    def kind(self) -> IndexKind:
+        """The FAISS structure currently in use."""
+        return self._kind
+
+    # -------------------------------------------------------------------- writing
+    def add(self, ids: Sequence[str], vectors: npt.ArrayLike) -> None:
+        """Insert or replace (upsert) vectors; the last of duplicate ids wins.
+
+        Vectors are L2-normalised here; zero or non-finite vectors raise ``ValueError``.
+        """
+        ids = list(ids)
+        matrix = _unit_rows(vectors, self.dimension)
+        if len(ids) != matrix.shape[0]:
+            raise ValueError(f"{len(ids)} ids but {matrix.shape[0]} vectors")
+        if any(not isinstance(i, str) for i in ids):
+            raise ValueError("ids must be strings")
+        last = {doc_id: pos for pos, doc_id in enumerate(ids)}  # dedupe, last wins
+        ids, matrix = list(last), matrix[list(last.values())]
+        with self._lock.write():
+            self._add_locked(ids, matrix)
+
+    def remove(self, ids: Iterable[str]) -> int:
+        """Remove ids (unknown ids are ignored); return how many were removed."""
+        with self._lock.write():
+            labels = [self._label_of.get(i) for i in dict.fromkeys(ids)]
+            stored = [la for la in labels if la is not None and self._row_of_label[la] >= 0]
+            if not stored:
+                return 0
+            for label in stored:
+                self._drop_row(label)
+            if self._kind is IndexKind.FLAT:
+                self._index.remove_ids(np.asarray(stored, dtype=np.int64))
+            else:
+                self._stale = True
+            return len(stored)
+
+    def allow_list(self, ids: Iterable[str]) -> AllowList:
+        """Compile ids into a reusable ``AllowList`` for ``search(allow=...)``."""
+        with self._lock.read():
+            return AllowList(self._owner, ids, self._label_of, len(self._ids))
+
+    # -------------------------------------------------------------------- search
+    def search(
+        self, vector: npt.ArrayLike, k: int, allow: AllowList | Iterable[str] | None = None
+    ) -> list[tuple[str, float]]:
+        """The ``k`` nearest stored ids by cosine similarity, best first.
+
+        ``allow`` restricts results to those ids (applied inside the search); with it,
+        ``min(k, eligible)`` results come back.
+        """
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise ValueError(f"k must be a positive int, got {k!r}")
+        query = _unit_rows(vector, self.dimension)
+        if query.shape[0] != 1:
+            raise ValueError("search takes exactly one vector")
+        if allow is not None and not isinstance(allow, AllowList):
+            allow = self.allow_list(allow)
+        while True:
+            with self._lock.read():
+                if not self._stale:
+                    return self._search_locked(query, k, allow)
+            with self._lock.write():
+                self._rebuild_if_stale()
+
+    # --------------------------------------------------------------- persistence
+    def save(self, path: str | Path) -> None:
+        """Write the index to ``path`` atomically (temp file, fsync, rename, fsync dir)."""
+        with self._lock.read():
+            faiss_bytes = None
+            if self._kind is IndexKind.HNSW and not self._stale:
+                faiss_bytes = faiss_module().serialize_index(self._index).tobytes()
+            snap = IndexSnapshot(
+                dimension=self.dimension,
+                ids=list(self._ids),
+                labels=self._labels[: self._size].copy(),
+                vectors=self._matrix[: self._size].copy(),
+                params=self._params(),
+                faiss_bytes=faiss_bytes,
+            )
+        write_snapshot(Path(path), snap)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Self:
+        """Reopen a saved index; raise ``FaissIndexCorrupt`` if the file is damaged."""
+        snap = read_snapshot(Path(path))
+        try:
+            index = cls(snap.dimension, **snap.params)
+        except (TypeError, ValueError) as exc:
+            raise FaissIndexCorrupt(f"{path}: bad index parameters ({exc})") from exc
+        index._restore(snap)
+        return index
+
+    # ------------------------------------------------------------------ internals
+    def _params(self) -> dict[str, int]:
+        return {
+            "hnsw_threshold": self.hnsw_threshold,
+            "hnsw_m": self.hnsw_m,
+            "ef_construction": self.ef_construction,
+            "ef_search": self.ef_search,
+            "exact_filter_limit": self.exact_filter_limit,
+        }
+
+    def _restore(self, snap: IndexSnapshot) -> None:
+        self._ids = list(snap.ids)
+        self._label_of = {doc_id: label for label, doc_id in enumerate(self._ids)}
+        if len(self._label_of) != len(self._ids):
+            raise FaissIndexCorrupt("duplicate ids in the id table")
+        rows = snap.labels.shape[0]
+        self._reserve(rows)
+        self._labels[:rows] = snap.labels
+        self._matrix[:rows] = snap.vectors
+        self._size = rows
+        self._row_of_label[snap.labels] = np.arange(rows, dtype=np.int64)
+        self._kind = self._wanted_kind()
+        if self._kind is IndexKind.HNSW and snap.faiss_bytes:
+            try:
+                buf = np.frombuffer(snap.faiss_bytes, dtype=np.uint8)
+                self._index = faiss_module().deserialize_index(buf)
+            except RuntimeError as exc:
+                raise FaissIndexCorrupt(f"unreadable HNSW structure ({exc})") from exc
+            if self._index.ntotal != rows:
+                raise FaissIndexCorrupt("HNSW structure does not match the stored vectors")
+        else:
+            self._stale = True
+            self._rebuild_if_stale()
+
+    def _wanted_kind(self) -> IndexKind:
+        return IndexKind.HNSW if self._size >= self.hnsw_threshold else IndexKind.FLAT
+
+    def _new_faiss(self, kind: IndexKind) -> Any:
+        faiss = faiss_module()
+        if kind is IndexKind.FLAT:
+            inner = faiss.IndexFlatIP(self.dimension)
+        else:
+            inner = faiss.IndexHNSWFlat(self.dimension, self.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+            inner.hnsw.efConstruction = self.ef_construction
+        return faiss.IndexIDMap2(inner)
+
+    def _rebuild_if_stale(self) -> None:
+        if not self._stale:
+            return
+        self._kind = self._wanted_kind()
+        index = self._new_faiss(self._kind)
+        if self._size:
+            index.add_with_ids(self._matrix[: self._size], self._labels[: self._size])
+        self._index = index
+        self._stale = False
+        logger.debug("rebuilt %s index over %d vectors", self._kind.value, self._size)
+
+    def _reserve(self, rows: int) -> None:
+        if rows > self._matrix.shape[0]:
+            cap = max(rows, 2 * self._matrix.shape[0], 64)
+            matrix = np.zeros((cap, self.dimension), dtype=np.float32)
+            matrix[: self._size] = self._matrix[: self._size]
+            labels = np.zeros(cap, dtype=np.int64)
+            labels[: self._size] = self._labels[: self._size]
+            self._matrix, self._labels = matrix, labels
+        if len(self._ids) > self._row_of_label.shape[0]:
+            grown = np.full(max(len(self._ids), 2 * self._row_of_label.shape[0]), -1, np.int64)
+            grown[: self._row_of_label.shape[0]] = self._row_of_label
+            self._row_of_label = grown
+
+    def _add_locked(self, ids: list[str], matrix: Vectors) -> None:
+        replaced: list[int] = []
+        fresh_rows: list[int] = []
+        for doc_id in ids:
+            if doc_id not in self._label_of:
+                self._label_of[doc_id] = len(self._ids)
+                self._ids.append(doc_id)
+        self._reserve(self._size + len(ids))
+        labels = np.asarray([self._label_of[i] for i in ids], dtype=np.int64)
+        for pos, label in enumerate(labels.tolist()):
+            row = int(self._row_of_label[label])
+            if row >= 0:
+                replaced.append(label)
+            else:
+                row = self._size
+                self._size += 1
+                self._labels[row] = label
+                self._row_of_label[label] = row
+                fresh_rows.append(pos)
+            self._matrix[row] = matrix[pos]
+        if self._kind is IndexKind.FLAT and self._wanted_kind() is IndexKind.FLAT:
+            if replaced:
+                self._index.remove_ids(np.asarray(replaced, dtype=np.int64))
+            self._index.add_with_ids(matrix, labels)
+        elif self._kind is IndexKind.FLAT or replaced or self._stale:
+            self._stale = True  # switch to HNSW, or a graph HNSW can't edit: next search
+        elif fresh_rows:
+            self._index.add_with_ids(matrix[fresh_rows], labels[fresh_rows])
+
+    def _drop_row(self, label: int) -> None:
+        row = int(self._row_of_label[label])
+        last = self._size - 1
+        if row != last:  # move the last row into the hole
+            moved = int(self._labels[last])
+            self._matrix[row] = self._matrix[last]
+            self._labels[row] = moved
+            self._row_of_label[moved] = row
+        self._row_of_label[label] = -1
+        self._size = last
+
+    def _search_locked(
+        self, query: Vectors, k: int, allow: AllowList | None
+    ) -> list[tuple[str, float]]:
+        if self._size == 0:
+            return []
+        faiss = faiss_module()
+        if allow is None:
+            k = min(k, self._size)
+            params = None
+            if self._kind is IndexKind.HNSW:
+                params = faiss.SearchParametersHNSW(efSearch=max(self.ef_search, k))
+            return self._faiss_hits(query, k, params)
+        labels, selector = allow.compiled(self._owner, self._label_of.get, len(self._ids))
+        rows = self._row_of_label[labels]
+        rows = rows[rows >= 0]
+        k = min(k, int(rows.shape[0]))
+        if k == 0:
+            return []
+        if self._kind is IndexKind.FLAT:
+            return self._faiss_hits(query, k, faiss.SearchParameters(sel=selector))
+        if rows.shape[0] <= self.exact_filter_limit:
+            return self._exact_hits(query, k, rows)
+        params = faiss.SearchParametersHNSW(sel=selector, efSearch=max(self.ef_search, 2 * k))
+        hits = self._faiss_hits(query, k, params)
+        return hits if len(hits) >= k else self._exact_hits(query, k, rows)
+
+    def _faiss_hits(self, query: Vectors, k: int, params: Any) -> list[tuple[str, float]]:
+        scores, labels = self._index.search(query, k, params=params)
+        ids = self._ids
+        return [
+            (ids[label], score)
+            for label, score in zip(labels[0].tolist(), scores[0].tolist(), strict=True)
+            if label >= 0
+        ]
+
+    def _exact_hits(
+        self, query: Vectors, k: int, rows: npt.NDArray[np.int64]
+    ) -> list[tuple[str, float]]:
+        scores = self._matrix[rows] @ query[0]
+        top = np.argpartition(-scores, k - 1)[:k] if k < scores.shape[0] else np.arange(k)
+        top = top[np.argsort(-scores[top], kind="stable")]
+        return [(self._ids[int(self._labels[rows[i]])], float(scores[i])) for i in top.tolist()]
+
+
+def _unit_rows(vectors: npt.ArrayLike, dimension: int) -> Vectors:
+    array = np.asarray(vectors, dtype=np.float32)
+    if array.ndim == 1:
+        array = array.reshape(1, -1)
+    if array.ndim != 2 or array.shape[1] != dimension:
+        raise ValueError(f"expected vectors of dimension {dimension}, got shape {array.shape}")
+    if not np.isfinite(array).all():
+        raise ValueError("vectors contain NaN or infinity")
+    norms = np.linalg.norm(array, axis=1, keepdims=True)
+    if array.shape[0] and (norms <= 1e-12).any():
+        raise ValueError("zero vectors have no direction")
+    return np.ascontiguousarray(array / norms, dtype=np.float32)
