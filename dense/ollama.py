@@ -1,0 +1,287 @@
+"""``OllamaEmbedder``: embeddings from an Ollama server through the ``ollama`` client.
+
+Failure policy. Everything that can go wrong with the remote side ends in
+``EmbedderUnavailable`` (mapped in one place, ``_unavailable``): connection refused or
+cut, HTTP errors, timeouts, an unknown (not pulled) model, a malformed body, and output
+that breaks the contract — the wrong number of vectors, an empty vector, NaN/inf values,
+a zero vector, or a dimension that differs from the first one seen. Every failure is
+reported to a ``CircuitBreaker``; while it is open, ``embed()`` raises and
+``is_available()`` answers False at once, without touching the network, so a dead server
+costs one timeout per back-off window, not one per query. Nothing is retried here.
+
+Logs carry counts, lengths and latencies only — never the texts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Sequence
+from functools import cached_property
+
+import httpx
+import numpy as np
+import numpy.typing as npt
+import ollama
+import pydantic
+
+from dense.breaker import BreakerState, CircuitBreaker
+from dense.contracts import EmbedderUnavailable
+
+__all__ = ["DEFAULT_HOST", "OllamaEmbedder"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_HOST = "http://127.0.0.1:11434"
+_PROBE_TEXT = "dimension probe"
+
+# The errors a remote call may raise for remote trouble; anything else is a bug.
+_REMOTE_ERRORS: tuple[type[Exception], ...] = (
+    ConnectionError,  # the client turns httpx.ConnectError into this
+    httpx.HTTPError,  # timeouts, protocol errors, connections cut mid-response
+    ollama.ResponseError,  # HTTP status >= 400, 404 for a model that is not pulled
+    ollama.RequestError,
+    json.JSONDecodeError,  # a body that is not JSON
+    pydantic.ValidationError,  # JSON of the wrong shape
+)
+
+
+def _unavailable(exc: Exception, *, model: str, host: str, call: str) -> EmbedderUnavailable:
+    """Map a remote error to the one exception the embedder raises (the only mapping)."""
+    if isinstance(exc, ollama.ResponseError):
+        if exc.status_code == 404:
+            reason = f"model {model!r} not found (not pulled?)"
+        else:
+            reason = f"HTTP {exc.status_code}: {str(exc.error)[:200]}"
+    elif isinstance(exc, httpx.TimeoutException):
+        reason = f"timed out ({type(exc).__name__})"
+    elif isinstance(exc, ConnectionError | httpx.TransportError):
+        reason = f"cannot reach the server ({type(exc).__name__})"
+    elif isinstance(exc, json.JSONDecodeError | pydantic.ValidationError):
+        reason = f"malformed response ({type(exc).__name__})"
+    else:
+        reason = type(exc).__name__
+    return EmbedderUnavailable(f"ollama {call} at {host}: {reason}")
+
+
+class OllamaEmbedder:
+    """An ``Embedder`` backed by an Ollama server's ``/api/embed`` endpoint.
+
+    Constructing it costs nothing: the HTTP clients are created on first use and the
+    dimension is learnt from the first successful embedding (or given up front).
+
+    Args:
+        model: the Ollama model name, e.g. ``"nomic-embed-text"``.
+        host: the server's base URL.
+        health_timeout_s: timeout of the health check (``POST /api/show``, which also
+            detects a model that is not pulled).
+        timeout_s: timeout of one embedding batch.
+        batch_size: texts per ``/api/embed`` request.
+        dimension: the expected dimension, if known; otherwise the first one seen.
+        health_ttl_s: how long a passed health check (or a successful embedding) keeps
+            ``is_available()`` answering True without another request.
+        breaker: the circuit breaker to report to; a fresh one (1 s .. 60 s) by default.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        host: str = DEFAULT_HOST,
+        health_timeout_s: float = 2.0,
+        timeout_s: float = 30.0,
+        batch_size: int = 32,
+        dimension: int | None = None,
+        health_ttl_s: float = 10.0,
+        breaker: CircuitBreaker | None = None,
+    ) -> None:
+        if not model.strip():
+            raise ValueError("model must be a non-empty Ollama model name")
+        for label, value in (("health_timeout_s", health_timeout_s), ("timeout_s", timeout_s)):
+            if not value > 0:
+                raise ValueError(f"{label} must be > 0, got {value!r}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if dimension is not None and dimension < 1:
+            raise ValueError(f"dimension must be >= 1 or None, got {dimension}")
+        if not health_ttl_s >= 0:
+            raise ValueError(f"health_ttl_s must be >= 0, got {health_ttl_s!r}")
+        self._model = model
+        self._host = host
+        self._health_timeout_s = float(health_timeout_s)
+        self._timeout_s = float(timeout_s)
+        self._batch_size = batch_size
+        self._dimension = dimension
+        self._health_ttl_s = float(health_ttl_s)
+        self._breaker = breaker if breaker is not None else CircuitBreaker()
+        self._clock = self._breaker.clock
+        self._state_lock = threading.Lock()  # guards _dimension and _healthy_until
+        self._probe_lock = threading.Lock()  # one health probe at a time
+        self._healthy_until = -math.inf
+
+    # -- identity -----------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return f"ollama:{self._model}"
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    @property
+    def host(self) -> str:
+        return self._host
+
+    @property
+    def breaker(self) -> CircuitBreaker:
+        return self._breaker
+
+    @property
+    def dimension(self) -> int:
+        """The vector dimension; learnt by embedding a fixed probe text once if unknown.
+
+        Raises ``EmbedderUnavailable`` when it is unknown and the server cannot be asked.
+        """
+        with self._state_lock:
+            known = self._dimension
+        if known is not None:
+            return known
+        return int(self.embed([_PROBE_TEXT]).shape[1])
+
+    # -- clients (lazy) ---------------------------------------------------------------
+
+    @cached_property
+    def _client(self) -> ollama.Client:
+        return ollama.Client(host=self._host, timeout=self._timeout_s)
+
+    @cached_property
+    def _health_client(self) -> ollama.Client:
+        return ollama.Client(host=self._host, timeout=self._health_timeout_s)
+
+    def close(self) -> None:
+        """Close the HTTP connection pools (the embedder reopens them if used again)."""
+        for attr in ("_client", "_health_client"):
+            client = self.__dict__.pop(attr, None)
+            if client is not None:
+                client.close()
+
+    # -- the Embedder contract ----------------------------------------------------------
+
+    def is_available(self) -> bool:
+        """Cheap, never raises for remote trouble.
+
+        Open breaker → False, no I/O. Closed and recently healthy → True, no I/O.
+        Otherwise one ``POST /api/show`` with the short health timeout (concurrent
+        callers do not pile on: they get the breaker's view while one probe runs).
+        """
+        if not self._breaker.allow():
+            return False
+        with self._state_lock:
+            fresh = self._clock() < self._healthy_until
+        if fresh and self._breaker.state is BreakerState.CLOSED:
+            return True
+        if not self._probe_lock.acquire(blocking=False):
+            return self._breaker.retry_after_s() == 0.0
+        try:
+            return self._health_probe()
+        finally:
+            self._probe_lock.release()
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        """Embed ``texts`` in order; see the module docstring for what counts as failure."""
+        if isinstance(texts, str):
+            raise ValueError("embed() takes a sequence of texts, not a single str")
+        items = list(texts)
+        if not items:
+            return np.empty((0, self.dimension), dtype=np.float32)
+        if not self._breaker.allow():
+            raise EmbedderUnavailable(
+                f"ollama embed at {self._host}: circuit open, next probe in "
+                f"{self._breaker.retry_after_s():.2f} s"
+            )
+        started = time.perf_counter()
+        try:
+            parts = [
+                self._embed_batch(items[i : i + self._batch_size])
+                for i in range(0, len(items), self._batch_size)
+            ]
+        except EmbedderUnavailable:
+            self._breaker.record_failure()
+            with self._state_lock:
+                self._healthy_until = -math.inf
+            raise
+        self._mark_healthy()
+        logger.debug(
+            "ollama embed: %d texts, %d chars, %d batches, %.1f ms",
+            len(items),
+            sum(len(t) for t in items),
+            len(parts),
+            (time.perf_counter() - started) * 1000,
+        )
+        return np.concatenate(parts, axis=0)
+
+    # -- internals --------------------------------------------------------------------
+
+    def _health_probe(self) -> bool:
+        started = time.perf_counter()
+        try:
+            shown = self._health_client.show(self._model)
+        except _REMOTE_ERRORS as exc:
+            error = _unavailable(exc, model=self._model, host=self._host, call="health check")
+            self._breaker.record_failure()
+            logger.warning("%s (%.1f ms)", error, (time.perf_counter() - started) * 1000)
+            return False
+        if shown.capabilities is not None and "embedding" not in shown.capabilities:
+            self._breaker.record_failure()
+            logger.warning("ollama model %r cannot embed (capabilities)", self._model)
+            return False
+        self._mark_healthy()
+        return True
+
+    def _mark_healthy(self) -> None:
+        self._breaker.record_success()
+        with self._state_lock:
+            self._healthy_until = self._clock() + self._health_ttl_s
+
+    def _embed_batch(self, batch: list[str]) -> npt.NDArray[np.float32]:
+        try:
+            response = self._client.embed(model=self._model, input=batch)
+        except _REMOTE_ERRORS as exc:
+            error = _unavailable(exc, model=self._model, host=self._host, call="embed")
+            logger.warning("%s (batch of %d)", error, len(batch))
+            raise error from exc
+        return self._validated(response.embeddings, expected=len(batch))
+
+    def _validated(
+        self, embeddings: Sequence[Sequence[float]], *, expected: int
+    ) -> npt.NDArray[np.float32]:
+        """Check the server's vectors against the contract and L2-normalise them."""
+        if len(embeddings) != expected:
+            raise self._bad_output(f"{len(embeddings)} vectors for {expected} texts")
+        lengths = {len(vector) for vector in embeddings}
+        if 0 in lengths:
+            raise self._bad_output("an empty vector")
+        if len(lengths) != 1:
+            raise self._bad_output(f"vectors of mixed dimensions {sorted(lengths)}")
+        matrix = np.asarray(embeddings, dtype=np.float64)
+        if not np.isfinite(matrix).all():
+            raise self._bad_output("NaN or infinite values")
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        if (norms == 0).any():
+            raise self._bad_output("a zero vector")
+        dimension = matrix.shape[1]
+        with self._state_lock:
+            if self._dimension is None:
+                self._dimension = dimension
+            elif dimension != self._dimension:
+                raise self._bad_output(f"dimension {dimension}, expected {self._dimension}")
+        normalised: npt.NDArray[np.float32] = (matrix / norms).astype(np.float32)
+        return normalised
+
+    def _bad_output(self, what: str) -> EmbedderUnavailable:
+        logger.warning("ollama embed at %s returned %s", self._host, what)
+        return EmbedderUnavailable(f"ollama embed at {self._host}: returned {what}")
