@@ -129,22 +129,26 @@ def test_health_check_is_cached_while_closed(
     assert ollama_standin.counts() == {"/api/show": 2}
 
 
+@pytest.fixture(scope="module")
+def embedders_by_batch_size() -> Iterator[dict[int, OllamaEmbedder]]:
+    """One healthy stand-in and one embedder per batch size (HTTP clients are not free)."""
+    with OllamaStandIn() as standin:
+        embedders = {size: make_embedder(standin, batch_size=size) for size in range(1, 6)}
+        yield embedders
+        for embedder in embedders.values():
+            embedder.close()
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     texts=st.lists(st.text(min_size=0, max_size=30), min_size=1, max_size=12),
     batch_size=st.integers(min_value=1, max_value=5),
 )
 def test_order_is_preserved_for_any_texts_and_batch_size(
-    shared_standin: OllamaStandIn, texts: list[str], batch_size: int
+    embedders_by_batch_size: dict[int, OllamaEmbedder], texts: list[str], batch_size: int
 ) -> None:
-    embedder = make_embedder(shared_standin, batch_size=batch_size)
+    embedder = embedders_by_batch_size[batch_size]
     np.testing.assert_allclose(embedder.embed(texts), expected(texts), atol=1e-6)
-
-
-@pytest.fixture(scope="module")
-def shared_standin() -> Iterator[OllamaStandIn]:
-    with OllamaStandIn() as standin:
-        yield standin
 
 
 # -- every failure mode --------------------------------------------------------------------
