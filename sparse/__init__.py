@@ -1,0 +1,52 @@
+"""The keyword-search facade and the retrieval cascade behind it.
+
+``KeywordSearch`` / ``KeywordHit`` and the limits are the public contract; the engine
+binds ``KeywordSearchFacade.full_cascade`` to keyword search and
+``KeywordSearchFacade.index_backed`` to the hybrid sparse arm.
+"""
+
+from sparse.analyzers import DEFAULT_LANGUAGE_ANALYZERS, Analyzer, LanguageAnalyzers
+from sparse.cascade import RetrievalService
+from sparse.contracts import (
+    MAX_EXCERPT_LENGTH,
+    MAX_QUERY_LENGTH,
+    MAX_SOURCES,
+    MIN_QUERY_LENGTH,
+    AccessContext,
+    EvidenceSource,
+    KeywordHit,
+    KeywordSearch,
+    RetrievalQuery,
+    RetrievalResult,
+    SearchBackend,
+    SparseDocument,
+)
+from sparse.errors import SparseError, SparseIndexCorruptError, SparseIndexLockedError
+from sparse.facade import KeywordSearchFacade
+from sparse.tantivy_backend import TantivyBackend
+from sparse.tantivy_index import TantivyIndex
+
+__all__ = [
+    "DEFAULT_LANGUAGE_ANALYZERS",
+    "MAX_EXCERPT_LENGTH",
+    "MAX_QUERY_LENGTH",
+    "MAX_SOURCES",
+    "MIN_QUERY_LENGTH",
+    "AccessContext",
+    "Analyzer",
+    "EvidenceSource",
+    "KeywordHit",
+    "KeywordSearch",
+    "KeywordSearchFacade",
+    "LanguageAnalyzers",
+    "RetrievalQuery",
+    "RetrievalResult",
+    "RetrievalService",
+    "SearchBackend",
+    "SparseDocument",
+    "SparseError",
+    "SparseIndexCorruptError",
+    "SparseIndexLockedError",
+    "TantivyBackend",
+    "TantivyIndex",
+]

@@ -1,0 +1,132 @@
+"""Text analyzers, and the map from a document's language id to its analyzer.
+
+Each ``Analyzer`` is a tantivy text-analysis chain registered on the index under
+``tokenizer_name`` and indexed into its own field (``field_name``): a multilingual corpus
+keeps one BM25 field per analyzer, and a document goes to the field of its language.
+
+- ``ENGLISH``: words, long tokens (> 40 chars) dropped, lowercased, English stop words
+  removed, Snowball English stemming. Title and body share one field; this layout reaches
+  nDCG@10 0.686 on SciFact (separate ``en_stem`` title/body fields: 0.656).
+- ``GERMAN``: the same chain with German stop words and the German stemmer.
+- ``SIMPLE``: words, lowercased, no stop words, no stemming (any space-delimited script).
+- ``CJK``: every Han, Hiragana, Katakana, Hangul or Thai character is its own token
+  (unigrams, as Lucene's standard analyzer does for Han); runs of other letters and digits
+  are words; lowercased. Needs no word boundaries, so text in any script stays findable:
+  the fallback for language ids the map does not know, so another script never silently
+  returns nothing. (tantivy's n-gram tokenizer would also emit tokens spanning spaces.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from types import MappingProxyType
+
+import tantivy
+
+MAX_TOKEN_LENGTH = 40
+"""Word tokens longer than this are dropped (a 10,000-character token matches nothing)."""
+
+
+class Analyzer(Enum):
+    """The closed set of analysis chains; values are stable (they name index fields)."""
+
+    ENGLISH = "en"
+    GERMAN = "de"
+    SIMPLE = "simple"
+    CJK = "cjk"
+
+    @classmethod
+    def from_str(cls, value: str) -> Analyzer:
+        """Look an analyzer up by value or name, case-insensitively."""
+        wanted = value.strip().lower()
+        for member in cls:
+            if wanted in (member.value, member.name.lower()):
+                return member
+        valid = ", ".join(member.value for member in cls)
+        raise ValueError(f"unknown analyzer {value!r}; valid values: {valid}")
+
+    @property
+    def tokenizer_name(self) -> str:
+        """The name the chain is registered under on a tantivy index."""
+        return f"tandem_{self.value}"
+
+    @property
+    def field_name(self) -> str:
+        """The indexed (not stored) text field holding title + body for this analyzer."""
+        return f"text_{self.value}"
+
+    def build(self) -> tantivy.TextAnalyzer:
+        """A fresh tantivy ``TextAnalyzer`` for this chain."""
+        return _BUILDERS[self]()
+
+
+def _words(*filters: tantivy.Filter) -> tantivy.TextAnalyzer:
+    builder = tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+    builder = builder.filter(tantivy.Filter.remove_long(MAX_TOKEN_LENGTH))
+    builder = builder.filter(tantivy.Filter.lowercase())
+    for extra in filters:
+        builder = builder.filter(extra)
+    return builder.build()
+
+
+def _english() -> tantivy.TextAnalyzer:
+    return _words(tantivy.Filter.stopword("english"), tantivy.Filter.stemmer("english"))
+
+
+def _german() -> tantivy.TextAnalyzer:
+    return _words(tantivy.Filter.stopword("german"), tantivy.Filter.stemmer("german"))
+
+
+def _simple() -> tantivy.TextAnalyzer:
+    return _words()
+
+
+_CJK_PATTERN = r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}\p{Thai}]|[\p{L}\p{N}]+"
+
+
+def _cjk() -> tantivy.TextAnalyzer:
+    builder = tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(_CJK_PATTERN))
+    builder = builder.filter(tantivy.Filter.remove_long(MAX_TOKEN_LENGTH))
+    return builder.filter(tantivy.Filter.lowercase()).build()
+
+
+_BUILDERS: Mapping[Analyzer, Callable[[], tantivy.TextAnalyzer]] = MappingProxyType(
+    {
+        Analyzer.ENGLISH: _english,
+        Analyzer.GERMAN: _german,
+        Analyzer.SIMPLE: _simple,
+        Analyzer.CJK: _cjk,
+    }
+)
+
+DEFAULT_LANGUAGE_ANALYZERS: Mapping[int, Analyzer] = MappingProxyType({0: Analyzer.ENGLISH})
+"""Language id -> analyzer by default: language 0 is English."""
+
+FALLBACK_ANALYZER = Analyzer.CJK
+"""Used for any language id the map does not name."""
+
+
+@dataclass(frozen=True)
+class LanguageAnalyzers:
+    """Which analyzer each language id uses; ids not in ``by_language`` use ``fallback``."""
+
+    by_language: Mapping[int, Analyzer] = field(default_factory=lambda: DEFAULT_LANGUAGE_ANALYZERS)
+    fallback: Analyzer = FALLBACK_ANALYZER
+
+    def __post_init__(self) -> None:
+        for language_id, analyzer in self.by_language.items():
+            if isinstance(language_id, bool) or not isinstance(language_id, int):
+                raise ValueError(f"language ids must be ints, got {language_id!r}")
+            if language_id < 0:
+                raise ValueError(f"language ids must be >= 0, got {language_id}")
+            if not isinstance(analyzer, Analyzer):
+                raise ValueError(f"not an Analyzer: {analyzer!r}")
+        if not isinstance(self.fallback, Analyzer):
+            raise ValueError(f"not an Analyzer: {self.fallback!r}")
+        object.__setattr__(self, "by_language", MappingProxyType(dict(self.by_language)))
+
+    def for_language(self, language_id: int) -> Analyzer:
+        """The analyzer for ``language_id`` (the fallback when the map does not name it)."""
+        return self.by_language.get(language_id, self.fallback)

@@ -1,0 +1,96 @@
+"""The retrieval cascade: backends in priority order, the first available one answers.
+
+Rules (internal to ``sparse``, free to change without touching the facade contract):
+
+- Backends are tried highest ``priority`` first; ties keep the order they were given in.
+- A backend that is unavailable, whose ``is_available()`` raises, or whose ``search``
+  raises is skipped and the next one is tried.
+- The first available backend that returns without raising answers, even with an empty
+  list: an empty answer from a healthy index is the answer ("nothing matches"), not a
+  failure, so a lower-priority engine of incomparable relevance is not consulted.
+- Scores are never merged or compared across engines: exactly one backend answers.
+- Sources are de-duplicated by URL, keeping the first (best) one; a source with an empty
+  URL has no URL key and is de-duplicated by its source id only.
+- At most ``min(query.limit, max_results)`` sources are returned, best first.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+
+from sparse.contracts import (
+    MAX_SOURCES,
+    AccessContext,
+    EvidenceSource,
+    RetrievalQuery,
+    RetrievalResult,
+    SearchBackend,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class RetrievalService:
+    """Runs a query through ``backends`` in priority order; see the module docstring."""
+
+    def __init__(self, backends: Iterable[SearchBackend], max_results: int = MAX_SOURCES) -> None:
+        if isinstance(max_results, bool) or not isinstance(max_results, int) or max_results < 1:
+            raise ValueError(f"max_results must be a positive int, got {max_results!r}")
+        ordered = sorted(backends, key=lambda backend: -backend.priority)
+        self._backends: tuple[SearchBackend, ...] = tuple(ordered)
+        self._max_results = max_results
+
+    @property
+    def backends(self) -> tuple[SearchBackend, ...]:
+        """The backends, highest priority first."""
+        return self._backends
+
+    def is_available(self) -> bool:
+        """True when at least one backend reports itself available. Never raises."""
+        return any(_available(backend) for backend in self._backends)
+
+    def retrieve(self, query: RetrievalQuery, access: AccessContext) -> RetrievalResult:
+        """Answer ``query`` from the first available backend that does not raise.
+
+        Returns ``RetrievalResult((), None)`` when no backend could answer.
+        """
+        cap = max(1, min(query.limit, self._max_results))
+        for backend in self._backends:
+            if not _available(backend):
+                continue
+            try:
+                sources = backend.search(query, access)
+            except Exception as exc:  # contained: the next backend gets the query
+                logger.warning(
+                    "sparse backend %s failed (%s); trying the next one",
+                    backend.name,
+                    type(exc).__name__,
+                )
+                continue
+            return RetrievalResult(sources=_dedupe(sources, cap), backend=backend.name)
+        return RetrievalResult(sources=(), backend=None)
+
+
+def _available(backend: SearchBackend) -> bool:
+    try:
+        return bool(backend.is_available())
+    except Exception as exc:
+        logger.warning("sparse backend availability check failed (%s)", type(exc).__name__)
+        return False
+
+
+def _dedupe(sources: Sequence[EvidenceSource], cap: int) -> tuple[EvidenceSource, ...]:
+    seen_urls: set[str] = set()
+    seen_ids: set[str] = set()
+    kept: list[EvidenceSource] = []
+    for source in sources:
+        if source.source_id in seen_ids or (source.url and source.url in seen_urls):
+            continue
+        seen_ids.add(source.source_id)
+        if source.url:
+            seen_urls.add(source.url)
+        kept.append(source)
+        if len(kept) >= cap:
+            break
+    return tuple(kept)

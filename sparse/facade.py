@@ -1,0 +1,94 @@
+"""The keyword-search facade: the one public entry point of ``sparse``.
+
+``KeywordSearchFacade`` implements ``KeywordSearch``. It clamps every input (see
+``sparse.clamp``), searches as the anonymous visitor (``AccessContext.public_only()``),
+delegates to a ``RetrievalService`` and turns any failure into ``[]``.
+
+One class, two registrations:
+
+- ``KeywordSearchFacade.full_cascade(backends)``: every backend, including the priority-0
+  database fallback. The default for "find the page about X".
+- ``KeywordSearchFacade.index_backed(backends)``: priority-0 backends excluded; its
+  ``is_available()`` answers for the index-backed engines only. The hybrid sparse arm
+  binds to this one, so LIKE hits are never fused with BM25 ranks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from sparse.cascade import RetrievalService
+from sparse.clamp import clamp_language, clamp_limit, clamp_text
+from sparse.contracts import (
+    AccessContext,
+    EvidenceSource,
+    KeywordHit,
+    RetrievalQuery,
+    SearchBackend,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class KeywordSearchFacade:
+    """Keyword search over a cascade of backends; never raises (see ``KeywordSearch``)."""
+
+    def __init__(self, backends: Iterable[SearchBackend], *, index_backed_only: bool = False):
+        chosen = [b for b in backends if not index_backed_only or b.priority > 0]
+        self._index_backed_only = index_backed_only
+        self._service = RetrievalService(chosen)
+
+    @classmethod
+    def full_cascade(cls, backends: Iterable[SearchBackend]) -> KeywordSearchFacade:
+        """The registration for keyword search: every backend, fallback included."""
+        return cls(backends, index_backed_only=False)
+
+    @classmethod
+    def index_backed(cls, backends: Iterable[SearchBackend]) -> KeywordSearchFacade:
+        """The registration for the hybrid sparse arm: index-backed engines only."""
+        return cls(backends, index_backed_only=True)
+
+    @property
+    def index_backed_only(self) -> bool:
+        return self._index_backed_only
+
+    @property
+    def backend_names(self) -> tuple[str, ...]:
+        """Names of the backends this facade consults, highest priority first."""
+        return tuple(backend.name for backend in self._service.backends)
+
+    def is_available(self) -> bool:
+        """True when some backend of this registration can answer. Never raises."""
+        try:
+            return self._service.is_available()
+        except Exception as exc:
+            logger.warning("keyword availability check failed (%s)", type(exc).__name__)
+            return False
+
+    def search(self, query: str, limit: int, language_id: int | None = None) -> list[KeywordHit]:
+        """Best-first public hits for ``query``; ``[]`` on short queries or any failure."""
+        try:
+            text = clamp_text(query)
+            if text is None:
+                return []
+            request = RetrievalQuery(
+                text=text, limit=clamp_limit(limit), language_id=clamp_language(language_id)
+            )
+            result = self._service.retrieve(request, AccessContext.public_only())
+            return [_to_hit(source) for source in result.sources[: request.limit]]
+        except Exception as exc:  # the facade boundary: never an exception out
+            logger.warning("keyword search failed (%s); answering []", type(exc).__name__)
+            return []
+
+
+def _to_hit(source: EvidenceSource) -> KeywordHit:
+    return KeywordHit(
+        source_id=source.source_id,
+        title=source.title,
+        url=source.url,
+        excerpt=source.excerpt,
+        language_id=source.language_id,
+        score=source.score,
+        page_uid=source.page_uid,
+    )

@@ -1,0 +1,165 @@
+"""The tantivy backend: BM25 over a ``TantivyIndex``, index-backed (priority > 0).
+
+Query text is never parsed as tantivy query syntax. It is split on whitespace and each
+word is run through the same analyzer the documents went through; the resulting terms
+are OR-ed as plain term queries (BM25, repeated terms counted once). Quotes, colons,
+parentheses, ``AND``/``OR``/``NOT``, ``field:value``, emoji and control characters are
+therefore just text, and a 10,000-character token is dropped by the analyzer (it matches
+nothing) - user text cannot raise a syntax error.
+
+Filters run inside the tantivy query (never by post-filtering the top k): ``public`` is
+required (the index carries no access groups yet, so every ``AccessContext`` searches
+public documents only), and a ``language_id`` restricts both the field (that language's
+analyzer) and the documents. ``language_id=None`` searches every analyzer field that
+holds documents.
+"""
+
+from __future__ import annotations
+
+import logging
+import string
+
+import tantivy
+
+from sparse.analyzers import Analyzer
+from sparse.contracts import AccessContext, EvidenceSource, RetrievalQuery
+from sparse.excerpt import make_excerpt
+from sparse.tantivy_index import (
+    F_BODY,
+    F_ID,
+    F_LANGUAGE,
+    F_PAGE_UID,
+    F_PUBLIC,
+    F_TITLE,
+    F_URL,
+    IndexView,
+    TantivyIndex,
+)
+
+logger = logging.getLogger(__name__)
+
+MAX_QUERY_TERMS = 256
+"""Distinct terms per analyzer field kept from one query (the rest are ignored)."""
+
+MAX_EXCERPT_TERMS = 8
+"""The rarest query terms an excerpt looks for (each costs a scan of the body)."""
+
+_INT64_MAX = 2**63 - 1
+_PUNCTUATION = string.punctuation + "\u201c\u201d\u2018\u2019\u00ab\u00bb"
+
+
+class TantivyBackend:
+    """``SearchBackend`` over a ``TantivyIndex``; ``search`` may raise ``SparseError``."""
+
+    def __init__(self, index: TantivyIndex, priority: int = 10) -> None:
+        if isinstance(priority, bool) or not isinstance(priority, int) or priority < 1:
+            raise ValueError(f"an index-backed engine needs priority >= 1, got {priority!r}")
+        self._index = index
+        self._priority = priority
+
+    @property
+    def name(self) -> str:
+        return "tantivy"
+
+    @property
+    def priority(self) -> int:
+        return self._priority
+
+    @property
+    def index(self) -> TantivyIndex:
+        return self._index
+
+    def is_available(self) -> bool:
+        return self._index.is_available()
+
+    def search(self, query: RetrievalQuery, access: AccessContext) -> list[EvidenceSource]:
+        """Best-first public hits for ``query``; see the module docstring."""
+        language_id = query.language_id
+        if language_id is not None and not 0 <= language_id <= _INT64_MAX:
+            return []
+        view = self._index.view()
+        if language_id is None:
+            analyzers = view.analyzers_in_use
+        else:
+            analyzers = (self._index.analyzers.for_language(language_id),)
+        words = query.text.split()
+        clauses: list[tuple[tantivy.Occur, tantivy.Query]] = []
+        rarest: list[tuple[int, str]] = []
+        for analyzer in analyzers:
+            terms = self._terms(analyzer, words)
+            field = analyzer.field_name
+            for term in terms:
+                clauses.append(
+                    (
+                        tantivy.Occur.Should,
+                        tantivy.Query.term_query(view.schema, field, term, index_option="freq"),
+                    )
+                )
+                for surface in terms[term]:
+                    rarest.append((view.searcher.doc_freq(field, term), surface))
+        if not clauses:
+            return []
+        rarest.sort(key=lambda pair: pair[0])
+        excerpt_terms = list(dict.fromkeys(surface for _, surface in rarest))[:MAX_EXCERPT_TERMS]
+        return self._run(view, clauses, query.limit, language_id, excerpt_terms)
+
+    def _terms(self, analyzer: Analyzer, words: list[str]) -> dict[str, list[str]]:
+        """Analyzed term -> the lowercase forms to look for in an excerpt (stem first)."""
+        text_analyzer = self._index.query_analyzers[analyzer]
+        terms: dict[str, list[str]] = {}
+        for word in words:
+            tokens = text_analyzer.analyze(word)
+            surface = word.strip(_PUNCTUATION).lower()
+            for token in tokens:
+                if token not in terms:
+                    if len(terms) >= MAX_QUERY_TERMS:
+                        return terms
+                    terms[token] = [token]
+                if len(tokens) == 1 and surface and not surface.startswith(token):
+                    terms[token].append(surface)  # e.g. happi -> happy
+        return terms
+
+    def _run(
+        self,
+        view: IndexView,
+        clauses: list[tuple[tantivy.Occur, tantivy.Query]],
+        limit: int,
+        language_id: int | None,
+        excerpt_terms: list[str],
+    ) -> list[EvidenceSource]:
+        schema = view.schema
+        must = [
+            tantivy.Query.boolean_query(clauses),
+            tantivy.Query.const_score_query(tantivy.Query.term_query(schema, F_PUBLIC, True), 0.0),
+        ]
+        if language_id is not None:
+            language = tantivy.Query.term_query(schema, F_LANGUAGE, language_id)
+            must.append(tantivy.Query.const_score_query(language, 0.0))
+        query = tantivy.Query.boolean_query([(tantivy.Occur.Must, q) for q in must])
+        searcher = view.searcher
+        hits = searcher.search(query, limit, count=False).hits
+        sources: list[EvidenceSource] = []
+        for score, address in hits:
+            stored = searcher.doc(address).to_dict()
+            body = _text(stored, F_BODY)
+            page_uid = stored.get(F_PAGE_UID)
+            sources.append(
+                EvidenceSource(
+                    source_id=stored[F_ID][0],
+                    title=_text(stored, F_TITLE),
+                    url=_text(stored, F_URL),
+                    excerpt=make_excerpt(body, excerpt_terms),
+                    language_id=int(stored[F_LANGUAGE][0]),
+                    score=float(score),
+                    page_uid=int(page_uid[0]) if page_uid else None,
+                )
+            )
+        return sources
+
+
+def _text(stored: dict[str, list[object]], field: str) -> str:
+    values = stored.get(field)
+    if not values:
+        return ""
+    value = values[0]
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

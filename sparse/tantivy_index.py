@@ -1,0 +1,266 @@
+"""One on-disk tantivy index per corpus: the storage half of the tantivy backend.
+
+Commit semantics - what is visible when:
+
+- ``upsert`` and ``delete`` each commit before they return and reload the reader, so a
+  search that starts after the call returns sees the change; a search already running
+  keeps the consistent snapshot it started with. There is no pending, uncommitted state.
+- A call that raises has written nothing: the writer rolls back on any error.
+- Writing needs tantivy's single-writer lock. If another writer (this process or another)
+  holds it, the call raises ``SparseIndexLockedError``; searching keeps working.
+- ``commit()`` exists for callers that batch: everything is committed already, so it only
+  reloads the reader to pick up commits made by another process.
+
+Schema: ``source_id`` (raw term, for update/delete by id), stored-only ``title``,
+``body`` and ``url``, ``language_id``, ``public``, ``page_uid``, and one indexed-only text
+field per ``Analyzer`` holding title + body: a document is analyzed by its language's
+analyzer only (see ``sparse.analyzers``). The index is derived data: a missing or corrupt
+directory raises ``SparseIndexCorruptError`` on write, and the owner rebuilds it with
+``clear()`` followed by ``upsert``.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from os import PathLike
+from pathlib import Path
+
+import tantivy
+
+from sparse.analyzers import Analyzer, LanguageAnalyzers
+from sparse.contracts import SparseDocument
+from sparse.errors import SparseError, SparseIndexCorruptError, SparseIndexLockedError
+
+logger = logging.getLogger(__name__)
+
+_INT64_MAX = 2**63 - 1
+_INT64_MIN = -(2**63)
+_WRITER_HEAP_BYTES = 64_000_000
+
+F_ID = "source_id"
+F_TITLE = "title"
+F_BODY = "body"
+F_URL = "url"
+F_LANGUAGE = "language_id"
+F_PUBLIC = "public"
+F_PAGE_UID = "page_uid"
+F_ANALYZER = "analyzer"
+
+
+def build_schema() -> tantivy.Schema:
+    """The schema every Tandem tantivy index uses (one text field per analyzer)."""
+    builder = tantivy.SchemaBuilder()
+    builder.add_text_field(F_ID, stored=True, tokenizer_name="raw", index_option="basic")
+    builder.add_bytes_field(F_TITLE, stored=True)
+    builder.add_bytes_field(F_BODY, stored=True)
+    builder.add_bytes_field(F_URL, stored=True)
+    builder.add_integer_field(F_LANGUAGE, stored=True, indexed=True)
+    builder.add_boolean_field(F_PUBLIC, indexed=True)
+    builder.add_integer_field(F_PAGE_UID, stored=True)
+    builder.add_text_field(F_ANALYZER, tokenizer_name="raw", index_option="basic")
+    for analyzer in Analyzer:
+        builder.add_text_field(
+            analyzer.field_name, tokenizer_name=analyzer.tokenizer_name, index_option="freq"
+        )
+    return builder.build()
+
+
+@dataclass(frozen=True)
+class IndexView:
+    """A consistent read snapshot: the searcher, and the analyzers that hold documents."""
+
+    searcher: tantivy.Searcher
+    schema: tantivy.Schema
+    analyzers_in_use: tuple[Analyzer, ...]
+
+
+class TantivyIndex:
+    """A corpus's tantivy index at ``path``; see the module docstring for semantics.
+
+    The constructor does no I/O. The index is opened, or created when ``path`` is missing
+    or an empty directory, on first use. Thread-safe: writes are serialised, reads are not.
+    """
+
+    def __init__(
+        self,
+        path: str | PathLike[str],
+        analyzers: LanguageAnalyzers | Mapping[int, Analyzer] | None = None,
+    ) -> None:
+        if analyzers is None:
+            analyzers = LanguageAnalyzers()
+        elif not isinstance(analyzers, LanguageAnalyzers):
+            analyzers = LanguageAnalyzers(by_language=analyzers)
+        self._path = Path(path)
+        self._analyzers = analyzers
+        self._lock = threading.RLock()
+        self._index: tantivy.Index | None = None
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def analyzers(self) -> LanguageAnalyzers:
+        return self._analyzers
+
+    @cached_property
+    def schema(self) -> tantivy.Schema:
+        return build_schema()
+
+    @cached_property
+    def query_analyzers(self) -> Mapping[Analyzer, tantivy.TextAnalyzer]:
+        """One ``TextAnalyzer`` per analyzer, to analyze query text exactly as documents."""
+        return {analyzer: analyzer.build() for analyzer in Analyzer}
+
+    def is_available(self) -> bool:
+        """True when the index opens and its directory is intact. Never raises."""
+        try:
+            self._open()
+        except SparseError:
+            return False
+        return (self._path / "meta.json").is_file()
+
+    def view(self) -> IndexView:
+        """A read snapshot for one search. Raises ``SparseIndexCorruptError``."""
+        index = self._open()
+        if not (self._path / "meta.json").is_file():
+            raise SparseIndexCorruptError(f"index directory is gone: {self._path}")
+        searcher = index.searcher()
+        in_use = tuple(a for a in Analyzer if searcher.doc_freq(F_ANALYZER, a.value) > 0)
+        return IndexView(searcher=searcher, schema=self.schema, analyzers_in_use=in_use)
+
+    def doc_count(self) -> int:
+        """Number of live documents visible to searches now."""
+        return int(self.view().searcher.num_docs)
+
+    def upsert(self, docs: Sequence[SparseDocument]) -> None:
+        """Add or replace (by ``source_id``) ``docs``, then commit; later ids win ties."""
+        prepared = [self._to_tantivy(doc) for doc in docs]
+        if prepared:
+            self._write(lambda writer: _add_all(writer, prepared))
+
+    def delete(self, source_ids: Iterable[str]) -> None:
+        """Delete the documents with these source ids (unknown ids are ignored), commit."""
+        ids = list(source_ids)
+        for source_id in ids:
+            if not isinstance(source_id, str):
+                raise ValueError(f"source ids must be str, got {type(source_id).__name__}")
+        if ids:
+            self._write(lambda writer: _delete_all(writer, ids))
+
+    def commit(self) -> None:
+        """Everything is committed already; reload to see other processes' commits."""
+        self._open().reload()
+
+    def clear(self) -> None:
+        """Delete the whole directory and start an empty index (the rebuild path)."""
+        with self._lock:
+            self._index = None
+            try:
+                if self._path.is_dir():
+                    shutil.rmtree(self._path)
+                elif self._path.exists():
+                    self._path.unlink()
+            except OSError as exc:
+                raise SparseError(f"cannot clear index at {self._path}") from exc
+            self._open()
+
+    def close(self) -> None:
+        """Release the index; a later call reopens it."""
+        with self._lock:
+            self._index = None
+
+    def _open(self) -> tantivy.Index:
+        index = self._index
+        if index is not None:
+            return index
+        with self._lock:
+            index = self._index
+            if index is None:
+                index = self._index = self._open_locked()
+            return index
+
+    def _open_locked(self) -> tantivy.Index:
+        path = self._path
+        try:
+            if not path.exists():
+                path.mkdir(parents=True)
+            if not path.is_dir():
+                raise SparseIndexCorruptError(f"index path is not a directory: {path}")
+            if not (path / "meta.json").exists() and any(path.iterdir()):
+                raise SparseIndexCorruptError(f"not a tantivy index, not overwriting: {path}")
+            index = tantivy.Index(self.schema, str(path), reuse=True)
+        except SparseIndexCorruptError:
+            raise
+        except (ValueError, OSError) as exc:
+            raise SparseIndexCorruptError(f"cannot open tantivy index at {path}") from exc
+        for analyzer in Analyzer:
+            index.register_tokenizer(analyzer.tokenizer_name, analyzer.build())
+        return index
+
+    def _write(self, action: Callable[[tantivy.IndexWriter], None]) -> None:
+        with self._lock:
+            index = self._open()
+            if not (self._path / "meta.json").is_file():
+                raise SparseIndexCorruptError(f"index directory is gone: {self._path}")
+            try:
+                writer = index.writer(_WRITER_HEAP_BYTES, 1)
+            except ValueError as exc:
+                if "LockBusy" in str(exc) or "lock" in str(exc).lower():
+                    raise SparseIndexLockedError(f"writer lock held on {self._path}") from exc
+                raise SparseIndexCorruptError(f"cannot write to {self._path}") from exc
+            try:
+                action(writer)
+                writer.commit()
+            except Exception as exc:
+                writer.rollback()
+                raise SparseError(f"write to {self._path} failed") from exc
+            finally:
+                writer.wait_merging_threads()
+            index.reload()
+
+    def _to_tantivy(self, doc: SparseDocument) -> tantivy.Document:
+        if not isinstance(doc, SparseDocument):
+            raise ValueError(f"expected SparseDocument, got {type(doc).__name__}")
+        if not doc.source_id:
+            raise ValueError("a document needs a non-empty source_id")
+        if not _is_int64(doc.language_id) or doc.language_id < 0:
+            raise ValueError(f"language_id must be an int >= 0, got {doc.language_id!r}")
+        if doc.page_uid is not None and not _is_int64(doc.page_uid):
+            raise ValueError(f"page_uid must be a 64-bit int or None, got {doc.page_uid!r}")
+        analyzer = self._analyzers.for_language(doc.language_id)
+        out = tantivy.Document()
+        out.add_text(F_ID, doc.source_id)
+        out.add_bytes(F_TITLE, doc.title.encode("utf-8", "replace"))
+        out.add_bytes(F_BODY, doc.text.encode("utf-8", "replace"))
+        out.add_bytes(F_URL, doc.url.encode("utf-8", "replace"))
+        out.add_integer(F_LANGUAGE, doc.language_id)
+        out.add_boolean(F_PUBLIC, bool(doc.public))
+        if doc.page_uid is not None:
+            out.add_integer(F_PAGE_UID, doc.page_uid)
+        out.add_text(F_ANALYZER, analyzer.value)
+        out.add_text(analyzer.field_name, f"{doc.title}\n{doc.text}")
+        return out
+
+
+def _add_all(writer: tantivy.IndexWriter, docs: Sequence[tantivy.Document]) -> None:
+    for doc in docs:
+        source_id = doc.get_first(F_ID)
+        writer.delete_documents_by_term(F_ID, source_id)
+        writer.add_document(doc)
+
+
+def _delete_all(writer: tantivy.IndexWriter, source_ids: Sequence[str]) -> None:
+    for source_id in source_ids:
+        writer.delete_documents_by_term(F_ID, source_id)
+
+
+def _is_int64(value: object) -> bool:
+    return (
+        isinstance(value, int) and not isinstance(value, bool) and _INT64_MIN <= value <= _INT64_MAX
+    )
