@@ -1,0 +1,245 @@
+"""``Corpus``: one searchable collection — its store, its indexes, its embedder."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+from tqdm import tqdm
+
+from dense import Embedder
+from engine.config import CorpusConfig
+from engine.documents import AddResult, Document, GrepMatch, Passage, SourceText, validate_document
+from engine.errors import InvalidArgument
+from engine.fallback import DatabaseLikeBackend
+from engine.indexes import DerivedIndexes
+from engine.ingest import Ingestor, checked_vectors
+from engine.limits import MAX_BATCH_SIZE, MAX_SOURCE_ID_CHARS
+from engine.metrics import EngineMetrics
+from engine.searcher import Searcher, SearchParts
+from engine.sources import evidence_text, fetch_source, grep
+from engine.storage import DocumentStore, EmbeddingStatus
+from engine.visibility import DenseVisibility
+from sparse import KeywordSearchFacade, SearchBackend, TantivyBackend
+
+logger = logging.getLogger(__name__)
+
+_CHUNK = 512  # documents per store transaction / embedding call
+_PROGRESS_MIN = 2_000  # show a progress bar from this many documents up
+
+
+class Corpus:
+    """A searchable collection. Obtain one from ``SearchEngine``; don't construct it.
+
+    Thread-safety: ``search``, ``evidence``, ``fetch_source`` and ``grep`` may run from any
+    number of threads while one writer runs ``add``/``delete``/``repair`` (writes are
+    serialised by a per-corpus lock).
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        config: CorpusConfig,
+        embedder: Embedder | None,
+        metrics: EngineMetrics,
+    ) -> None:
+        self._dir = directory
+        self._config = config
+        self._metrics = metrics
+        self._embedder = embedder
+        self._write_lock = threading.RLock()
+        self._store = DocumentStore(directory / "store.sqlite3")
+        self._indexes = DerivedIndexes(
+            directory, self._store, config.languages, vectors_enabled=embedder is not None
+        )
+        self._indexes.open()
+        self._visibility = DenseVisibility(self._store)
+        backends: list[SearchBackend] = [
+            TantivyBackend(self._indexes.tantivy),
+            DatabaseLikeBackend(self._store),
+        ]
+        self._searcher = Searcher(
+            SearchParts(
+                corpus=config.name,
+                config=config,
+                store=self._store,
+                indexes=self._indexes,
+                embedder=embedder,
+                keyword_full=KeywordSearchFacade.full_cascade(backends),
+                keyword_index_backed=KeywordSearchFacade.index_backed(backends),
+                visibility=self._visibility,
+                metrics=metrics,
+            )
+        )
+        self._ingestor = Ingestor(config.name, self._store, self._indexes, embedder, metrics)
+        self._refresh_gauges()
+
+    # -- identity -------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self._config.name
+
+    @property
+    def config(self) -> CorpusConfig:
+        return self._config
+
+    def __len__(self) -> int:
+        return self._store.count()
+
+    def __repr__(self) -> str:
+        return f"Corpus(name={self.name!r})"
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def search(
+        self,
+        query: str,
+        top_k: int = 10,
+        offset: int = 0,
+        language_id: int | None = None,
+    ) -> list[Passage]:
+        """The best public passages for ``query``, best first.
+
+        Inputs are clamped, never rejected: the query is trimmed and cut to
+        ``sparse.MAX_QUERY_LENGTH`` (shorter than ``sparse.MIN_QUERY_LENGTH`` → ``[]``),
+        ``top_k`` to ``1..MAX_TOP_K``, ``offset`` to ``0..MAX_OFFSET``, a negative
+        ``language_id`` to 0 (``None``: any language). Pages are consistent with each
+        other while ``offset + top_k`` stays within the fusion window (default 100).
+        """
+        return self._searcher.search(query, top_k, offset, language_id)
+
+    def evidence(self, question: str, top_k: int = 5) -> str:
+        """A text package of the best sources for an LLM prompt (empty string: none)."""
+        return evidence_text(self.search(question, top_k=top_k))
+
+    def fetch_source(self, source_id: str) -> SourceText:
+        """The full text of one public source, capped at ``MAX_FETCH_CHARS``.
+
+        Raises ``InvalidArgument`` for an id outside the source-id grammar and
+        ``SourceNotFound`` for an unknown or non-public id.
+        """
+        return fetch_source(self._store, source_id)
+
+    def grep(self, pattern: str, limit: int = 20, *, fixed: bool = False) -> list[GrepMatch]:
+        """Regex (or, with ``fixed=True``, exact) matches in public sources' text.
+
+        For agents and scripts, not ranked. Bounded: pattern length, match count and a
+        wall-clock budget (``GREP_TIMEOUT_S``) after which what was found is returned.
+        """
+        return grep(self._store, pattern, limit, fixed=fixed)
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def add(
+        self,
+        documents: Iterable[Document],
+        *,
+        embeddings: object | None = None,
+        progress: bool | None = None,
+    ) -> AddResult:
+        """Insert or replace documents by id. When this returns, they are durable.
+
+        ``embeddings``: optional precomputed vectors, one row per document in order (from
+        the corpus's own model). Every document is validated first; if any is invalid,
+        ``InvalidArgument`` names it and nothing is stored. Documents whose embedding
+        fails are stored keyword-searchable and counted as degraded.
+        """
+        docs = list(documents)
+        if len(docs) > MAX_BATCH_SIZE:
+            raise InvalidArgument(f"{len(docs)} documents in one add; the cap is {MAX_BATCH_SIZE}")
+        docs = [validate_document(d) for d in docs]
+        supplied = None
+        if embeddings is not None:
+            if self._embedder is None:
+                raise InvalidArgument("embeddings given, but this corpus has vectors off")
+            supplied = checked_vectors(embeddings, len(docs), None)
+        # Last occurrence of a repeated id wins, as it would across separate calls.
+        last = {d.id: i for i, d in enumerate(docs)}
+        keep = sorted(last.values())
+        docs = [docs[i] for i in keep]
+        if supplied is not None:
+            supplied = supplied[keep]
+        totals = [0, 0, 0, 0]
+        show = progress if progress is not None else len(docs) >= _PROGRESS_MIN
+        with (
+            self._write_lock,
+            tqdm(total=len(docs), disable=not show, desc=f"add {self.name}", unit="doc") as bar,
+        ):
+            if self._embedder is not None and supplied is None:
+                self._heal_some()
+            for start in range(0, len(docs), _CHUNK):
+                chunk = docs[start : start + _CHUNK]
+                vectors = None if supplied is None else supplied[start : start + _CHUNK]
+                self._visibility.invalidate()
+                counts = self._ingestor.write(chunk, vectors)
+                totals = [a + b for a, b in zip(totals, counts, strict=True)]
+                bar.update(len(chunk))
+            self._visibility.invalidate()
+            self._refresh_gauges()
+        return AddResult(*totals)
+
+    def delete(self, ids: Iterable[str]) -> int:
+        """Delete documents by id; returns how many existed. Unknown ids are ignored."""
+        wanted = list(ids)
+        if len(wanted) > MAX_BATCH_SIZE:
+            raise InvalidArgument(f"{len(wanted)} ids in one delete; the cap is {MAX_BATCH_SIZE}")
+        for sid in wanted:
+            if not isinstance(sid, str) or len(sid) > MAX_SOURCE_ID_CHARS:
+                raise InvalidArgument("ids must be strings of at most 256 characters")
+        with self._write_lock:
+            self._visibility.invalidate()
+            deleted = self._store.delete(wanted)
+            self._indexes.apply([], deleted, self._store.seq)
+            self._visibility.invalidate()
+            self._refresh_gauges()
+        return len(deleted)
+
+    def repair(self, batch_size: int = 256) -> int:
+        """Re-embed degraded documents while the embedder answers; returns how many healed."""
+        if not 1 <= batch_size <= 10_000:
+            raise InvalidArgument("batch_size must be in 1..10000")
+        healed = 0
+        with self._write_lock:
+            while True:
+                n = self._ingestor.repair(batch_size)
+                healed += n
+                if n < batch_size:
+                    break
+            self._visibility.invalidate()
+            self._refresh_gauges()
+        return healed
+
+    def _heal_some(self) -> None:
+        """On ``add``, heal a bounded batch of degraded documents first (if any)."""
+        if self._store.count_status(EmbeddingStatus.DEGRADED):
+            self._ingestor.repair(_CHUNK)
+
+    # -- housekeeping ---------------------------------------------------------------------
+
+    def stats(self) -> dict[str, int | bool]:
+        return {
+            "documents": self._store.count(),
+            "degraded": self._store.count_status(EmbeddingStatus.DEGRADED),
+            "vectors": 0 if self._indexes.faiss is None else len(self._indexes.faiss),
+            "vectors_enabled": self._embedder is not None,
+            "embedder_up": self._embedder is not None and self._embedder.is_available(),
+            "index_bytes": self._indexes.size_on_disk(),
+        }
+
+    def _refresh_gauges(self) -> None:
+        self._metrics.documents.labels(self.name).set(self._store.count())
+        self._metrics.documents_degraded.labels(self.name).set(
+            self._store.count_status(EmbeddingStatus.DEGRADED)
+        )
+
+    def flush(self) -> None:
+        with self._write_lock:
+            self._indexes.flush()
+
+    def close(self) -> None:
+        with self._write_lock:
+            self._indexes.close()
+            self._store.close()

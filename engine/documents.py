@@ -1,0 +1,161 @@
+"""What goes in (``Document``) and what comes out (``Passage`` and friends).
+
+All of them are frozen: change by copy (``dataclasses.replace``), never in place.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from engine.errors import InvalidArgument
+from engine.limits import (
+    MAX_ACCESS_GROUPS,
+    MAX_DOCUMENT_CHARS,
+    MAX_LANGUAGE_ID,
+    MAX_TITLE_CHARS,
+    MAX_URL_CHARS,
+    SOURCE_ID_PATTERN,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """One source document. ``access_groups`` empty means public.
+
+    Only public documents are ever returned by search, ``evidence``, ``fetch_source`` and
+    ``grep``; non-public ones are stored (so widening access later needs no re-ingest).
+    """
+
+    id: str
+    title: str = ""
+    text: str = ""
+    url: str = ""
+    language_id: int = 0
+    access_groups: frozenset[str] = field(default_factory=frozenset)
+    page_uid: int | None = None
+
+    @property
+    def is_public(self) -> bool:
+        return not self.access_groups
+
+
+@dataclass(frozen=True, slots=True)
+class ArmRanks:
+    """A hit's 1-based rank in each arm (``None``: that arm did not return it)."""
+
+    sparse: int | None = None
+    dense: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Passage:
+    """One search result. Carries no mode and no fallback flag, by design."""
+
+    source_id: str
+    title: str
+    url: str
+    excerpt: str
+    language_id: int
+    score: float
+    ranks: ArmRanks
+
+
+@dataclass(frozen=True, slots=True)
+class SourceText:
+    """The full (capped) text of one public source."""
+
+    source_id: str
+    title: str
+    url: str
+    text: str
+    language_id: int
+    truncated: bool
+
+
+@dataclass(frozen=True, slots=True)
+class GrepMatch:
+    """One exact or regex match in a public source's stored text."""
+
+    source_id: str
+    title: str
+    url: str
+    line: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class AddResult:
+    """What one ``add`` call did."""
+
+    added: int
+    updated: int
+    unchanged: int
+    degraded: int
+
+
+def _has_control_chars(value: str) -> bool:
+    return any(ord(ch) < 32 and ch not in "\t\n\r" for ch in value)
+
+
+def validate_document(doc: object) -> Document:
+    """Check one document against the documented caps; raise ``InvalidArgument`` naming
+    the offending field. Nothing is stored when any document of a batch fails."""
+    if not isinstance(doc, Document):
+        raise InvalidArgument(f"expected engine.Document, got {type(doc).__name__}")
+    if not isinstance(doc.id, str) or SOURCE_ID_PATTERN.fullmatch(doc.id) is None:
+        raise InvalidArgument(
+            "document id must be 1-256 characters: an ASCII letter or digit, then letters, "
+            "digits or ._:@#/+=~-"
+        )
+    for name, value, cap in (
+        ("title", doc.title, MAX_TITLE_CHARS),
+        ("text", doc.text, MAX_DOCUMENT_CHARS),
+        ("url", doc.url, MAX_URL_CHARS),
+    ):
+        if not isinstance(value, str):
+            raise InvalidArgument(f"document {doc.id}: {name} must be a string")
+        if len(value) > cap:
+            raise InvalidArgument(
+                f"document {doc.id}: {name} has {len(value)} characters; the cap is {cap}"
+            )
+        if "\x00" in value:
+            raise InvalidArgument(f"document {doc.id}: {name} contains a NUL character")
+    if _has_control_chars(doc.url):
+        raise InvalidArgument(f"document {doc.id}: url contains control characters")
+    if (
+        isinstance(doc.language_id, bool)
+        or not isinstance(doc.language_id, int)
+        or not 0 <= doc.language_id <= MAX_LANGUAGE_ID
+    ):
+        raise InvalidArgument(
+            f"document {doc.id}: language_id must be an integer in 0..{MAX_LANGUAGE_ID}"
+        )
+    groups = doc.access_groups
+    if not isinstance(groups, frozenset | set | tuple | list):
+        raise InvalidArgument(f"document {doc.id}: access_groups must be a set of strings")
+    if len(groups) > MAX_ACCESS_GROUPS or not all(
+        isinstance(g, str) and 0 < len(g) <= 128 and not _has_control_chars(g) for g in groups
+    ):
+        raise InvalidArgument(
+            f"document {doc.id}: access_groups must be at most {MAX_ACCESS_GROUPS} "
+            "non-empty strings of at most 128 characters"
+        )
+    if doc.page_uid is not None and (
+        isinstance(doc.page_uid, bool)
+        or not isinstance(doc.page_uid, int)
+        or not -(2**63) <= doc.page_uid < 2**63
+    ):
+        raise InvalidArgument(f"document {doc.id}: page_uid must be a 64-bit integer or None")
+    return doc if isinstance(groups, frozenset) else _with_frozen_groups(doc)
+
+
+def _with_frozen_groups(doc: Document) -> Document:
+    from dataclasses import replace
+
+    return replace(doc, access_groups=frozenset(doc.access_groups))
+
+
+def is_finite_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

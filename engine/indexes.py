@@ -1,0 +1,263 @@
+"""The derived indexes of one corpus (tantivy, FAISS), kept in step with the store.
+
+The store is the source of truth and orders every write by ``seq``. Each derived index
+records, in a small marker file written after the index itself, the ``seq`` it reflects.
+Catching up replays store changes after that ``seq`` — idempotent upserts and deletes —
+so a marker that lags (a crash between an index write and its marker) is harmless, and
+a marker is never ahead of its index. A missing or corrupt index is rebuilt from the
+store, re-using stored vectors (nothing is re-embedded).
+
+The FAISS file is saved lazily (on flush/close, and after enough unsaved changes): the
+vectors it holds are in the store anyway, so a crash costs a cheap catch-up, not data.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from dense import FaissIndex, FaissIndexCorrupt
+from engine.storage import DocumentStore, StoredDocument
+from sparse import SparseDocument, SparseError, TantivyIndex
+from sparse.analyzers import Analyzer, LanguageAnalyzers
+
+logger = logging.getLogger(__name__)
+
+_FAISS_SAVE_EVERY = 20_000  # unsaved vector changes before an eager save
+_REBUILD_BATCH = 2_000
+
+
+def to_sparse(doc: StoredDocument) -> SparseDocument:
+    return SparseDocument(
+        source_id=doc.source_id,
+        title=doc.title,
+        text=doc.text,
+        url=doc.url,
+        language_id=doc.language_id,
+        public=doc.is_public,
+        page_uid=doc.page_uid,
+    )
+
+
+def _read_marker(path: Path) -> int:
+    try:
+        return int(path.read_text(encoding="ascii").strip())
+    except (OSError, ValueError):
+        return -1
+
+
+def _write_marker(path: Path, seq: int) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="ascii") as fh:
+        fh.write(str(seq))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+class DerivedIndexes:
+    """Owns a corpus's tantivy and FAISS indexes and keeps them consistent with its store."""
+
+    def __init__(
+        self,
+        directory: Path,
+        store: DocumentStore,
+        languages: dict[int, str],
+        *,
+        vectors_enabled: bool,
+    ) -> None:
+        self._dir = directory
+        self._store = store
+        analyzers = LanguageAnalyzers(
+            by_language={0: Analyzer.ENGLISH}
+            | {lang: Analyzer.from_str(name) for lang, name in languages.items()}
+        )
+        self.tantivy = TantivyIndex(directory / "tantivy", analyzers)
+        self._tantivy_marker = directory / "tantivy.seq"
+        self._vectors_enabled = vectors_enabled
+        self._faiss_path = directory / "vectors.faiss"
+        self._faiss_marker = directory / "vectors.seq"
+        self.faiss: FaissIndex | None = None
+        self._unsaved = 0
+        self._tantivy_behind = False
+        self._lock = threading.RLock()
+
+    # -- opening ------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Bring both indexes up to the store's ``seq`` (catch up or rebuild)."""
+        with self._lock:
+            try:
+                self._open_tantivy()
+            except (SparseError, OSError) as exc:
+                # The store still answers through the database fallback; retry on next write.
+                self._tantivy_behind = True
+                logger.warning("keyword index unavailable at open (%s)", type(exc).__name__)
+            if self._vectors_enabled:
+                self._open_faiss()
+
+    def _open_tantivy(self) -> None:
+        marker = _read_marker(self._tantivy_marker)
+        if marker < 0 or not self.tantivy.is_available():
+            self._rebuild_tantivy()
+            return
+        seq = self._store.seq
+        if marker < seq:
+            try:
+                self._catch_up_tantivy(marker)
+            except SparseError:
+                logger.warning("tantivy catch-up failed; rebuilding from the store")
+                self._rebuild_tantivy()
+        _write_marker(self._tantivy_marker, seq)
+
+    def _catch_up_tantivy(self, since: int) -> None:
+        deleted = self._store.tombstones_since(since)
+        if deleted:
+            self.tantivy.delete(deleted)
+        batch: list[SparseDocument] = []
+        for doc in self._store.iter_documents(since_seq=since):
+            batch.append(to_sparse(doc))
+            if len(batch) >= _REBUILD_BATCH:
+                self.tantivy.upsert(batch)
+                batch = []
+        if batch:
+            self.tantivy.upsert(batch)
+
+    def _rebuild_tantivy(self) -> None:
+        seq = self._store.seq
+        logger.info("rebuilding the keyword index from the store")
+        self.tantivy.clear()
+        self._catch_up_tantivy(-1)
+        _write_marker(self._tantivy_marker, seq)
+
+    def _open_faiss(self) -> None:
+        marker = _read_marker(self._faiss_marker)
+        index: FaissIndex | None = None
+        if marker >= 0 and self._faiss_path.exists():
+            try:
+                index = FaissIndex.load(self._faiss_path)
+            except (FaissIndexCorrupt, OSError):
+                logger.warning("vector index file is damaged; rebuilding from stored vectors")
+                index, marker = None, -1
+        else:
+            marker = -1
+        seq = self._store.seq
+        self.faiss = index
+        if marker < seq:
+            if index is None:
+                self.faiss = None
+            self._catch_up_faiss(marker)
+            self.save_vectors(seq)
+
+    def _catch_up_faiss(self, since: int) -> None:
+        if self.faiss is not None:
+            deleted = self._store.tombstones_since(since)
+            if deleted:
+                self.faiss.remove(deleted)
+        ids: list[str] = []
+        vectors: list[np.ndarray] = []
+        stale: list[str] = []
+        for doc in self._store.iter_documents(since_seq=since):
+            if doc.embedding is not None:
+                ids.append(doc.source_id)
+                vectors.append(doc.embedding)
+            else:
+                stale.append(doc.source_id)
+            if len(ids) >= _REBUILD_BATCH:
+                self._faiss_upsert(ids, np.vstack(vectors))
+                ids, vectors = [], []
+        if ids:
+            self._faiss_upsert(ids, np.vstack(vectors))
+        if stale and self.faiss is not None:
+            self.faiss.remove(stale)
+
+    def _faiss_upsert(self, ids: Sequence[str], vectors: np.ndarray) -> None:
+        if self.faiss is None:
+            self.faiss = FaissIndex(int(vectors.shape[1]))
+        self.faiss.add(list(ids), vectors)
+
+    # -- writes (called after the store committed) -------------------------------------------
+
+    def apply(self, written: Sequence[StoredDocument], deleted: Sequence[str], seq: int) -> None:
+        """Mirror one committed store write into both indexes.
+
+        A keyword-index failure is contained: the write is already durable in the store
+        (and findable through the database fallback); the index catches up on the next
+        write or the next open.
+        """
+        with self._lock:
+            self._apply_keyword(written, deleted, seq)
+            if not self._vectors_enabled:
+                return
+            with_vectors = [d for d in written if d.embedding is not None]
+            without = [d.source_id for d in written if d.embedding is None]
+            if with_vectors:
+                self._faiss_upsert(
+                    [d.source_id for d in with_vectors],
+                    np.vstack([d.embedding for d in with_vectors if d.embedding is not None]),
+                )
+            if self.faiss is not None and (without or deleted):
+                self.faiss.remove([*without, *deleted])
+            self._unsaved += len(written) + len(deleted)
+            if self._unsaved >= _FAISS_SAVE_EVERY:
+                self.save_vectors(seq)
+
+    def _apply_keyword(
+        self, written: Sequence[StoredDocument], deleted: Sequence[str], seq: int
+    ) -> None:
+        try:
+            if self._tantivy_behind:
+                self._open_tantivy()  # replays this write too
+                self._tantivy_behind = False
+                return
+            if deleted:
+                self.tantivy.delete(deleted)
+            if written:
+                self.tantivy.upsert([to_sparse(d) for d in written])
+            _write_marker(self._tantivy_marker, seq)
+        except (SparseError, OSError) as exc:
+            self._tantivy_behind = True
+            logger.warning("keyword index write failed (%s); will catch up", type(exc).__name__)
+
+    def apply_vectors(self, ids: Sequence[str], vectors: np.ndarray, seq: int) -> None:
+        with self._lock:
+            if ids:
+                self._faiss_upsert(ids, vectors)
+            self._unsaved += len(ids)
+            if self._unsaved >= _FAISS_SAVE_EVERY:
+                self.save_vectors(seq)
+
+    def drop_vectors(self, seq: int) -> None:
+        """Forget every vector (an embedder switch)."""
+        with self._lock:
+            self.faiss = None
+            self.save_vectors(seq)
+
+    def save_vectors(self, seq: int) -> None:
+        with self._lock:
+            if self.faiss is not None and len(self.faiss) > 0:
+                self.faiss.save(self._faiss_path)
+            else:
+                self._faiss_path.unlink(missing_ok=True)
+            _write_marker(self._faiss_marker, seq)
+            self._unsaved = 0
+
+    def flush(self) -> None:
+        if self._vectors_enabled and self._unsaved:
+            self.save_vectors(self._store.seq)
+
+    def close(self) -> None:
+        self.flush()
+        self.tantivy.close()
+
+    def size_on_disk(self) -> int:
+        total = 0
+        for path in self._dir.rglob("*"):
+            if path.is_file():
+                total += path.stat().st_size
+        return total

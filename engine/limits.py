@@ -1,0 +1,45 @@
+"""Documented caps on everything a caller can send. Part of the public contract."""
+
+from __future__ import annotations
+
+import re
+
+MAX_TOP_K = 200
+"""``top_k`` is clamped to ``1..MAX_TOP_K``."""
+
+MAX_OFFSET = 1_000
+"""``offset`` is clamped to ``0..MAX_OFFSET``."""
+
+MAX_DOCUMENT_CHARS = 1_000_000
+"""A document's ``text`` may hold at most this many characters; more is refused at ``add``."""
+
+MAX_TITLE_CHARS = 1_000
+MAX_URL_CHARS = 2_048
+MAX_ACCESS_GROUPS = 64
+MAX_BATCH_SIZE = 100_000
+"""At most this many documents per ``add`` call."""
+
+MAX_FETCH_CHARS = 100_000
+"""``fetch_source`` returns at most this many characters of text (and says it truncated)."""
+
+MAX_GREP_PATTERN = 256
+MAX_GREP_MATCHES = 200
+GREP_TIMEOUT_S = 2.0
+"""``grep`` stops after this long (wall clock) and returns what it found so far."""
+
+MAX_SOURCE_ID_CHARS = 256
+SOURCE_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@#/+=~-]{0,255}")
+"""Grammar of a source id: an ASCII letter or digit, then letters, digits and ``._:@#/+=~-``."""
+
+CORPUS_NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+"""Grammar of a corpus name; it becomes a directory name, so no separators, no dots."""
+
+MAX_LANGUAGE_ID = 1_000_000
+
+
+def is_valid_source_id(value: object) -> bool:
+    return isinstance(value, str) and SOURCE_ID_PATTERN.fullmatch(value) is not None
+
+
+def is_valid_corpus_name(value: object) -> bool:
+    return isinstance(value, str) and CORPUS_NAME_PATTERN.fullmatch(value) is not None

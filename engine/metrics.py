@@ -1,0 +1,142 @@
+"""Prometheus metrics, owned by one ``SearchEngine`` (its own registry, nothing global).
+
+Labels are bounded: corpus names and enum values only. No query text, document text or
+user identifier ever becomes a label or a value.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_LATENCY_BUCKETS = (
+    0.0005,
+    0.001,
+    0.002,
+    0.005,
+    0.0075,
+    0.01,
+    0.015,
+    0.02,
+    0.03,
+    0.05,
+    0.075,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+
+
+class Strategy(enum.Enum):
+    """How one search was answered (internal; visible only in metrics)."""
+
+    HYBRID = "hybrid"
+    KEYWORD = "keyword"
+
+
+class FallbackReason(enum.Enum):
+    EMBEDDER_DOWN = "embedder_down"
+    EMBEDDER_ERROR = "embedder_error"
+
+
+class Arm(enum.Enum):
+    SPARSE = "sparse"
+    DENSE = "dense"
+
+
+class EngineMetrics:
+    """Every metric the engine exports, registered on ``registry``."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.documents = Gauge(
+            "tandem_documents", "Documents stored in the corpus.", ["corpus"], registry=r
+        )
+        self.documents_degraded = Gauge(
+            "tandem_documents_degraded",
+            "Documents stored without a vector because embedding failed; keyword-only "
+            "until re-embedded.",
+            ["corpus"],
+            registry=r,
+        )
+        self.embedder_up = Gauge(
+            "tandem_embedder_up",
+            "1 when the corpus's embedder answered its last health check, else 0.",
+            ["corpus"],
+            registry=r,
+        )
+        self.searches = Counter(
+            "tandem_searches",
+            "Searches answered, by the strategy the router resolved.",
+            ["corpus", "strategy"],
+            registry=r,
+        )
+        self.fallbacks = Counter(
+            "tandem_search_fallbacks",
+            "Searches of a hybrid corpus answered from keywords only, by reason.",
+            ["corpus", "reason"],
+            registry=r,
+        )
+        self.sparse_arm_empty = Counter(
+            "tandem_sparse_arm_empty",
+            "Hybrid searches whose index-backed keyword arm returned nothing while the "
+            "corpus has documents (e.g. the index is missing).",
+            ["corpus"],
+            registry=r,
+        )
+        self.search_duration = Histogram(
+            "tandem_search_duration_seconds",
+            "Wall time of Corpus.search.",
+            ["corpus"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.arm_duration = Histogram(
+            "tandem_arm_duration_seconds",
+            "Wall time of one arm of a search (sparse: keyword facade; dense: FAISS).",
+            ["corpus", "arm"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.embed_duration = Histogram(
+            "tandem_embed_duration_seconds",
+            "Wall time of one embedder call, by purpose.",
+            ["corpus", "purpose"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.repaired = Counter(
+            "tandem_repair_documents",
+            "Degraded documents re-embedded successfully.",
+            ["corpus"],
+            registry=r,
+        )
+
+    def forget(self, corpus: str) -> None:
+        """Drop every series of a dropped corpus."""
+        for metric in (
+            self.documents,
+            self.documents_degraded,
+            self.embedder_up,
+            self.sparse_arm_empty,
+            self.search_duration,
+            self.repaired,
+        ):
+            with contextlib.suppress(KeyError):
+                metric.remove(corpus)
+        for metric2, values in (
+            (self.searches, [s.value for s in Strategy]),
+            (self.fallbacks, [f.value for f in FallbackReason]),
+            (self.arm_duration, [a.value for a in Arm]),
+            (self.embed_duration, ["query", "documents"]),
+        ):
+            for value in values:
+                with contextlib.suppress(KeyError):
+                    metric2.remove(corpus, value)

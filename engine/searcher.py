@@ -1,0 +1,178 @@
+"""One search, end to end: clamp, route, run the arms, fuse, build passages.
+
+Every answer is built the same way whichever strategy ran — fused with ``fusion.rrf``
+(one arm alone yields its own order) and checked against the store for visibility — so
+nothing in a ``Passage`` reveals the strategy.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dense import Embedder, EmbedderUnavailable
+from engine.config import CorpusConfig
+from engine.documents import ArmRanks, Passage
+from engine.excerpts import make_excerpt, query_terms
+from engine.indexes import DerivedIndexes
+from engine.limits import MAX_OFFSET, MAX_TOP_K
+from engine.metrics import Arm, EngineMetrics, FallbackReason, Strategy
+from engine.router import resolve_strategy
+from engine.storage import DocumentStore
+from engine.visibility import DenseVisibility
+from fusion import FusedHit, rrf
+from sparse import MAX_SOURCES, KeywordHit, KeywordSearchFacade
+from sparse.clamp import clamp_language, clamp_text
+
+logger = logging.getLogger(__name__)
+
+
+def clamp_int(value: object, low: int, high: int, default: int) -> int:
+    """Clamp a caller's number into ``low..high``; non-numbers and NaN become ``default``."""
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, float):
+        if value != value:  # NaN
+            return default
+        if value in (float("inf"), float("-inf")):
+            return high if value > 0 else low
+        value = int(value)
+    if not isinstance(value, int):
+        return default
+    return min(max(value, low), high)
+
+
+@dataclass
+class SearchParts:
+    """Everything one corpus's searches need, owned by the corpus."""
+
+    corpus: str
+    config: CorpusConfig
+    store: DocumentStore
+    indexes: DerivedIndexes
+    embedder: Embedder | None
+    keyword_full: KeywordSearchFacade
+    keyword_index_backed: KeywordSearchFacade
+    visibility: DenseVisibility
+    metrics: EngineMetrics
+
+
+class Searcher:
+    def __init__(self, parts: SearchParts) -> None:
+        self._p = parts
+
+    def search(
+        self, query: object, top_k: object, offset: object, language_id: object
+    ) -> list[Passage]:
+        p = self._p
+        started = time.perf_counter()
+        text = clamp_text(query)
+        if text is None:
+            return []
+        k = clamp_int(top_k, 1, MAX_TOP_K, 10)
+        skip = clamp_int(offset, 0, MAX_OFFSET, 0)
+        language = clamp_language(language_id)
+        need = skip + k
+        strategy = resolve_strategy(p.corpus, p.embedder, p.metrics)
+        if strategy is Strategy.KEYWORD and p.embedder is not None:
+            p.metrics.fallbacks.labels(p.corpus, FallbackReason.EMBEDDER_DOWN.value).inc()
+        fused: list[FusedHit] | None = None
+        sparse_hits: list[KeywordHit] = []
+        if strategy is Strategy.HYBRID:
+            try:
+                fused, sparse_hits = self._hybrid(text, need, language)
+            except EmbedderUnavailable:
+                p.metrics.fallbacks.labels(p.corpus, FallbackReason.EMBEDDER_ERROR.value).inc()
+                strategy = Strategy.KEYWORD
+        if fused is None:
+            fused, sparse_hits = self._keyword(text, need, language)
+        passages = self._passages(fused[skip:need], sparse_hits, text)
+        p.metrics.searches.labels(p.corpus, strategy.value).inc()
+        p.metrics.search_duration.labels(p.corpus).observe(time.perf_counter() - started)
+        return passages
+
+    # -- strategies -----------------------------------------------------------------------
+
+    def _keyword(
+        self, text: str, need: int, language: int | None
+    ) -> tuple[list[FusedHit], list[KeywordHit]]:
+        p = self._p
+        t0 = time.perf_counter()
+        hits = p.keyword_full.search(text, need, language)
+        p.metrics.arm_duration.labels(p.corpus, Arm.SPARSE.value).observe(time.perf_counter() - t0)
+        return rrf([[h.source_id for h in hits]], k=p.config.rrf_k, limit=need), hits
+
+    def _hybrid(
+        self, text: str, need: int, language: int | None
+    ) -> tuple[list[FusedHit], list[KeywordHit]]:
+        p = self._p
+        assert p.embedder is not None
+        window = min(max(p.config.window, need), MAX_SOURCES)
+        t0 = time.perf_counter()
+        vector = p.embedder.embed([text])[0]
+        t1 = time.perf_counter()
+        p.metrics.embed_duration.labels(p.corpus, "query").observe(t1 - t0)
+        dense_ids: list[str] = []
+        index = p.indexes.faiss
+        if index is not None and len(index) > 0:
+            allow = p.visibility.allow_list(index, language)
+            dense_ids = [doc_id for doc_id, _ in index.search(vector, window, allow=allow)]
+        t2 = time.perf_counter()
+        p.metrics.arm_duration.labels(p.corpus, Arm.DENSE.value).observe(t2 - t1)
+        sparse_hits = p.keyword_index_backed.search(text, window, language)
+        p.metrics.arm_duration.labels(p.corpus, Arm.SPARSE.value).observe(time.perf_counter() - t2)
+        if not sparse_hits and p.store.has_public_documents():
+            p.metrics.sparse_arm_empty.labels(p.corpus).inc()
+        weights = (p.config.weights.sparse, p.config.weights.dense)
+        fused = rrf(
+            [[h.source_id for h in sparse_hits], dense_ids],
+            k=p.config.rrf_k,
+            weights=weights,
+            limit=need,
+        )
+        return fused, sparse_hits
+
+    # -- answers ----------------------------------------------------------------------------
+
+    def _passages(
+        self, page: Sequence[FusedHit], sparse_hits: Sequence[KeywordHit], text: str
+    ) -> list[Passage]:
+        if not page:
+            return []
+        by_id = {h.source_id: h for h in sparse_hits}
+        # Defence in depth: whatever an arm returned, only ids the store confirms public
+        # (and still present) become passages. Also supplies dense-only hits' text.
+        dense_only = frozenset(f.id for f in page if f.id not in by_id)
+        docs = self._p.store.headers([f.id for f in page], with_text=dense_only)
+        terms: list[str] | None = None
+        passages: list[Passage] = []
+        for fused in page:
+            doc = docs.get(fused.id)
+            if doc is None:
+                continue
+            title, url, doc_language, doc_text = doc
+            hit = by_id.get(fused.id)
+            if hit is not None:
+                excerpt = hit.excerpt
+            else:
+                if terms is None:
+                    terms = query_terms(text)
+                excerpt = make_excerpt(doc_text or "", terms)
+            passages.append(
+                Passage(
+                    source_id=fused.id,
+                    title=title,
+                    url=url,
+                    excerpt=excerpt,
+                    language_id=doc_language,
+                    score=fused.score,
+                    ranks=_arm_ranks(fused.ranks),
+                )
+            )
+        return passages
+
+
+def _arm_ranks(ranks: tuple[int | None, ...]) -> ArmRanks:
+    return ArmRanks(sparse=ranks[0], dense=ranks[1] if len(ranks) > 1 else None)

@@ -1,0 +1,397 @@
+"""SQLite document store, one per corpus, in WAL mode.
+
+Writes go through one connection under a lock, each call one transaction, and bump a
+monotonically increasing ``seq``; when a write method returns, the data is durable
+(``synchronous=FULL``). Reads use one connection per thread, so readers never wait for
+each other (WAL lets them run beside the writer). Every statement is parameterised.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from engine.errors import StorageError
+from engine.storage.schema import SCHEMA, SCHEMA_VERSION
+
+_SQL_VARS = 500  # ids per IN (...) chunk; well under SQLite's variable limit
+
+
+class EmbeddingStatus(enum.IntEnum):
+    NOT_REQUIRED = 0  # the corpus has vectors off
+    EMBEDDED = 1
+    DEGRADED = 2  # embedding failed or is pending; keyword-searchable meanwhile
+
+
+@dataclass(frozen=True, slots=True)
+class StoredDocument:
+    source_id: str
+    title: str
+    text: str
+    url: str
+    language_id: int
+    access_groups: frozenset[str]
+    page_uid: int | None
+    content_hash: str
+    embedding_status: EmbeddingStatus
+    embedding: npt.NDArray[np.float32] | None = None
+    seq: int = 0
+
+    @property
+    def is_public(self) -> bool:
+        return not self.access_groups
+
+
+_COLUMNS = (
+    "source_id, title, text, url, language_id, access_groups, page_uid, content_hash, "
+    "embedding_status, embedding, seq"
+)
+
+
+def _row_to_doc(row: Any) -> StoredDocument:
+    blob = row[9]
+    return StoredDocument(
+        source_id=str(row[0]),
+        title=str(row[1]),
+        text=str(row[2]),
+        url=str(row[3]),
+        language_id=int(row[4]),
+        access_groups=frozenset(json.loads(str(row[5]))),
+        page_uid=None if row[6] is None else int(row[6]),
+        content_hash=str(row[7]),
+        embedding_status=EmbeddingStatus(int(row[8])),
+        embedding=None if blob is None else np.frombuffer(blob, dtype=np.float32),
+        seq=int(row[10]),
+    )
+
+
+def _chunks(items: Sequence[str], size: int = _SQL_VARS) -> Iterator[Sequence[str]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+class DocumentStore:
+    """The corpus's documents, their access groups and their embedding status."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._write_lock = threading.RLock()
+        self._local = threading.local()
+        self._all_readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        self._writer = self._connect()
+        with self._writer:
+            self._writer.executescript(SCHEMA)
+            self._writer.execute(
+                "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
+                (str(SCHEMA_VERSION),),
+            )
+            self._writer.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('seq', '0')")
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("PRAGMA busy_timeout=10000")
+        return conn
+
+    def _reader(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            conn.execute("PRAGMA query_only=1")
+            self._local.conn = conn
+            with self._readers_lock:
+                self._all_readers.append(conn)
+        return conn
+
+    def close(self) -> None:
+        with self._readers_lock:
+            for conn in self._all_readers:
+                conn.close()
+            self._all_readers.clear()
+        with self._write_lock:
+            self._writer.close()
+
+    # -- writes -------------------------------------------------------------------------
+
+    def _next_seq(self, conn: sqlite3.Connection) -> int:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'seq'").fetchone()
+        seq = int(row[0]) + 1
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'seq'", (str(seq),))
+        return seq
+
+    def upsert(self, docs: Sequence[StoredDocument], model: str | None) -> tuple[int, int]:
+        """Insert or replace ``docs`` in one transaction; returns (added, updated)."""
+        if not docs:
+            return 0, 0
+        with self._write_lock:
+            try:
+                self._writer.execute("BEGIN IMMEDIATE")
+                seq = self._next_seq(self._writer)
+                existing = self._existing(self._writer, [d.source_id for d in docs])
+                self._writer.executemany(
+                    "INSERT INTO documents(source_id, title, text, url, language_id, "
+                    "access_groups, is_public, page_uid, content_hash, embedding_status, "
+                    "embedding, embedding_model, seq) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) "
+                    "ON CONFLICT(source_id) DO UPDATE SET title=excluded.title, "
+                    "text=excluded.text, url=excluded.url, language_id=excluded.language_id, "
+                    "access_groups=excluded.access_groups, is_public=excluded.is_public, "
+                    "page_uid=excluded.page_uid, content_hash=excluded.content_hash, "
+                    "embedding_status=excluded.embedding_status, "
+                    "embedding=excluded.embedding, embedding_model=excluded.embedding_model, "
+                    "seq=excluded.seq",
+                    [
+                        (
+                            d.source_id,
+                            d.title,
+                            d.text,
+                            d.url,
+                            d.language_id,
+                            json.dumps(sorted(d.access_groups)),
+                            int(d.is_public),
+                            d.page_uid,
+                            d.content_hash,
+                            int(d.embedding_status),
+                            None
+                            if d.embedding is None
+                            else np.ascontiguousarray(d.embedding, np.float32).tobytes(),
+                            None if d.embedding is None else model,
+                            seq,
+                        )
+                        for d in docs
+                    ],
+                )
+                self._writer.executemany(
+                    "DELETE FROM tombstones WHERE source_id = ?", [(d.source_id,) for d in docs]
+                )
+                self._writer.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._rollback()
+                raise StorageError(f"could not write {len(docs)} documents: {exc}") from exc
+        added = sum(1 for d in docs if d.source_id not in existing)
+        return added, len(docs) - added
+
+    def set_embeddings(
+        self, ids: Sequence[str], vectors: npt.NDArray[np.float32], model: str
+    ) -> None:
+        """Attach vectors to existing documents and mark them embedded."""
+        if not ids:
+            return
+        with self._write_lock:
+            try:
+                self._writer.execute("BEGIN IMMEDIATE")
+                seq = self._next_seq(self._writer)
+                self._writer.executemany(
+                    "UPDATE documents SET embedding = ?, embedding_model = ?, "
+                    "embedding_status = ?, seq = ? WHERE source_id = ?",
+                    [
+                        (
+                            np.ascontiguousarray(v, np.float32).tobytes(),
+                            model,
+                            int(EmbeddingStatus.EMBEDDED),
+                            seq,
+                            sid,
+                        )
+                        for sid, v in zip(ids, vectors, strict=True)
+                    ],
+                )
+                self._writer.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._rollback()
+                raise StorageError(f"could not store {len(ids)} vectors: {exc}") from exc
+
+    def mark_all_degraded(self) -> int:
+        """Drop every vector (an embedder switch); returns how many documents changed."""
+        with self._write_lock:
+            try:
+                self._writer.execute("BEGIN IMMEDIATE")
+                seq = self._next_seq(self._writer)
+                cur = self._writer.execute(
+                    "UPDATE documents SET embedding = NULL, embedding_model = NULL, "
+                    "embedding_status = ?, seq = ?",
+                    (int(EmbeddingStatus.DEGRADED), seq),
+                )
+                self._writer.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._rollback()
+                raise StorageError(f"could not reset embeddings: {exc}") from exc
+        return cur.rowcount
+
+    def delete(self, ids: Sequence[str]) -> list[str]:
+        """Delete documents; returns the ids that existed."""
+        if not ids:
+            return []
+        with self._write_lock:
+            try:
+                self._writer.execute("BEGIN IMMEDIATE")
+                existing = sorted(self._existing(self._writer, ids))
+                if existing:
+                    seq = self._next_seq(self._writer)
+                    for chunk in _chunks(existing):
+                        marks = ",".join("?" * len(chunk))
+                        self._writer.execute(
+                            f"DELETE FROM documents WHERE source_id IN ({marks})", list(chunk)
+                        )
+                    self._writer.executemany(
+                        "INSERT OR REPLACE INTO tombstones(source_id, seq) VALUES (?, ?)",
+                        [(sid, seq) for sid in existing],
+                    )
+                self._writer.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._rollback()
+                raise StorageError(f"could not delete {len(ids)} documents: {exc}") from exc
+        return existing
+
+    def _rollback(self) -> None:
+        try:
+            self._writer.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass  # no transaction was open
+
+    @staticmethod
+    def _existing(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for chunk in _chunks(list(dict.fromkeys(ids))):
+            marks = ",".join("?" * len(chunk))
+            for sid, content_hash in conn.execute(
+                f"SELECT source_id, content_hash FROM documents WHERE source_id IN ({marks})",
+                list(chunk),
+            ):
+                found[sid] = content_hash
+        return found
+
+    # -- reads --------------------------------------------------------------------------
+
+    @property
+    def seq(self) -> int:
+        row = self._reader().execute("SELECT value FROM meta WHERE key = 'seq'").fetchone()
+        return int(row[0])
+
+    def content_state(self, ids: Sequence[str]) -> dict[str, tuple[str, bool]]:
+        """For existing ids: (content hash, has a vector)."""
+        state: dict[str, tuple[str, bool]] = {}
+        conn = self._reader()
+        for chunk in _chunks(list(dict.fromkeys(ids))):
+            marks = ",".join("?" * len(chunk))
+            for sid, content_hash, has_vec in conn.execute(
+                f"SELECT source_id, content_hash, embedding IS NOT NULL FROM documents "
+                f"WHERE source_id IN ({marks})",
+                list(chunk),
+            ):
+                state[sid] = (content_hash, bool(has_vec))
+        return state
+
+    def get_many(self, ids: Sequence[str], *, public_only: bool) -> dict[str, StoredDocument]:
+        docs: dict[str, StoredDocument] = {}
+        conn = self._reader()
+        public_clause = " AND is_public = 1" if public_only else ""
+        for chunk in _chunks(list(dict.fromkeys(ids))):
+            marks = ",".join("?" * len(chunk))
+            for row in conn.execute(
+                f"SELECT {_COLUMNS} FROM documents WHERE source_id IN ({marks}){public_clause}",
+                list(chunk),
+            ):
+                doc = _row_to_doc(row)
+                docs[doc.source_id] = doc
+        return docs
+
+    def headers(
+        self, ids: Sequence[str], *, with_text: frozenset[str] = frozenset()
+    ) -> dict[str, tuple[str, str, int, str | None]]:
+        """Public documents among ``ids``: (title, url, language id, text or None).
+
+        Text is read only for ids in ``with_text`` (a document may be a megabyte)."""
+        found: dict[str, tuple[str, str, int, str | None]] = {}
+        conn = self._reader()
+        for chunk in _chunks(list(dict.fromkeys(ids))):
+            marks = ",".join("?" * len(chunk))
+            for sid, title, url, language_id in conn.execute(
+                f"SELECT source_id, title, url, language_id FROM documents "
+                f"WHERE source_id IN ({marks}) AND is_public = 1",
+                list(chunk),
+            ):
+                found[sid] = (title, url, int(language_id), None)
+        wanted = [sid for sid in with_text if sid in found]
+        for chunk in _chunks(wanted):
+            marks = ",".join("?" * len(chunk))
+            for sid, text in conn.execute(
+                f"SELECT source_id, text FROM documents WHERE source_id IN ({marks})",
+                list(chunk),
+            ):
+                title, url, language_id, _ = found[sid]
+                found[sid] = (title, url, language_id, str(text))
+        return found
+
+    def has_public_documents(self) -> bool:
+        row = self._reader().execute("SELECT 1 FROM documents WHERE is_public = 1 LIMIT 1")
+        return row.fetchone() is not None
+
+    def count(self) -> int:
+        return int(self._reader().execute("SELECT COUNT(*) FROM documents").fetchone()[0])
+
+    def count_status(self, status: EmbeddingStatus) -> int:
+        return int(
+            self._reader()
+            .execute("SELECT COUNT(*) FROM documents WHERE embedding_status = ?", (int(status),))
+            .fetchone()[0]
+        )
+
+    def count_non_public(self) -> int:
+        return int(
+            self._reader()
+            .execute("SELECT COUNT(*) FROM documents WHERE is_public = 0")
+            .fetchone()[0]
+        )
+
+    def degraded_ids(self, limit: int) -> list[str]:
+        rows = self._reader().execute(
+            "SELECT source_id FROM documents WHERE embedding_status = ? ORDER BY rowid LIMIT ?",
+            (int(EmbeddingStatus.DEGRADED), limit),
+        )
+        return [str(r[0]) for r in rows]
+
+    def public_vector_ids(self, language_id: int | None) -> list[str]:
+        """Ids of public documents that have a vector (the dense arm's allow-list)."""
+        sql = "SELECT source_id FROM documents WHERE is_public = 1 AND embedding IS NOT NULL"
+        params: tuple[int, ...] = ()
+        if language_id is not None:
+            sql += " AND language_id = ?"
+            params = (language_id,)
+        return [str(r[0]) for r in self._reader().execute(sql, params)]
+
+    def iter_documents(self, *, since_seq: int = 0, batch: int = 1000) -> Iterator[StoredDocument]:
+        """Documents written after ``since_seq``, in rowid order, read in batches."""
+        conn = self._reader()
+        last = -1
+        while True:
+            rows = conn.execute(
+                f"SELECT {_COLUMNS}, rowid FROM documents WHERE seq > ? AND rowid > ? "
+                "ORDER BY rowid LIMIT ?",
+                (since_seq, last, batch),
+            ).fetchall()
+            if not rows:
+                return
+            for row in rows:
+                yield _row_to_doc(row)
+            last = int(rows[-1][11])
+
+    def tombstones_since(self, seq: int) -> list[str]:
+        rows = self._reader().execute("SELECT source_id FROM tombstones WHERE seq > ?", (seq,))
+        return [str(r[0]) for r in rows]
+
+    def all_ids(self) -> set[str]:
+        return {str(r[0]) for r in self._reader().execute("SELECT source_id FROM documents")}
+
+    def connection(self) -> sqlite3.Connection:
+        """This thread's read-only connection (for the LIKE fallback and grep)."""
+        return self._reader()

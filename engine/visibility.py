@@ -1,0 +1,43 @@
+"""Which vectors the dense arm may return: public documents, optionally of one language.
+
+The allow-list is compiled once per (store generation, language) and reused, because
+turning thousands of ids into a FAISS selector on every query would cost more than the
+search. When every document is public and no language is asked for, no filter is needed.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from dense import AllowList, FaissIndex
+from engine.storage import DocumentStore
+
+
+class DenseVisibility:
+    def __init__(self, store: DocumentStore) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+        self._generation = 0
+        self._cache: dict[tuple[int, int | None, int], AllowList | None] = {}
+        self._non_public: tuple[int, int] | None = None  # (generation, count)
+
+    def invalidate(self) -> None:
+        """Call after every write to the store."""
+        with self._lock:
+            self._generation += 1
+            self._cache.clear()
+            self._non_public = None
+
+    def allow_list(self, index: FaissIndex, language_id: int | None) -> AllowList | None:
+        with self._lock:
+            generation = self._generation
+            if self._non_public is None:
+                self._non_public = (generation, self._store.count_non_public())
+            non_public = self._non_public[1]
+            if non_public == 0 and language_id is None:
+                return None
+            key = (generation, language_id, id(index))
+            if key not in self._cache:
+                ids = self._store.public_vector_ids(language_id)
+                self._cache[key] = index.allow_list(ids)
+            return self._cache[key]
