@@ -8,6 +8,7 @@ each other (WAL lets them run beside the writer). Every statement is parameteris
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import sqlite3
@@ -253,10 +254,8 @@ class DocumentStore:
         return existing
 
     def _rollback(self) -> None:
-        try:
+        with contextlib.suppress(sqlite3.Error):  # no transaction may be open
             self._writer.execute("ROLLBACK")
-        except sqlite3.Error:
-            pass  # no transaction was open
 
     @staticmethod
     def _existing(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, str]:
