@@ -1,0 +1,124 @@
+"""TantivyIndex: add, update by id, delete, commit visibility, persistence, validation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sparse.analyzers import Analyzer
+from sparse.contracts import SparseDocument
+from sparse.tantivy_backend import TantivyBackend
+from sparse.tantivy_index import TantivyIndex
+from tests.sparse.backend_contract import PUBLIC, ids, query
+
+
+def _titles(index: TantivyIndex, text: str) -> list[str]:
+    return [s.title for s in TantivyBackend(index).search(query(text, limit=50), PUBLIC)]
+
+
+def test_constructor_does_no_io(tmp_path: Path) -> None:
+    TantivyIndex(tmp_path / "never" / "created")
+    assert not (tmp_path / "never").exists()
+
+
+def test_upsert_is_visible_when_the_call_returns(tmp_path: Path) -> None:
+    index = TantivyIndex(tmp_path / "index")
+    assert index.doc_count() == 0
+    index.upsert([SparseDocument("a", "Alpha", "walrus")])
+    assert index.doc_count() == 1
+    assert _titles(index, "walrus") == ["Alpha"]
+
+
+def test_upsert_replaces_by_source_id(tmp_path: Path) -> None:
+    index = TantivyIndex(tmp_path / "index")
+    index.upsert([SparseDocument("a", "Old", "walrus"), SparseDocument("b", "Other", "seal")])
+    index.upsert([SparseDocument("a", "New", "narwhal")])
+    assert index.doc_count() == 2
+    assert _titles(index, "walrus") == []
+    assert _titles(index, "narwhal") == ["New"]
+
+
+def test_last_duplicate_in_one_batch_wins(tmp_path: Path) -> None:
+    index = TantivyIndex(tmp_path / "index")
+    index.upsert([SparseDocument("a", "First", "walrus"), SparseDocument("a", "Second", "walrus")])
+    assert index.doc_count() == 1
+    assert _titles(index, "walrus") == ["Second"]
+
+
+def test_update_can_make_a_document_non_public(tmp_path: Path) -> None:
+    index = TantivyIndex(tmp_path / "index")
+    index.upsert([SparseDocument("a", "Alpha", "walrus")])
+    index.upsert([SparseDocument("a", "Alpha", "walrus", public=False)])
+    assert _titles(index, "walrus") == []
+
+
+def test_delete_removes_and_ignores_unknown_ids(tmp_path: Path) -> None:
+    index = TantivyIndex(tmp_path / "index")
+    index.upsert([SparseDocument("a", "Alpha", "walrus"), SparseDocument("b", "Beta", "walrus")])
+    index.delete(["a", "does-not-exist"])
+    assert index.doc_count() == 1
+    assert _titles(index, "walrus") == ["Beta"]
+    index.delete([])
+    assert index.doc_count() == 1
+
+
+def test_persists_across_close_and_a_new_instance(tmp_path: Path) -> None:
+    index = TantivyIndex(tmp_path / "index")
+    index.upsert([SparseDocument("a", "Alpha", "walrus", url="/a", page_uid=7, language_id=0)])
+    index.close()
+    reopened = TantivyIndex(tmp_path / "index")
+    (hit,) = TantivyBackend(reopened).search(query("walrus"), PUBLIC)
+    assert (hit.source_id, hit.url, hit.page_uid) == ("a", "/a", 7)
+    assert index.doc_count() == 1  # a closed instance reopens lazily
+
+
+def test_two_instances_see_each_others_commits(tmp_path: Path) -> None:
+    writer, reader = TantivyIndex(tmp_path / "index"), TantivyIndex(tmp_path / "index")
+    assert reader.doc_count() == 0
+    writer.upsert([SparseDocument("a", "Alpha", "walrus")])
+    reader.commit()
+    assert reader.doc_count() == 1
+
+
+def test_clear_empties_the_index(tmp_path: Path) -> None:
+    index = TantivyIndex(tmp_path / "index")
+    index.upsert([SparseDocument("a", "Alpha", "walrus")])
+    index.clear()
+    assert index.doc_count() == 0
+    index.upsert([SparseDocument("b", "Beta", "walrus")])
+    assert _titles(index, "walrus") == ["Beta"]
+
+
+def test_analyzer_map_decides_the_field(tmp_path: Path) -> None:
+    index = TantivyIndex(tmp_path / "index", {0: Analyzer.SIMPLE})
+    index.upsert([SparseDocument("a", "Alpha", "studies")])
+    backend = TantivyBackend(index)
+    assert ids(backend.search(query("studies"), PUBLIC)) == ["a"]
+    assert backend.search(query("study"), PUBLIC) == []  # SIMPLE does not stem
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        SparseDocument("", "no id", "text"),
+        SparseDocument("a", "t", "x", language_id=-1),
+        SparseDocument("a", "t", "x", language_id=2**63),
+        SparseDocument("a", "t", "x", page_uid=2**64),
+    ],
+)
+def test_invalid_documents_raise_value_error_and_write_nothing(
+    tmp_path: Path, doc: SparseDocument
+) -> None:
+    index = TantivyIndex(tmp_path / "index")
+    with pytest.raises(ValueError):
+        index.upsert([SparseDocument("ok", "fine", "walrus"), doc])
+    assert index.doc_count() == 0
+
+
+def test_non_documents_and_non_string_ids_raise_value_error(tmp_path: Path) -> None:
+    index = TantivyIndex(tmp_path / "index")
+    with pytest.raises(ValueError):
+        index.upsert([{"source_id": "a"}])  # type: ignore[list-item]
+    with pytest.raises(ValueError):
+        index.delete([1])  # type: ignore[list-item]
