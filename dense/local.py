@@ -37,6 +37,7 @@ from dense.onnx_query import (
     cache_key,
     embedding_dimension,
     export_onnx,
+    onnx_errors,
 )
 
 logger = logging.getLogger(__name__)
@@ -140,7 +141,11 @@ class SentenceTransformerEmbedder:
         if len(texts) == 1 and self._onnx_queries:
             onnx = self._onnx_encoder(allow_export=True)
             if onnx is not None:
-                return onnx.embed_one(texts[0])
+                try:
+                    return onnx.embed_one(texts[0])
+                except onnx_errors() as exc:
+                    logger.warning("ONNX query path failed, switching to torch: %s", exc)
+                    self._onnx = None
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         return self.embed_torch(texts)

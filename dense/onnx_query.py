@@ -16,6 +16,7 @@ raises ``OnnxExportError`` and the caller stays on torch.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -38,6 +39,19 @@ logger = logging.getLogger(__name__)
 EXPORT_VERSION = 1
 MANIFEST_NAME = "tandem-onnx.json"
 VERIFY_MIN_COSINE = 0.9999
+_ORT_ERROR_NAMES = (
+    "Fail",
+    "InvalidArgument",
+    "NoSuchFile",
+    "NoModel",
+    "EngineError",
+    "RuntimeException",
+    "InvalidProtobuf",
+    "ModelLoaded",
+    "NotImplemented",
+    "InvalidGraph",
+    "EPFail",
+)
 _PROBES = ("a short query", "How do I reset my password?", "Vitamin D and tuberculosis risk")
 
 
@@ -54,6 +68,21 @@ class OnnxManifest:
     inputs: list[str]
     model_file: str
     export_version: int = EXPORT_VERSION
+
+
+@functools.cache
+def onnx_errors() -> tuple[type[Exception], ...]:
+    """What opening or running an ONNX model may raise (ONNX Runtime's errors share no base)."""
+    errors: list[type[Exception]] = [ImportError, OSError, ValueError, TypeError, RuntimeError]
+    try:
+        from onnxruntime.capi import onnxruntime_pybind11_state as state
+    except ImportError:
+        return tuple(errors)
+    for name in _ORT_ERROR_NAMES:
+        error = getattr(state, name, None)
+        if isinstance(error, type) and issubclass(error, Exception):
+            errors.append(error)
+    return tuple(errors)
 
 
 def cache_key(name: str, source: str, *, int8: bool) -> str:
@@ -97,7 +126,7 @@ class OnnxQueryEncoder:
                 options,
                 providers=["CPUExecutionProvider"],
             )
-        except (ImportError, OSError, ValueError, TypeError, RuntimeError) as exc:
+        except onnx_errors() as exc:
             raise OnnxExportError(f"cannot open ONNX export at {directory}: {exc}") from exc
         pad = self._tokenizer.padding or {}
         self._tokenizer.no_padding()
@@ -183,7 +212,7 @@ def export_onnx(model: Any, directory: Path, *, int8: bool = False) -> None:
         _fsync(directory.parent)
     except OnnxExportError:
         raise
-    except (ImportError, OSError, ValueError, TypeError, RuntimeError) as exc:
+    except onnx_errors() as exc:
         raise OnnxExportError(f"ONNX export failed: {exc}") from exc
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
