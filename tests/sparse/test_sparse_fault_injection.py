@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 import tantivy
 
-from sparse.contracts import AccessContext, EvidenceSource, RetrievalQuery, SparseDocument
+from sparse.contracts import (
+    AccessContext,
+    EvidenceSource,
+    RetrievalQuery,
+    SearchBackend,
+    SparseDocument,
+)
 from sparse.errors import SparseError, SparseIndexCorruptError, SparseIndexLockedError
 from sparse.facade import KeywordSearchFacade
 from sparse.tantivy_backend import TantivyBackend
@@ -47,7 +53,7 @@ def index(tmp_path: Path) -> TantivyIndex:
 
 def _facades(index: TantivyIndex) -> tuple[KeywordSearchFacade, KeywordSearchFacade, Fallback]:
     fallback = Fallback()
-    backends = [TantivyBackend(index), fallback]
+    backends: list[SearchBackend] = [TantivyBackend(index), fallback]
     return (
         KeywordSearchFacade.full_cascade(backends),
         KeywordSearchFacade.index_backed(backends),
@@ -149,8 +155,8 @@ def test_a_backend_that_raises_is_contained(index: TantivyIndex) -> None:
         def search(self, query: RetrievalQuery, access: AccessContext) -> list[EvidenceSource]:
             raise TimeoutError("remote engine timed out")
 
-    backends: Sequence[object] = [Exploding(), TantivyBackend(index)]
-    arm = KeywordSearchFacade.index_backed(backends)  # type: ignore[arg-type]
+    backends: Sequence[SearchBackend] = [Exploding(), TantivyBackend(index)]
+    arm = KeywordSearchFacade.index_backed(backends)
     assert len(arm.search("walrus", 10)) == len(DOCS)
     alone = KeywordSearchFacade.full_cascade([Exploding()])
     assert alone.search("walrus", 10) == []

@@ -1,0 +1,114 @@
+"""Excerpts (pure) and the analyzer map."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sparse.analyzers import (
+    DEFAULT_LANGUAGE_ANALYZERS,
+    FALLBACK_ANALYZER,
+    Analyzer,
+    LanguageAnalyzers,
+)
+from sparse.contracts import MAX_EXCERPT_LENGTH
+from sparse.excerpt import make_excerpt
+
+
+def test_short_text_is_its_own_excerpt() -> None:
+    assert make_excerpt("short text", ["text"]) == "short text"
+
+
+def test_window_surrounds_the_first_term_that_occurs() -> None:
+    text = "alpha " * 100 + "needle in context " + "omega " * 100
+    excerpt = make_excerpt(text, ["absent", "needle"])
+    assert "needle in context" in excerpt
+    assert len(excerpt) <= MAX_EXCERPT_LENGTH
+    assert not excerpt.startswith(" ") and not excerpt.endswith(" ")
+
+
+def test_terms_match_as_word_prefixes_case_insensitively() -> None:
+    text = "x" * 400 + " scattered " + "filler " * 20 + " Studies show things " + "y" * 400
+    excerpt = make_excerpt(text, ["studi"])  # a stem; "scattered" must not match "tter"
+    assert "Studies show" in excerpt
+
+
+def test_earlier_terms_win_over_earlier_positions() -> None:
+    text = "common " + "pad " * 150 + "rare " + "pad " * 150
+    assert "rare" in make_excerpt(text, ["rare", "common"])
+    assert make_excerpt(text, ["common", "rare"]).startswith("common")
+
+
+def test_no_match_gives_the_start() -> None:
+    text = "Beginning words. " + "more " * 200
+    assert make_excerpt(text, ["zzz"]).startswith("Beginning words.")
+
+
+def test_a_match_at_the_very_end_still_fits() -> None:
+    text = "pad " * 200 + "finale"
+    excerpt = make_excerpt(text, ["finale"])
+    assert excerpt.endswith("finale")
+    assert len(excerpt) <= MAX_EXCERPT_LENGTH
+
+
+def test_invalid_max_length() -> None:
+    with pytest.raises(ValueError):
+        make_excerpt("text", [], max_length=0)
+
+
+@given(st.text(max_size=2_000), st.lists(st.text(max_size=8), max_size=5), st.integers(1, 400))
+def test_excerpt_is_bounded_substring(text: str, terms: list[str], max_length: int) -> None:
+    excerpt = make_excerpt(text, [t.lower() for t in terms], max_length)
+    assert len(excerpt) <= max_length
+    assert excerpt in text
+
+
+def test_analyzer_from_str_and_its_error_lists_valid_values() -> None:
+    assert Analyzer.from_str("EN") is Analyzer.ENGLISH
+    assert Analyzer.from_str("german") is Analyzer.GERMAN
+    with pytest.raises(ValueError, match="en, de, simple, cjk"):
+        Analyzer.from_str("klingon")
+
+
+def test_each_analyzer_has_its_own_field_and_tokenizer() -> None:
+    assert len({a.field_name for a in Analyzer}) == len(Analyzer)
+    assert len({a.tokenizer_name for a in Analyzer}) == len(Analyzer)
+
+
+@pytest.mark.parametrize(
+    ("analyzer", "text", "expected"),
+    [
+        (Analyzer.ENGLISH, "The Studies of running", ["studi", "run"]),
+        (Analyzer.GERMAN, "Die Häuser und Katzen", ["haus", "katz"]),
+        (Analyzer.SIMPLE, "The Studies", ["the", "studies"]),
+        (Analyzer.CJK, "東京 Tower", ["東", "京", "tower"]),
+        (Analyzer.ENGLISH, "x" * 10_000, []),
+    ],
+)
+def test_analysis_chains(analyzer: Analyzer, text: str, expected: list[str]) -> None:
+    assert analyzer.build().analyze(text) == expected
+
+
+def test_default_map_and_fallback() -> None:
+    analyzers = LanguageAnalyzers()
+    assert dict(analyzers.by_language) == dict(DEFAULT_LANGUAGE_ANALYZERS) == {0: Analyzer.ENGLISH}
+    assert analyzers.for_language(0) is Analyzer.ENGLISH
+    assert analyzers.for_language(12345) is FALLBACK_ANALYZER is Analyzer.CJK
+
+
+def test_the_map_is_copied_and_frozen() -> None:
+    source = {0: Analyzer.ENGLISH, 1: Analyzer.GERMAN}
+    analyzers = LanguageAnalyzers(source)
+    source[1] = Analyzer.SIMPLE
+    assert analyzers.for_language(1) is Analyzer.GERMAN
+    with pytest.raises(TypeError):
+        analyzers.by_language[2] = Analyzer.CJK  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    "bad", [{-1: Analyzer.ENGLISH}, {"0": Analyzer.ENGLISH}, {0: "en"}, {True: Analyzer.GERMAN}]
+)
+def test_invalid_maps_raise_value_error(bad: dict[object, object]) -> None:
+    with pytest.raises(ValueError):
+        LanguageAnalyzers(bad)  # type: ignore[arg-type]
