@@ -123,8 +123,8 @@ class FaissIndex:
 
     @property
     def kind(self) -> IndexKind:
-        """The FAISS structure currently in use."""
-        return self._kind
+        """The FAISS structure searches use (after any pending rebuild)."""
+        return self._wanted_kind() if self._stale else self._kind
 
     # -------------------------------------------------------------------- writing
     def add(self, ids: Sequence[str], vectors: npt.ArrayLike) -> None:
