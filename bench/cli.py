@@ -1,0 +1,147 @@
+"""Command line: ``python -m bench [run options]`` and ``python -m bench scale [options]``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from bench.encoder import DEFAULT_MODEL, EncoderBackend
+from bench.errors import BenchError
+from bench.systems.registry import parse_systems
+from bench.vector_cache import DEFAULT_CACHE_DIR
+
+logger = logging.getLogger(__name__)
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Quality and speed of Tandem and its peers on BEIR-layout corpora. "
+        "Without --data, runs on the fixture corpus shipped with bench. "
+        "Subcommand: `python -m bench scale --help`.",
+    )
+    parser.add_argument(
+        "--data",
+        type=Path,
+        nargs="+",
+        action="extend",
+        metavar="DIR",
+        help="BEIR folders (corpus.jsonl[.gz], queries.jsonl, qrels/test.tsv)",
+    )
+    parser.add_argument(
+        "--systems",
+        default="all",
+        help="comma-separated systems (default: all): tandem-hybrid, tandem-keyword, "
+        "tantivy, faiss-flat, bm25s, lancedb-hybrid, txtai-hybrid",
+    )
+    parser.add_argument("--out", type=Path, default=Path("bench-results"))
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=DEFAULT_CACHE_DIR,
+        help="corpus-vector cache (default: %(default)s)",
+    )
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument(
+        "--backend",
+        choices=[b.value for b in EncoderBackend],
+        help="query-encoding runtime for the raw arms and peers "
+        "(default: the fastest measured for the floor)",
+    )
+    parser.add_argument("--k-latency", type=int, default=10)
+    parser.add_argument("--k-quality", type=int, default=100)
+    parser.add_argument(
+        "--encode-subset",
+        type=int,
+        default=500,
+        help="docs for the Tandem-ingest vs raw-encoder comparison",
+    )
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run systems in this process (faster; no per-system peak RSS)",
+    )
+    parser.add_argument("--no-progress", action="store_true")
+    return parser
+
+
+def _main_run(argv: Sequence[str]) -> int:
+    from bench.run import FIXTURE_DIR, RunConfig, run_benchmark
+
+    args = _run_parser().parse_args(argv)
+    config = RunConfig(
+        data_dirs=tuple(args.data) if args.data else (FIXTURE_DIR,),
+        systems=parse_systems(args.systems),
+        out_dir=args.out,
+        cache_dir=args.cache,
+        model=args.model,
+        backend=EncoderBackend.from_str(args.backend) if args.backend else None,
+        k_quality=args.k_quality,
+        k_latency=args.k_latency,
+        encode_subset=args.encode_subset,
+        isolated=not args.in_process,
+        progress=not args.no_progress,
+    )
+    report = run_benchmark(config)
+    print((config.out_dir / "results.md").read_text(encoding="utf-8"))
+    failed = [r for r in report.results if r.status.value == "error"]
+    return 1 if failed else 0
+
+
+def _scale_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench scale",
+        description="Cost against corpus size on synthetic corpora (Zipfian text, random "
+        "unit vectors, fixed seed).",
+    )
+    parser.add_argument(
+        "--docs",
+        default="10000,100000,1000000",
+        help="comma-separated corpus sizes (default: %(default)s)",
+    )
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--out", type=Path, default=Path("bench-results") / "scale")
+    parser.add_argument(
+        "--no-tandem", action="store_true", help="raw arms only (skip the Tandem corpora)"
+    )
+    parser.add_argument("--no-progress", action="store_true")
+    return parser
+
+
+def _main_scale(argv: Sequence[str]) -> int:
+    from bench.scale.run import ScaleConfig, run_scale
+
+    args = _scale_parser().parse_args(argv)
+    try:
+        sizes = tuple(int(x) for x in args.docs.split(",") if x.strip())
+    except ValueError as exc:
+        raise ValueError(f"--docs must be comma-separated integers: {args.docs!r}") from exc
+    config = ScaleConfig(
+        sizes=sizes,
+        n_queries=args.queries,
+        seed=args.seed,
+        model=args.model,
+        out_dir=args.out,
+        tandem=not args.no_tandem,
+        progress=not args.no_progress,
+    )
+    run_scale(config)
+    print((config.out_dir / "scale.md").read_text(encoding="utf-8"))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if args[:1] == ["scale"]:
+            return _main_scale(args[1:])
+        return _main_run(args)
+    except (BenchError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,72 @@
+"""PNG plots with matplotlib's Agg backend (no display needed)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from bench.results import Status, SystemResult
+
+
+def _pyplot() -> object:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_quality_vs_latency(results: Sequence[SystemResult], path: Path) -> Path:
+    """nDCG@10 against p50 latency (log x), one point per system, one panel per corpus."""
+    plt = _pyplot()
+    ok = [r for r in results if r.status is Status.OK and r.p50_ms and r.ndcg_at_10 is not None]
+    corpora = list(dict.fromkeys(r.corpus for r in results)) or ["(no results)"]
+    fig, axes = plt.subplots(  # type: ignore[attr-defined]
+        1, len(corpora), figsize=(5.2 * len(corpora), 4.4), squeeze=False
+    )
+    systems = list(dict.fromkeys(r.system for r in ok))
+    colors = {s: f"C{i % 10}" for i, s in enumerate(systems)}
+    for ax, corpus in zip(axes[0], corpora, strict=True):
+        for r in (r for r in ok if r.corpus == corpus):
+            ax.scatter(r.p50_ms, r.ndcg_at_10, color=colors[r.system], label=r.system, s=40)
+            ax.annotate(
+                r.system,
+                (r.p50_ms, r.ndcg_at_10),
+                fontsize=7,
+                xytext=(4, 3),
+                textcoords="offset points",
+            )
+        ax.set_xscale("log")
+        ax.set_title(corpus)
+        ax.set_xlabel("p50 latency per query, ms (log)")
+        ax.set_ylabel("nDCG@10")
+        ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)  # type: ignore[attr-defined]
+    return path
+
+
+def plot_cost_vs_size(
+    sizes: Sequence[int], series: dict[str, Sequence[float | None]], ylabel: str, path: Path
+) -> Path:
+    """One line per measure against corpus size (log-log)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))  # type: ignore[attr-defined]
+    for label, values in series.items():
+        points = [(n, v) for n, v in zip(sizes, values, strict=True) if v is not None and v > 0]
+        if points:
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("documents")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)  # type: ignore[attr-defined]
+    return path

@@ -1,0 +1,69 @@
+"""The ratios the targets are stated in, derived from one corpus's results."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bench.results import CorpusFloor, Status, SystemResult
+from bench.systems.base import SystemName
+
+HYBRIDS = (SystemName.TANDEM_HYBRID, SystemName.LANCEDB_HYBRID, SystemName.TXTAI_HYBRID)
+
+
+@dataclass(frozen=True, slots=True)
+class CorpusRatios:
+    """``None`` wherever a needed system did not run.
+
+    - ``hybrid_over_floor``: each hybrid system's p50 / query-embedding p50 (target ≤ 1.10
+      for Tandem).
+    - ``keyword_over_tantivy``: Tandem keyword p50 / raw tantivy p50 (target ≤ 1.5).
+    - ``ingest_over_encoder``: Tandem hybrid ingest with its own encoding / raw encoder
+      throughput on the same subset (target ≥ 0.9).
+    - ``hybrid_gain``: Tandem hybrid nDCG@10 minus the best single arm (Tandem keyword,
+      FAISS flat on the same vectors) (target ≥ +0.02).
+    """
+
+    corpus: str
+    floor_ms: float | None
+    hybrid_over_floor: dict[str, float]
+    keyword_over_tantivy: float | None
+    ingest_over_encoder: float | None
+    hybrid_gain: float | None
+
+
+def _ok(results: Sequence[SystemResult]) -> dict[str, SystemResult]:
+    return {r.system: r for r in results if r.status is Status.OK}
+
+
+def compute_ratios(floor: CorpusFloor, results: Sequence[SystemResult]) -> CorpusRatios:
+    ok = _ok([r for r in results if r.corpus == floor.corpus])
+    floor_ms = floor.floor_ms
+    over_floor: dict[str, float] = {}
+    for name in HYBRIDS:
+        hit = ok.get(name.value)
+        if hit is not None and hit.p50_ms is not None and floor_ms:
+            over_floor[name.value] = hit.p50_ms / floor_ms
+
+    keyword = ok.get(SystemName.TANDEM_KEYWORD.value)
+    tantivy = ok.get(SystemName.TANTIVY.value)
+    kw_ratio = None
+    if keyword and tantivy and keyword.p50_ms is not None and tantivy.p50_ms:
+        kw_ratio = keyword.p50_ms / tantivy.p50_ms
+
+    hybrid = ok.get(SystemName.TANDEM_HYBRID.value)
+    ingest = hybrid.extra.get("ingest_over_encoder") if hybrid else None
+
+    gain = None
+    arms = [ok.get(SystemName.TANDEM_KEYWORD.value), ok.get(SystemName.FAISS_FLAT.value)]
+    arm_scores = [a.ndcg_at_10 for a in arms if a is not None and a.ndcg_at_10 is not None]
+    if hybrid and hybrid.ndcg_at_10 is not None and len(arm_scores) == 2:
+        gain = hybrid.ndcg_at_10 - max(arm_scores)
+    return CorpusRatios(
+        corpus=floor.corpus,
+        floor_ms=floor_ms,
+        hybrid_over_floor=over_floor,
+        keyword_over_tantivy=kw_ratio,
+        ingest_over_encoder=ingest,
+        hybrid_gain=gain,
+    )

@@ -1,0 +1,186 @@
+"""Writing a run: ``results.jsonl`` (one line per corpus × system, with the git revision and
+configuration), ``results.md`` (tables + ratios) and ``results.png`` (the plot)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bench.plot import plot_quality_vs_latency
+from bench.ratios import CorpusRatios, compute_ratios
+from bench.results import CorpusFloor, Status, SystemResult
+
+if TYPE_CHECKING:
+    from bench.run import RunConfig
+
+JSONL_NAME = "results.jsonl"
+MARKDOWN_NAME = "results.md"
+PLOT_NAME = "results.png"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True, slots=True)
+class RunReport:
+    config: RunConfig
+    results: tuple[SystemResult, ...]
+    floors: tuple[CorpusFloor, ...]
+
+    def ratios(self) -> list[CorpusRatios]:
+        return [compute_ratios(floor, self.results) for floor in self.floors]
+
+
+def git_revision(repo: Path = REPO_ROOT) -> str:
+    """``git rev-parse HEAD`` of the checkout bench runs from, ``"unknown"`` if unavailable."""
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return done.stdout.strip() or "unknown"
+
+
+def machine_info() -> dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+
+
+def config_json(config: RunConfig) -> dict[str, Any]:
+    data = asdict(config)
+    data["data_dirs"] = [str(p) for p in config.data_dirs]
+    data["systems"] = [s.value for s in config.systems]
+    data["out_dir"] = str(config.out_dir)
+    data["cache_dir"] = str(config.cache_dir)
+    data["backend"] = config.backend.value if config.backend else "auto"
+    data["floor_backends"] = [b.value for b in config.floor_backends]
+    return data
+
+
+def write_report(report: RunReport, out_dir: Path) -> dict[str, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {
+        "jsonl": out_dir / JSONL_NAME,
+        "markdown": out_dir / MARKDOWN_NAME,
+        "plot": out_dir / PLOT_NAME,
+    }
+    header = {
+        "revision": git_revision(),
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine_info(),
+        "config": config_json(report.config),
+    }
+    floors = {f.corpus: f for f in report.floors}
+    with paths["jsonl"].open("w", encoding="utf-8") as handle:
+        for result in report.results:
+            floor = floors.get(result.corpus)
+            line = {
+                **header,
+                **result.to_json(),
+                "query_embedding_p50_ms": floor.p50_ms_by_backend if floor else {},
+            }
+            handle.write(json.dumps(line, sort_keys=True) + "\n")
+    paths["markdown"].write_text(render_markdown(report, header), encoding="utf-8")
+    plot_quality_vs_latency(report.results, paths["plot"])
+    return paths
+
+
+def _fmt(value: float | None, digits: int) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+COLUMNS = (
+    "system | nDCG@10 | R@100 | MRR@10 | ingest docs/s | p50 ms | p95 ms | QPS "
+    "| peak RSS MiB | disk MiB"
+)
+
+
+def _row(r: SystemResult) -> str:
+    if r.status is not Status.OK:
+        label = "skipped" if r.status is Status.SKIPPED else "error"
+        return f"| {r.system} | {label}: {r.reason} |" + " |" * 8
+    cells = [
+        r.system,
+        _fmt(r.ndcg_at_10, 4),
+        _fmt(r.recall_at_100, 4),
+        _fmt(r.mrr_at_10, 4),
+        _fmt(r.ingest_docs_per_s, 0),
+        _fmt(r.p50_ms, 2),
+        _fmt(r.p95_ms, 2),
+        _fmt(r.qps, 0),
+        _fmt(r.peak_rss_mib, 0),
+        _fmt(r.disk_mib, 1),
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def _ratio_lines(ratios: CorpusRatios) -> list[str]:
+    lines = [f"- query-embedding floor p50: {_fmt(ratios.floor_ms, 2)} ms"]
+    for system, value in ratios.hybrid_over_floor.items():
+        lines.append(f"- {system} p50 / embedding p50: {value:.2f}×")
+    lines.append(f"- tandem-keyword p50 / tantivy p50: {_fmt(ratios.keyword_over_tantivy, 2)}")
+    lines.append(
+        f"- tandem-hybrid ingest (own encoding) / raw encoder: "
+        f"{_fmt(ratios.ingest_over_encoder, 2)}"
+    )
+    gain = ratios.hybrid_gain
+    lines.append(
+        "- tandem-hybrid nDCG@10 − best single arm: " + ("–" if gain is None else f"{gain:+.4f}")
+    )
+    return lines
+
+
+def render_markdown(report: RunReport, header: dict[str, Any]) -> str:
+    machine = header["machine"]
+    lines = [
+        "# Benchmark results",
+        "",
+        f"revision `{header['revision']}`, {header['timestamp']}, "
+        f"{machine['cpu']} ({machine['cores']} cores), Python {machine['python']}",
+        "",
+        "Latency: one query at a time, top-10, p50/p95 over every judged query. "
+        "Peak RSS: high-water mark of the process that ran only that system "
+        "(interpreter, libraries and model included). Quality: ir-measures, top-100 run.",
+    ]
+    ratios = {r.corpus: r for r in report.ratios()}
+    for corpus in _corpora(report.results):
+        rows = [r for r in report.results if r.corpus == corpus]
+        n_docs = max((r.n_docs for r in rows), default=0)
+        n_queries = max((r.n_queries for r in rows), default=0)
+        lines += ["", f"## {corpus} ({n_docs} docs, {n_queries} queries)", ""]
+        lines += [f"| {COLUMNS} |", "|" + "---|" * 10]
+        lines += [_row(r) for r in rows]
+        if corpus in ratios:
+            lines += ["", *_ratio_lines(ratios[corpus])]
+    return "\n".join(lines) + "\n"
+
+
+def _corpora(results: Sequence[SystemResult]) -> list[str]:
+    seen: list[str] = []
+    for r in results:
+        if r.corpus not in seen:
+            seen.append(r.corpus)
+    return seen

@@ -1,0 +1,158 @@
+"""Runs one system over one corpus and measures it: ingest, latency, quality, memory, disk.
+
+The order is fixed so that no system sees a query twice before it is timed: index →
+warm-up on synthetic queries (loads lazy models, not counted) → latency pass over every
+query at ``k_latency``, one at a time → quality pass at ``k_quality``. Tandem hybrid also
+measures ingest with its own encoding on a subset against the raw encoder on that subset.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.dataset import BeirDataset, BenchDocument, load_beir
+from bench.encoder import EncoderBackend, SentenceEncoder
+from bench.errors import SystemUnavailable
+from bench.quality import evaluate
+from bench.results import Status, SystemResult, errored, skipped
+from bench.systems.base import SystemContext, SystemName
+from bench.systems.registry import SPECS, build
+from bench.timing import LatencyStats, current_rss_bytes, peak_rss_bytes, time_calls
+from bench.vector_cache import VectorCache
+
+logger = logging.getLogger(__name__)
+
+MIB = 1024.0 * 1024.0
+WARMUP_QUERIES = (
+    "warm up the index",
+    "loading models before timing",
+    "a third synthetic query",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SystemJob:
+    """Everything a (possibly separate) process needs to run one system on one corpus."""
+
+    data_dir: Path
+    corpus: str
+    system: SystemName
+    model: str
+    backend: EncoderBackend
+    cache_dir: Path
+    k_quality: int = 100
+    k_latency: int = 10
+    encode_subset: int = 500
+    isolated: bool = True
+
+
+def run_job(job: SystemJob) -> SystemResult:
+    """Entry point of a worker process; never raises (failures become ERROR results)."""
+    try:
+        dataset = load_beir(job.data_dir, name=job.corpus)
+        with tempfile.TemporaryDirectory(prefix=f"bench-{job.system.value}-") as tmp:
+            return _measure(job, dataset, Path(tmp))
+    except SystemUnavailable as exc:
+        return skipped(job.corpus, job.system.value, str(exc))
+    except Exception as exc:
+        logger.exception("system %s failed on %s", job.system.value, job.corpus)
+        return errored(job.corpus, job.system.value, f"{type(exc).__name__}: {exc}")
+
+
+def _measure(job: SystemJob, dataset: BeirDataset, workdir: Path) -> SystemResult:
+    encoder = SentenceEncoder(job.model, job.backend, onnx_cache=job.cache_dir / "onnx")
+    ctx = SystemContext(workdir=workdir / "main", model=job.model, encoder=lambda: encoder)
+    system = build(job.system, ctx)
+    vectors = None
+    if system.uses_vectors:
+        vectors = VectorCache(job.cache_dir).load(job.model, dataset)
+        if vectors is None:
+            raise RuntimeError("corpus vectors missing from the cache (parent computes them)")
+    if SPECS[job.system].embeds_queries:
+        encoder.load()  # model load stays out of ingest and latency figures
+    rss_before = current_rss_bytes()
+
+    start = time.perf_counter()
+    system.index(dataset.documents, vectors)
+    ingest_s = time.perf_counter() - start
+
+    for query in WARMUP_QUERIES:
+        system.search(query, job.k_latency)
+    texts = [q.text for q in dataset.queries]
+    latency = LatencyStats.from_seconds(
+        time_calls(lambda q: system.search(q, job.k_latency), texts)
+    )
+    run = {q.query_id: system.search(q.text, job.k_quality) for q in dataset.queries}
+    quality = evaluate(dataset.qrels, run)
+    disk = system.disk_bytes()
+    rss_after = current_rss_bytes()
+    peak = peak_rss_bytes() if job.isolated else None
+    system.close()
+
+    extra: dict[str, float] = {}
+    if job.system is SystemName.TANDEM_HYBRID:
+        extra = _own_encoding_ingest(job, dataset, workdir, encoder)
+    n_docs = len(dataset.documents)
+    return SystemResult(
+        corpus=job.corpus,
+        system=job.system.value,
+        status=Status.OK,
+        n_docs=n_docs,
+        n_queries=len(texts),
+        ndcg_at_10=quality.ndcg_at_10,
+        recall_at_100=quality.recall_at_100,
+        mrr_at_10=quality.mrr_at_10,
+        ingest_s=ingest_s,
+        ingest_docs_per_s=n_docs / ingest_s if ingest_s > 0 else None,
+        p50_ms=latency.p50_ms,
+        p95_ms=latency.p95_ms,
+        mean_ms=latency.mean_ms,
+        qps=latency.qps,
+        peak_rss_mib=peak / MIB if peak is not None else None,
+        rss_delta_mib=(rss_after - rss_before) / MIB,
+        disk_mib=disk / MIB,
+        extra=extra,
+    )
+
+
+def _own_encoding_ingest(
+    job: SystemJob, dataset: BeirDataset, workdir: Path, encoder: SentenceEncoder
+) -> dict[str, float]:
+    """Tandem hybrid ingest with its own encoding vs the raw encoder, on the same subset.
+
+    The raw encoder is plain sentence-transformers (torch, batch 64). Both sides warm their
+    model on a handful of documents first, so the figures compare steady-state throughput
+    rather than model loading.
+    """
+    from bench.systems.tandem import TandemSystem
+
+    subset = dataset.documents[: max(1, min(job.encode_subset, len(dataset.documents)))]
+    warm = [
+        BenchDocument(doc_id=f"warmup-{d.doc_id}", title=d.title, text=d.text)
+        for d in dataset.documents[:8]
+    ]
+    texts = [d.full_text for d in subset]
+
+    raw = encoder if encoder.backend is EncoderBackend.TORCH else SentenceEncoder(job.model)
+    raw.encode([d.full_text for d in warm])
+    start = time.perf_counter()
+    raw.encode(texts)
+    raw_s = time.perf_counter() - start
+
+    ctx = SystemContext(workdir=workdir / "own", model=job.model, encoder=lambda: raw)
+    tandem = TandemSystem(ctx, hybrid=True)
+    tandem.index_with_own_encoding(warm)
+    start = time.perf_counter()
+    tandem.index_with_own_encoding(subset)
+    own_s = time.perf_counter() - start
+    tandem.close()
+    return {
+        "encode_subset_docs": float(len(subset)),
+        "raw_encoder_docs_per_s": len(subset) / raw_s,
+        "own_encoding_ingest_docs_per_s": len(subset) / own_s,
+        "ingest_over_encoder": raw_s / own_s,
+    }

@@ -1,0 +1,3 @@
+"""``python -m bench scale``: cost against corpus size on synthetic corpora."""
+
+__all__: list[str] = []

@@ -1,0 +1,92 @@
+"""Tandem through its public API only: ``SearchEngine`` → ``Corpus.add`` / ``Corpus.search``.
+
+Hybrid: a corpus with the default embedder, fed the cached corpus vectors (the engine
+embeds each query itself). Keyword: a corpus with ``embedder=None``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from bench.dataset import BenchDocument
+from bench.encoder import Vectors
+from bench.errors import SystemUnavailable
+from bench.systems.base import SystemContext, SystemName
+from bench.timing import dir_size_bytes
+
+ADD_BATCH = 1_000
+CORPUS_NAME = "bench"
+
+
+def engine_api() -> Any:
+    """The ``engine`` module, or ``SystemUnavailable`` while it does not export the API."""
+    try:
+        import engine
+        from engine import CorpusConfig, Document, SearchEngine  # noqa: F401
+    except ImportError as exc:
+        raise SystemUnavailable(f"engine public API not importable: {exc}") from exc
+    return engine
+
+
+def to_engine_documents(api: Any, documents: Sequence[BenchDocument]) -> list[Any]:
+    return [api.Document(id=d.doc_id, title=d.title, text=d.text, url="") for d in documents]
+
+
+class TandemSystem:
+    """Tandem hybrid (``hybrid=True``) or Tandem keyword (vector off)."""
+
+    def __init__(self, ctx: SystemContext, hybrid: bool) -> None:
+        self._api = engine_api()
+        self._ctx = ctx
+        self._hybrid = hybrid
+        self.name = SystemName.TANDEM_HYBRID if hybrid else SystemName.TANDEM_KEYWORD
+        self.uses_vectors = hybrid
+        self._engine: Any = None
+        self._corpus: Any = None
+
+    def _open(self) -> Any:
+        if self._corpus is None:
+            self._engine = self._api.SearchEngine(str(self._ctx.workdir / "tandem"))
+            config = self._api.CorpusConfig(
+                name=CORPUS_NAME, embedder=self._ctx.model if self._hybrid else None
+            )
+            self._corpus = self._engine.create_corpus(config)
+        return self._corpus
+
+    def index(self, documents: Sequence[BenchDocument], vectors: Vectors | None) -> None:
+        if self._hybrid and vectors is None:
+            raise ValueError("Tandem hybrid needs the corpus vectors")
+        corpus = self._open()
+        for start in range(0, len(documents), ADD_BATCH):
+            chunk = documents[start : start + ADD_BATCH]
+            embeddings = None
+            if self._hybrid and vectors is not None:
+                embeddings = vectors[start : start + len(chunk)]
+            corpus.add(to_engine_documents(self._api, chunk), embeddings=embeddings)
+
+    def index_with_own_encoding(self, documents: Sequence[BenchDocument]) -> None:
+        """Ingest letting Tandem embed the documents itself (the ingest-throughput target)."""
+        corpus = self._open()
+        for start in range(0, len(documents), ADD_BATCH):
+            corpus.add(to_engine_documents(self._api, documents[start : start + ADD_BATCH]))
+
+    def search(self, query: str, k: int) -> list[str]:
+        return [hit.source_id for hit in self._open().search(query, top_k=k)]
+
+    def disk_bytes(self) -> int:
+        return dir_size_bytes(self._ctx.workdir / "tandem")
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
+            self._corpus = None
+
+
+def tandem_hybrid(ctx: SystemContext) -> TandemSystem:
+    return TandemSystem(ctx, hybrid=True)
+
+
+def tandem_keyword(ctx: SystemContext) -> TandemSystem:
+    return TandemSystem(ctx, hybrid=False)

@@ -1,0 +1,70 @@
+"""Latency statistics and memory readings, shared by every measurement in a run."""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyStats:
+    """Single-query latency over ``count`` calls issued one at a time (milliseconds)."""
+
+    count: int
+    p50_ms: float
+    p95_ms: float
+    mean_ms: float
+    qps: float
+
+    @classmethod
+    def from_seconds(cls, samples: Sequence[float]) -> LatencyStats:
+        if not samples:
+            raise ValueError("no latency samples")
+        values = np.asarray(samples, dtype=np.float64) * 1000.0
+        total_s = float(values.sum()) / 1000.0
+        return cls(
+            count=len(values),
+            p50_ms=float(np.percentile(values, 50)),
+            p95_ms=float(np.percentile(values, 95)),
+            mean_ms=float(values.mean()),
+            qps=len(values) / total_s if total_s > 0 else float("inf"),
+        )
+
+
+def time_calls(fn: Callable[[str], object], inputs: Sequence[str]) -> list[float]:
+    """Wall-clock seconds of ``fn(x)`` for each input, one call at a time."""
+    samples: list[float] = []
+    for item in inputs:
+        start = time.perf_counter()
+        fn(item)
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+def peak_rss_bytes() -> int:
+    """High-water resident set size of this process (``getrusage``)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak) if sys.platform == "darwin" else int(peak) * 1024
+
+
+def current_rss_bytes() -> int:
+    """Resident set size of this process right now."""
+    import psutil
+
+    return int(psutil.Process(os.getpid()).memory_info().rss)
+
+
+def dir_size_bytes(path: Path) -> int:
+    """Total size of the regular files under ``path`` (0 if it does not exist)."""
+    if path.is_file():
+        return path.stat().st_size
+    if not path.is_dir():
+        return 0
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
