@@ -1,0 +1,411 @@
+"""The ``tandem`` command line: one engine directory, one question, one answer.
+
+Exit codes: 0 success, 2 usage error (click's), 1 runtime error. Expected runtime errors
+(the engine's, a missing file, ...) print one ``tandem: error: ...`` line on stderr and no
+traceback; ``main`` maps them in one place.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import pydantic
+import typer
+from rich.console import Console
+
+from engine import (
+    Corpus,
+    CorpusConfig,
+    EngineError,
+    OllamaEmbedding,
+    SearchEngine,
+    SentenceTransformerEmbedding,
+)
+from engine.limits import MAX_GREP_MATCHES, MAX_TOP_K, is_valid_corpus_name, is_valid_source_id
+from engine.surfaces import render
+from engine.surfaces.bulk import add_all
+from engine.surfaces.loaders import DocumentFile
+
+DEFAULT_HOME = "tandem-data"
+HOME_ENV = "TANDEM_HOME"
+NO_NL_MESSAGE = "natural-language questions are not available in this build"
+
+app = typer.Typer(
+    name="tandem",
+    help="Tandem: hybrid keyword + vector search over local corpora.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+class CommandError(Exception):
+    """An expected failure with a message meant for the person at the terminal."""
+
+
+# -- arguments shared by several commands --------------------------------------------------
+
+
+def _corpus_name(value: str) -> str:
+    if not is_valid_corpus_name(value):
+        raise typer.BadParameter(
+            "must be 1-64 characters of a-z, 0-9, '_' or '-', starting with a letter or digit"
+        )
+    return value
+
+
+def _source_id(value: str) -> str:
+    if not is_valid_source_id(value):
+        raise typer.BadParameter(
+            "must be 1-256 characters: an ASCII letter or digit, then letters, digits or ._:@#/+=~-"
+        )
+    return value
+
+
+PathOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--path",
+        help=f"Engine directory [default: ${HOME_ENV} or ./{DEFAULT_HOME}].",
+        show_default=False,
+        file_okay=False,
+    ),
+]
+CorpusArg = Annotated[
+    str, typer.Argument(help="Corpus name.", metavar="CORPUS", callback=_corpus_name)
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+
+def _home(ctx: typer.Context, path: Path | None) -> Path:
+    """``--path`` on the command, then on ``tandem`` itself, then $TANDEM_HOME, then default."""
+    root_path = ctx.find_root().params.get("path")
+    chosen = path or root_path or os.environ.get(HOME_ENV) or DEFAULT_HOME
+    return Path(chosen)
+
+
+@contextmanager
+def _engine(
+    ctx: typer.Context, path: Path | None, *, create: bool = False
+) -> Iterator[SearchEngine]:
+    home = _home(ctx, path)
+    if not create and not home.is_dir():
+        raise CommandError(
+            f"no Tandem engine at {home} (use --path or ${HOME_ENV}; 'tandem create' makes one)"
+        )
+    engine = SearchEngine(home)
+    try:
+        yield engine
+    finally:
+        engine.close()
+
+
+@contextmanager
+def _corpus(ctx: typer.Context, path: Path | None, name: str) -> Iterator[Corpus]:
+    with _engine(ctx, path) as engine:
+        yield engine.corpus(name)
+
+
+def _out() -> Console:
+    return Console(highlight=False, soft_wrap=False)
+
+
+@app.callback()
+def _root(path: PathOpt = None) -> None:
+    """Tandem: hybrid keyword + vector search over local corpora."""
+
+
+# -- corpora ------------------------------------------------------------------------------
+
+
+def _ollama_spec(value: str) -> OllamaEmbedding:
+    """``HOST/MODEL`` (``http://h:11434/nomic-embed-text``, ``h:11434/m``) or just ``MODEL``."""
+    scheme, sep, rest = value.partition("://")
+    if not sep:
+        scheme, rest = "http", value
+    host, slash, model = rest.partition("/")
+    if not slash:
+        return OllamaEmbedding(model=host)
+    if not host or not model:
+        raise typer.BadParameter("expected HOST/MODEL, e.g. 127.0.0.1:11434/nomic-embed-text")
+    return OllamaEmbedding(model=model, host=f"{scheme}://{host}")
+
+
+@app.command()
+def create(
+    ctx: typer.Context,
+    corpus: CorpusArg,
+    embedder: Annotated[
+        str | None,
+        typer.Option(help="Sentence-transformers model [default: all-MiniLM-L6-v2]."),
+    ] = None,
+    ollama: Annotated[
+        str | None, typer.Option(help="Embed with Ollama: HOST/MODEL.", metavar="HOST/MODEL")
+    ] = None,
+    no_vectors: Annotated[
+        bool, typer.Option("--no-vectors", help="Keyword search only, no embeddings.")
+    ] = False,
+    path: PathOpt = None,
+) -> None:
+    """Create a corpus."""
+    if sum((embedder is not None, ollama is not None, no_vectors)) > 1:
+        raise typer.BadParameter(
+            "choose at most one", param_hint="--embedder / --ollama / --no-vectors"
+        )
+    spec: SentenceTransformerEmbedding | OllamaEmbedding | None
+    if no_vectors:
+        spec = None
+    elif ollama is not None:
+        spec = _ollama_spec(ollama)
+    else:
+        spec = SentenceTransformerEmbedding(model=embedder or SentenceTransformerEmbedding().model)
+    config = CorpusConfig(name=corpus, embedder=spec)
+    with _engine(ctx, path, create=True) as engine:
+        engine.create_corpus(config)
+        home = engine.path
+    kind = "keyword only" if spec is None else f"hybrid, embedder {spec.kind}:{spec.model}"
+    typer.echo(f"created corpus {corpus} ({kind}) in {home}")
+
+
+@app.command("list")
+def list_(ctx: typer.Context, path: PathOpt = None) -> None:
+    """List the corpora in the engine directory."""
+    with _engine(ctx, path) as engine:
+        for name in engine.list_corpora():
+            typer.echo(name)
+
+
+@app.command()
+def add(
+    ctx: typer.Context,
+    corpus: CorpusArg,
+    file: Annotated[
+        Path,
+        typer.Argument(help="JSON Lines (or BEIR corpus.jsonl, optionally .gz).", metavar="FILE"),
+    ],
+    path: PathOpt = None,
+) -> None:
+    """Add or update documents from a JSON Lines file; bad lines are rejected one by one."""
+    source = DocumentFile(file)
+    with (
+        _corpus(ctx, path, corpus) as target,
+        typer.progressbar(length=source.size, label=f"adding to {corpus}", file=sys.stderr) as bar,
+    ):
+        done = [0]
+
+        def advance() -> None:
+            now = source.progress()
+            bar.update(now - done[0])
+            done[0] = now
+
+        report = add_all(target, source, on_batch=advance)
+    summary, reasons = render.bulk_summary(report)
+    typer.echo(summary)
+    if reasons:
+        typer.echo(reasons, err=True)
+    if report.degraded:
+        typer.echo(
+            f"{report.degraded} documents are keyword-searchable only until the embedder "
+            f"answers; run 'tandem repair {corpus}' then",
+            err=True,
+        )
+
+
+# -- reading --------------------------------------------------------------------------------
+
+
+@app.command()
+def search(
+    ctx: typer.Context,
+    corpus: CorpusArg,
+    query: Annotated[str, typer.Argument(help="What to look for.", metavar="QUERY")],
+    top_k: Annotated[
+        int, typer.Option("--top-k", "-k", min=1, max=MAX_TOP_K, help="How many passages.")
+    ] = 10,
+    language: Annotated[
+        int | None, typer.Option("--language", min=0, help="Only this language id.")
+    ] = None,
+    as_json: JsonOpt = False,
+    path: PathOpt = None,
+) -> None:
+    """Search a corpus: the best passages for QUERY."""
+    with _corpus(ctx, path, corpus) as target:
+        passages = target.search(query, top_k=top_k, language_id=language)
+    if as_json:
+        typer.echo(render.passages_json(passages))
+    else:
+        render.print_passages(_out(), passages)
+
+
+@app.command()
+def fetch(
+    ctx: typer.Context,
+    corpus: CorpusArg,
+    source_id: Annotated[
+        str, typer.Argument(help="Source id.", metavar="SOURCE_ID", callback=_source_id)
+    ],
+    as_json: JsonOpt = False,
+    path: PathOpt = None,
+) -> None:
+    """Print the full text of one source (capped)."""
+    with _corpus(ctx, path, corpus) as target:
+        source = target.fetch_source(source_id)
+    typer.echo(render.source_json(source) if as_json else render.source_text(source))
+    if source.truncated and not as_json:
+        typer.echo("(text truncated at the fetch cap)", err=True)
+
+
+@app.command()
+def grep(
+    ctx: typer.Context,
+    corpus: CorpusArg,
+    pattern: Annotated[
+        str, typer.Argument(help="Regular expression (or text, with --fixed).", metavar="PATTERN")
+    ],
+    limit: Annotated[
+        int, typer.Option(min=1, max=MAX_GREP_MATCHES, help="At most this many matches.")
+    ] = 20,
+    fixed: Annotated[bool, typer.Option("--fixed", help="PATTERN is plain text.")] = False,
+    as_json: JsonOpt = False,
+    path: PathOpt = None,
+) -> None:
+    """Exact or regex matches in the stored text (unranked; for scripts and agents)."""
+    with _corpus(ctx, path, corpus) as target:
+        matches = target.grep(pattern, limit, fixed=fixed)
+    if as_json:
+        typer.echo(render.grep_json(matches))
+    elif matches:
+        typer.echo(render.grep_lines(matches))
+
+
+@app.command()
+def ask(
+    ctx: typer.Context,
+    corpus: CorpusArg,
+    question: Annotated[
+        str, typer.Argument(help="A question in plain language.", metavar="QUESTION")
+    ],
+    as_json: JsonOpt = False,
+    path: PathOpt = None,
+) -> None:
+    """Ask a natural-language question (needs a local Ollama model)."""
+    with _corpus(ctx, path, corpus) as target:
+        ask_fn: Any = getattr(target, "ask", None)
+        if ask_fn is None:
+            raise CommandError(NO_NL_MESSAGE)
+        answer = ask_fn(question)
+    passages = list(getattr(answer, "passages", answer))
+    if as_json:
+        typer.echo(render.passages_json(passages))
+    else:
+        render.print_passages(_out(), passages)
+
+
+# -- housekeeping ---------------------------------------------------------------------------
+
+
+@app.command()
+def stats(
+    ctx: typer.Context, corpus: CorpusArg, as_json: JsonOpt = False, path: PathOpt = None
+) -> None:
+    """Documents, degraded documents, embedder status and index sizes."""
+    with _corpus(ctx, path, corpus) as target:
+        numbers = target.stats()
+    if as_json:
+        typer.echo(render.to_json({"corpus": corpus, **numbers}))
+    else:
+        typer.echo(render.stats_lines(corpus, numbers))
+
+
+@app.command()
+def repair(ctx: typer.Context, corpus: CorpusArg, path: PathOpt = None) -> None:
+    """Re-embed degraded documents (while the embedder answers)."""
+    with _corpus(ctx, path, corpus) as target:
+        healed = target.repair()
+        left = target.stats().get("degraded", 0)
+    typer.echo(f"re-embedded {healed} documents; {left} still degraded")
+
+
+@app.command("serve-metrics")
+def serve_metrics(
+    ctx: typer.Context,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="0 picks a free port.")] = 9464,
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    path: PathOpt = None,
+) -> None:
+    """Serve Prometheus metrics over HTTP until Ctrl-C or SIGTERM."""
+    with _engine(ctx, path) as engine:
+        serve: Any = getattr(engine, "serve_metrics", None)
+        if serve is None:
+            raise CommandError("the metrics endpoint is not available in this build")
+        for name in engine.list_corpora():
+            engine.corpus(name)  # opening a corpus publishes its gauges
+        handle = serve(host=host, port=port)
+        try:
+            typer.echo(f"serving metrics at {handle.url}")
+            _wait_for_stop_signal()
+        finally:
+            handle.stop()
+
+
+def _wait_for_stop_signal() -> None:
+    stop = threading.Event()
+    previous = {
+        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+    try:
+        while not stop.wait(1.0):
+            pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@app.command()
+def mcp(ctx: typer.Context, path: PathOpt = None) -> None:
+    """Serve the corpora to an agent over MCP (stdio)."""
+    from engine.surfaces.mcp_server import serve_stdio  # lazy: the SDK is heavy
+
+    home = _home(ctx, path)
+    if not home.is_dir():
+        raise CommandError(f"no Tandem engine at {home} (use --path or ${HOME_ENV})")
+    serve_stdio(home)
+
+
+# -- entry point ----------------------------------------------------------------------------
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, pydantic.ValidationError):
+        return "; ".join(str(e["msg"]) for e in exc.errors())
+    if isinstance(exc, OSError) and exc.strerror and exc.filename:
+        return f"{exc.strerror}: {exc.filename}"
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"tandem: error: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        app(prog_name="tandem")
+    except (CommandError, EngineError, OSError, pydantic.ValidationError) as exc:
+        if isinstance(exc, BrokenPipeError):
+            sys.stderr.close()  # the reader went away (``| head``); nothing to report
+            os._exit(0)
+        _fail(_message(exc))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

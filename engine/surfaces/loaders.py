@@ -1,0 +1,194 @@
+"""Reading documents from JSON Lines files, one verdict per line.
+
+Accepted: plain or gzip-compressed (detected by content, not by name) JSON Lines where
+each line is an object with ``id`` (or BEIR's ``_id``), and optionally ``title``,
+``text``, ``url``, ``language_id`` and ``access_groups``. A BEIR ``corpus.jsonl(.gz)`` is
+that format already; other fields (BEIR's ``metadata``) are ignored. Blank lines are
+skipped. A line that is not such an object becomes a ``Rejected`` with its line number
+and a reason — the rest of the file is still read. The engine's own checks (caps on
+sizes, ...) happen at ``add``; see ``engine.surfaces.bulk``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Protocol
+
+from engine import Document
+from engine.limits import MAX_ACCESS_GROUPS, is_valid_source_id
+
+MAX_LINE_BYTES = 16 * 1024 * 1024
+"""A line longer than this is rejected unread (a document's text is capped far below it)."""
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_STRING_FIELDS = ("title", "text", "url")
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """One line that could not become a document."""
+
+    line: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """One line that became a document."""
+
+    line: int
+    document: Document
+
+
+class LineError(ValueError):
+    """Why one decoded JSON value is not a document (the message is the reason)."""
+
+
+def document_from_json(value: object) -> Document:
+    """Turn one decoded JSON value into a ``Document`` or raise ``LineError``."""
+    if not isinstance(value, dict):
+        raise LineError(f"expected a JSON object, got {_json_type(value)}")
+    raw_id = _pick_id(value)
+    if not is_valid_source_id(raw_id):
+        raise LineError(
+            "id must be 1-256 characters: an ASCII letter or digit, then letters, digits "
+            "or ._:@#/+=~-"
+        )
+    strings: dict[str, str] = {}
+    for name in _STRING_FIELDS:
+        field = value.get(name)
+        if field is None:
+            strings[name] = ""
+        elif isinstance(field, str):
+            strings[name] = field
+        else:
+            raise LineError(f"{name} must be a string, got {_json_type(field)}")
+    language_id = value.get("language_id", 0)
+    if language_id is None:
+        language_id = 0
+    if isinstance(language_id, bool) or not isinstance(language_id, int):
+        raise LineError(f"language_id must be an integer, got {_json_type(language_id)}")
+    groups = value.get("access_groups") or []
+    if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
+        raise LineError("access_groups must be a list of strings")
+    if len(groups) > MAX_ACCESS_GROUPS:
+        raise LineError(f"access_groups has {len(groups)} entries; the cap is {MAX_ACCESS_GROUPS}")
+    return Document(
+        id=str(raw_id),
+        title=strings["title"],
+        text=strings["text"],
+        url=strings["url"],
+        language_id=language_id,
+        access_groups=frozenset(groups),
+    )
+
+
+def _pick_id(value: dict[str, object]) -> object:
+    has_id, has_beir_id = "id" in value, "_id" in value
+    if has_id and has_beir_id and value["id"] != value["_id"]:
+        raise LineError("both id and _id are present and differ")
+    if not has_id and not has_beir_id:
+        raise LineError("missing id (or _id)")
+    raw = value["id"] if has_id else value["_id"]
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return str(raw)  # BEIR-style numeric ids
+    if not isinstance(raw, str):
+        raise LineError(f"id must be a string, got {_json_type(raw)}")
+    return raw
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    return {
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        str: "a string",
+        list: "an array",
+        dict: "an object",
+    }.get(type(value), type(value).__name__)
+
+
+class _LineSource(Protocol):
+    def readline(self, size: int | None = -1, /) -> bytes: ...
+
+
+class DocumentFile:
+    """A JSON Lines file (plain or gzip) read line by line.
+
+    ``progress()`` reports how many bytes of the file on disk have been consumed, so a
+    caller can draw a progress bar against ``size``.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise FileNotFoundError(f"no such file: {self.path}")
+        self.size = self.path.stat().st_size
+        self._raw: IO[bytes] | None = None
+
+    def progress(self) -> int:
+        if self._raw is None or self._raw.closed:
+            return 0
+        return self._raw.tell()
+
+    def __iter__(self) -> Iterator[Loaded | Rejected]:
+        with open(self.path, "rb") as raw:
+            self._raw = raw
+            compressed = raw.read(2) == _GZIP_MAGIC
+            raw.seek(0)
+            if compressed:
+                with gzip.GzipFile(fileobj=raw, mode="rb") as unzipped:
+                    yield from _read_lines(unzipped)
+            else:
+                yield from _read_lines(raw)
+
+
+def _read_lines(stream: _LineSource) -> Iterator[Loaded | Rejected]:
+    number = 0
+    while True:
+        try:
+            chunk = stream.readline(MAX_LINE_BYTES + 1)
+        except (OSError, EOFError) as exc:  # truncated or corrupt gzip stream
+            yield Rejected(number + 1, f"unreadable: {exc}")
+            return
+        if not chunk:
+            return
+        number += 1
+        if len(chunk) > MAX_LINE_BYTES and not chunk.endswith(b"\n"):
+            _skip_rest_of_line(stream)
+            yield Rejected(number, f"line is longer than {MAX_LINE_BYTES} bytes")
+            continue
+        yield from _parse_line(number, chunk)
+
+
+def _skip_rest_of_line(stream: _LineSource) -> None:
+    while True:
+        chunk = stream.readline(MAX_LINE_BYTES)
+        if not chunk or chunk.endswith(b"\n"):
+            return
+
+
+def _parse_line(number: int, chunk: bytes) -> Iterator[Loaded | Rejected]:
+    try:
+        text = chunk.decode("utf-8")
+    except UnicodeDecodeError:
+        yield Rejected(number, "not valid UTF-8")
+        return
+    if not text.strip():
+        return
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "too deeply nested"
+        yield Rejected(number, f"not valid JSON: {reason}")
+        return
+    try:
+        yield Loaded(number, document_from_json(value))
+    except LineError as exc:
+        yield Rejected(number, str(exc))

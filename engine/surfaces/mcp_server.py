@@ -1,0 +1,235 @@
+"""An MCP server (stdio) that lets an agent answer from Tandem corpora with cited evidence.
+
+Tools: ``list_corpora``, ``search_knowledge``, ``fetch_source`` and ``grep_knowledge``.
+Every argument is chosen by a model and therefore untrusted: the input schema carries the
+caps and grammars (corpus name, source id, lengths, ``top_k``/``limit`` ranges), the SDK
+rejects anything outside them, and whatever the engine still refuses comes back as a tool
+error (``isError``) with one readable sentence — never a crash, never a dead server. Only
+public documents are ever returned (the engine enforces it).
+
+The engine directory is opened on the first tool call and held until the server exits
+(one process may hold it). If another process holds it, the call fails with a clear
+error and the next call tries again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import BaseModel, ConfigDict, Field
+
+from engine import (
+    Corpus,
+    CorpusNotFound,
+    EngineError,
+    EngineLocked,
+    InvalidArgument,
+    SearchEngine,
+    SourceNotFound,
+)
+from engine.limits import (
+    CORPUS_NAME_PATTERN,
+    MAX_GREP_MATCHES,
+    MAX_GREP_PATTERN,
+    MAX_SOURCE_ID_CHARS,
+    SOURCE_ID_PATTERN,
+)
+
+logger = logging.getLogger(__name__)
+
+MAX_QUERY_CHARS = 1_000
+"""Longest query an agent may send (the engine reads at most this many characters)."""
+
+MAX_AGENT_TOP_K = 50
+"""``search_knowledge`` returns at most this many passages: enough evidence, bounded context."""
+
+SERVER_NAME = "tandem"
+INSTRUCTIONS = (
+    "Search Tandem corpora for evidence. Call list_corpora to see what exists, "
+    "search_knowledge for the best passages, fetch_source for one source's full text, "
+    "and grep_knowledge for exact strings or patterns. Cite source_id and url."
+)
+
+T = TypeVar("T")
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class CorpusList(_Out):
+    corpora: list[str]
+
+
+class PassageOut(_Out):
+    source_id: str
+    title: str
+    url: str
+    excerpt: str
+
+
+class SearchOut(_Out):
+    passages: list[PassageOut]
+
+
+class SourceOut(_Out):
+    source_id: str
+    title: str
+    url: str
+    text: str
+    truncated: bool = Field(description="True when text was cut at the fetch cap.")
+
+
+class MatchOut(_Out):
+    source_id: str
+    title: str
+    url: str
+    line: str = Field(description="The matching line, clipped around the match.")
+
+
+class GrepOut(_Out):
+    matches: list[MatchOut]
+
+
+CorpusName = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=64,
+        pattern=f"^{CORPUS_NAME_PATTERN.pattern}$",
+        description="Corpus name (see list_corpora).",
+    ),
+]
+SourceId = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_SOURCE_ID_CHARS,
+        pattern=f"^{SOURCE_ID_PATTERN.pattern}$",
+        description="A source_id from search_knowledge or grep_knowledge.",
+    ),
+]
+Query = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_QUERY_CHARS, description="What to look for."),
+]
+TopK = Annotated[int, Field(ge=1, le=MAX_AGENT_TOP_K, description="How many passages.")]
+Pattern = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_GREP_PATTERN,
+        description="A regular expression (or plain text when fixed is true).",
+    ),
+]
+Limit = Annotated[int, Field(ge=1, le=MAX_GREP_MATCHES, description="Most matches returned.")]
+
+
+class EngineHolder:
+    """Opens the engine on first use, shares it between tool calls, closes it once."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._engine: SearchEngine | None = None
+        self._lock = threading.Lock()
+
+    def engine(self) -> SearchEngine:
+        with self._lock:
+            if self._engine is None:
+                self._engine = SearchEngine(self._path)
+            return self._engine
+
+    def close(self) -> None:
+        with self._lock:
+            if self._engine is not None:
+                self._engine.close()
+                self._engine = None
+
+
+@contextmanager
+def _tool_errors(holder: EngineHolder) -> Iterator[None]:
+    """The one place where engine errors become tool errors an agent can read."""
+    try:
+        yield
+    except ToolError:
+        raise
+    except CorpusNotFound as exc:
+        known = ", ".join(holder.engine().list_corpora()) or "none"
+        raise ToolError(f"{exc}; available corpora: {known}") from exc
+    except SourceNotFound as exc:
+        raise ToolError(f"{exc} (unknown or not public)") from exc
+    except EngineLocked as exc:
+        raise ToolError(
+            "the corpus directory is in use by another process; try again later"
+        ) from exc
+    except InvalidArgument as exc:
+        raise ToolError(f"invalid argument: {exc}") from exc
+    except EngineError as exc:
+        logger.warning("tool call failed: %s", type(exc).__name__)
+        raise ToolError("the search engine could not complete this call") from exc
+
+
+def _with_corpus(holder: EngineHolder, name: str, action: Callable[[Corpus], T]) -> T:
+    with _tool_errors(holder):
+        return action(holder.engine().corpus(name))
+
+
+def build_server(holder: EngineHolder) -> MCPServer:
+    """An ``MCPServer`` whose tools read the engine held by ``holder``."""
+    server: MCPServer = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING")
+
+    @server.tool()
+    def list_corpora() -> CorpusList:
+        """Names of the corpora that can be searched."""
+        with _tool_errors(holder):
+            return CorpusList(corpora=holder.engine().list_corpora())
+
+    @server.tool()
+    def search_knowledge(corpus: CorpusName, query: Query, top_k: TopK = 8) -> SearchOut:
+        """The best passages for a query, best first: source_id, title, url, excerpt."""
+        passages = _with_corpus(holder, corpus, lambda c: c.search(query, top_k=top_k))
+        return SearchOut(
+            passages=[
+                PassageOut(source_id=p.source_id, title=p.title, url=p.url, excerpt=p.excerpt)
+                for p in passages
+            ]
+        )
+
+    @server.tool()
+    def fetch_source(corpus: CorpusName, source_id: SourceId) -> SourceOut:
+        """The full text of one source (capped; truncated says whether it was cut)."""
+        s = _with_corpus(holder, corpus, lambda c: c.fetch_source(source_id))
+        return SourceOut(
+            source_id=s.source_id, title=s.title, url=s.url, text=s.text, truncated=s.truncated
+        )
+
+    @server.tool()
+    def grep_knowledge(
+        corpus: CorpusName, pattern: Pattern, limit: Limit = 20, fixed: bool = False
+    ) -> GrepOut:
+        """Exact or regex matches in the sources' text (unranked), for precise look-ups."""
+        found = _with_corpus(holder, corpus, lambda c: c.grep(pattern, limit, fixed=fixed))
+        return GrepOut(
+            matches=[
+                MatchOut(source_id=m.source_id, title=m.title, url=m.url, line=m.line)
+                for m in found
+            ]
+        )
+
+    return server
+
+
+def serve_stdio(path: Path) -> None:
+    """Serve the engine at ``path`` over stdio until the client disconnects."""
+    holder = EngineHolder(path)
+    try:
+        build_server(holder).run("stdio")
+    finally:
+        holder.close()
