@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from tqdm import tqdm
 
 from dense import Embedder
 from engine.config import CorpusConfig
+from engine.dimension_guard import DimensionGuard
 from engine.documents import AddResult, Document, GrepMatch, Passage, SourceText, validate_document
 from engine.errors import InvalidArgument
 from engine.fallback import DatabaseLikeBackend
@@ -48,31 +50,31 @@ class Corpus:
         self._dir = directory
         self._config = config
         self._metrics = metrics
-        self._embedder = embedder
         self._write_lock = threading.RLock()
         self._store = DocumentStore(directory / "store.sqlite3")
         self._indexes = DerivedIndexes(
             directory, self._store, config.languages, vectors_enabled=embedder is not None
         )
         self._indexes.open()
+        self._embedder = None if embedder is None else self._guard(embedder)
+        embedder = self._embedder
         self._visibility = DenseVisibility(self._store)
         backends: list[SearchBackend] = [
             TantivyBackend(self._indexes.tantivy),
             DatabaseLikeBackend(self._store),
         ]
-        self._searcher = Searcher(
-            SearchParts(
-                corpus=config.name,
-                config=config,
-                store=self._store,
-                indexes=self._indexes,
-                embedder=embedder,
-                keyword_full=KeywordSearchFacade.full_cascade(backends),
-                keyword_index_backed=KeywordSearchFacade.index_backed(backends),
-                visibility=self._visibility,
-                metrics=metrics,
-            )
+        self._parts = SearchParts(
+            corpus=config.name,
+            config=config,
+            store=self._store,
+            indexes=self._indexes,
+            embedder=embedder,
+            keyword_full=KeywordSearchFacade.full_cascade(backends),
+            keyword_index_backed=KeywordSearchFacade.index_backed(backends),
+            visibility=self._visibility,
+            metrics=metrics,
         )
+        self._searcher = Searcher(self._parts)
         self._ingestor = Ingestor(config.name, self._store, self._indexes, embedder, metrics)
         self._refresh_gauges()
 
@@ -168,8 +170,6 @@ class Corpus:
             self._write_lock,
             tqdm(total=len(docs), disable=not show, desc=f"add {self.name}", unit="doc") as bar,
         ):
-            if self._embedder is not None and supplied is None:
-                self._heal_some()
             for start in range(0, len(docs), _CHUNK):
                 chunk = docs[start : start + _CHUNK]
                 vectors = None if supplied is None else supplied[start : start + _CHUNK]
@@ -177,6 +177,10 @@ class Corpus:
                 counts = self._ingestor.write(chunk, vectors)
                 totals = [a + b for a, b in zip(totals, counts, strict=True)]
                 bar.update(len(chunk))
+            # Heal after writing: a degraded document this add replaces is embedded once,
+            # with its new text, never first with the old one.
+            if self._embedder is not None and supplied is None:
+                self._heal_some()
             self._visibility.invalidate()
             self._refresh_gauges()
         return AddResult(*totals)
@@ -197,20 +201,103 @@ class Corpus:
             self._refresh_gauges()
         return len(deleted)
 
-    def repair(self, batch_size: int = 256) -> int:
-        """Re-embed degraded documents while the embedder answers; returns how many healed."""
+    def repair(self, batch_size: int = 256, *, max_documents: int | None = None) -> int:
+        """Re-embed degraded documents while the embedder answers; returns how many healed.
+
+        Works in batches of ``batch_size`` (one embedder call and one store transaction
+        each) and stops at the first batch that fails, or after ``max_documents``.
+        """
         if not 1 <= batch_size <= 10_000:
             raise InvalidArgument("batch_size must be in 1..10000")
+        if max_documents is not None and max_documents < 1:
+            raise InvalidArgument("max_documents must be >= 1 or None")
         healed = 0
         with self._write_lock:
-            while True:
-                n = self._ingestor.repair(batch_size)
-                healed += n
-                if n < batch_size:
-                    break
-            self._visibility.invalidate()
-            self._refresh_gauges()
+            try:
+                while max_documents is None or healed < max_documents:
+                    size = (
+                        batch_size
+                        if max_documents is None
+                        else min(batch_size, max_documents - healed)
+                    )
+                    n = self._ingestor.repair(size)
+                    healed += n
+                    if n < size:
+                        break
+                    self._visibility.invalidate()
+                    self._refresh_gauges()
+            finally:
+                self._visibility.invalidate()
+                self._refresh_gauges()
         return healed
+
+    def switch_embedder(
+        self,
+        config: CorpusConfig,
+        embedder: Embedder,
+        *,
+        batch_size: int = 256,
+        progress: bool | None = None,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> int:
+        """Re-embed every document with another embedder; use ``SearchEngine.switch_embedder``.
+
+        Every stored vector is dropped and every document counted degraded; the new config
+        is written (atomically) before re-embedding starts, so a crash part-way leaves a
+        consistent corpus that ``repair`` finishes. Searches answer from keyword search
+        until the pass ends; writes wait for it. ``on_progress(done, total)`` is called
+        after each batch. Returns how many documents were re-embedded; any the provider
+        failed on stay degraded and heal like other degraded documents.
+        """
+        if config.name != self.name or config.embedder is None:
+            raise InvalidArgument("switch_embedder needs this corpus's config with an embedder")
+        if not 1 <= batch_size <= 10_000:
+            raise InvalidArgument("batch_size must be in 1..10000")
+        with self._write_lock:
+            if self._embedder is None:
+                raise InvalidArgument(
+                    f"corpus {self.name!r} has vectors off; create a new corpus to turn them on"
+                )
+            self._parts.embedder = None  # keyword search from here until the pass ends
+            guarded = self._guard(embedder)
+            try:
+                total = self._store.mark_all_degraded()
+                self._indexes.drop_vectors(self._store.seq)
+                self._visibility.invalidate()
+                _save_config(self._dir / "config.json", config)
+                self._config = config
+                self._parts.config = config
+                self._embedder = guarded
+                self._ingestor = Ingestor(
+                    config.name, self._store, self._indexes, guarded, self._metrics
+                )
+                self._refresh_gauges()
+                logger.info("switching embedder: re-embedding %d documents", total)
+                done = 0
+                show = progress if progress is not None else total >= _PROGRESS_MIN
+                with tqdm(total=total, disable=not show, desc=f"re-embed {self.name}") as bar:
+                    while done < total:
+                        n = self._ingestor.repair(batch_size)
+                        done += n
+                        bar.update(n)
+                        self._refresh_gauges()
+                        if on_progress is not None:
+                            on_progress(done, total)
+                        if n < batch_size:
+                            break
+            finally:
+                self._parts.embedder = self._embedder
+                self._visibility.invalidate()
+                self._refresh_gauges()
+        logger.info("embedder switched: %d re-embedded, %d left degraded", done, total - done)
+        return done
+
+    def _guard(self, embedder: Embedder) -> Embedder:
+        def expected() -> int | None:
+            index = self._indexes.faiss
+            return None if index is None else index.dimension
+
+        return DimensionGuard(embedder, expected)
 
     def _heal_some(self) -> None:
         """On ``add``, heal a bounded batch of degraded documents first (if any)."""
@@ -229,6 +316,10 @@ class Corpus:
             "index_bytes": self._indexes.size_on_disk(),
         }
 
+    def refresh_metrics(self) -> None:
+        """Re-read the corpus-state gauges from the store (the engine does it per scrape)."""
+        self._refresh_gauges()
+
     def _refresh_gauges(self) -> None:
         self._metrics.documents.labels(self.name).set(self._store.count())
         self._metrics.documents_degraded.labels(self.name).set(
@@ -241,5 +332,21 @@ class Corpus:
 
     def close(self) -> None:
         with self._write_lock:
+            self._searcher.close()
             self._indexes.close()
             self._store.close()
+
+
+def _save_config(path: Path, config: CorpusConfig) -> None:
+    """Replace ``config.json`` atomically: write a temp file, fsync, rename, fsync the dir."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(config.model_dump_json(indent=2))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

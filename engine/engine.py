@@ -13,19 +13,31 @@ import json
 import logging
 import os
 import shutil
+import sqlite3
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
-from engine.config import CorpusConfig
+from engine.config import CorpusConfig, EmbedderSpec
 from engine.corpus import Corpus
 from engine.embedders import EmbedderFactory, EmbedderPool
-from engine.errors import CorpusExists, CorpusNotFound, EngineLocked, InvalidArgument
+from engine.errors import (
+    CorpusExists,
+    CorpusNotFound,
+    EngineError,
+    EngineLocked,
+    InvalidArgument,
+)
 from engine.limits import is_valid_corpus_name
 from engine.metrics import EngineMetrics
+from engine.repairer import BackgroundRepairer
+
+if TYPE_CHECKING:
+    from engine.surfaces.metrics_http import MetricsServer
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +69,9 @@ class SearchEngine:
         self._corpora: dict[str, Corpus] = {}
         self._lock = threading.RLock()
         self._closed = False
+        self._servers: list[MetricsServer] = []
+        self._repairer: BackgroundRepairer | None = None
+        self.metrics.set_refresher(self._refresh_metrics)
 
     def _take_lock(self) -> IO[str]:
         handle = open(self._root / ".lock", "a+", encoding="utf-8")  # noqa: SIM115
@@ -146,6 +161,86 @@ class SearchEngine:
             shutil.rmtree(directory, ignore_errors=True)
             self.metrics.forget(name)
 
+    def switch_embedder(
+        self,
+        name: str,
+        embedder: EmbedderSpec | str,
+        *,
+        batch_size: int = 256,
+        progress: bool | None = None,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> int:
+        """Give corpus ``name`` another embedder (model or dimension) and re-embed everything.
+
+        Deliberate and total: every vector is dropped, the new embedder is saved in the
+        corpus's config, and every document is re-embedded in batches (``progress`` shows
+        a bar, ``on_progress(done, total)`` reports each batch). Searches keep answering
+        from keyword search meanwhile. Returns how many were re-embedded; documents the
+        provider failed on stay degraded and heal through ``repair`` or the repairer.
+        """
+        corpus = self.corpus(name)
+        if embedder is None:
+            raise InvalidArgument("switch_embedder needs an embedder; None turns vectors off")
+        try:
+            config = CorpusConfig.model_validate(
+                {**corpus.config.model_dump(), "embedder": embedder}
+            )
+        except ValueError as exc:
+            raise InvalidArgument(f"invalid embedder spec: {exc}") from exc
+        if config.embedder is None:
+            raise InvalidArgument("switch_embedder needs an embedder; None turns vectors off")
+        instance = self._embedders.get(config.embedder)
+        return corpus.switch_embedder(
+            config, instance, batch_size=batch_size, progress=progress, on_progress=on_progress
+        )
+
+    # -- operations -----------------------------------------------------------------------
+
+    def serve_metrics(self, host: str = "127.0.0.1", port: int = 0) -> MetricsServer:
+        """Serve this engine's metrics at ``http://host:port/metrics`` (and ``/healthz``).
+
+        ``port=0`` lets the OS pick (read ``.port`` / ``.url`` on the returned handle).
+        The endpoint covers the corpora opened in this engine; it stops with ``.stop()``
+        or when the engine closes.
+        """
+        self._check_open()
+        from engine.surfaces.metrics_http import serve_metrics
+
+        server = serve_metrics(self.registry, host, port, healthy=lambda: not self._closed)
+        with self._lock:
+            self._servers.append(server)
+        return server
+
+    def start_repairer(
+        self, *, interval_s: float = 30.0, batch_size: int = 64
+    ) -> BackgroundRepairer:
+        """Start the background repairer over this engine's open corpora (one at a time).
+
+        Each pass re-embeds at most ``batch_size`` degraded documents per corpus. It stops
+        with ``.stop()`` or when the engine closes.
+        """
+        self._check_open()
+        with self._lock:
+            if self._repairer is not None and self._repairer.running:
+                raise InvalidArgument("a background repairer is running already")
+            self._repairer = BackgroundRepairer(
+                self._open_corpora, interval_s=interval_s, batch_size=batch_size
+            )
+            self._repairer.start()
+            return self._repairer
+
+    def _open_corpora(self) -> list[Corpus]:
+        with self._lock:
+            return [] if self._closed else list(self._corpora.values())
+
+    def _refresh_metrics(self) -> None:
+        """Re-read every open corpus's state gauges (run by the metrics refresher)."""
+        for corpus in self._open_corpora():
+            try:
+                corpus.refresh_metrics()
+            except (EngineError, sqlite3.Error) as exc:  # closed or dropped meanwhile
+                logger.debug("gauges of corpus %s not refreshed (%s)", corpus.name, type(exc))
+
     # -- lifecycle ------------------------------------------------------------------------
 
     def _check_open(self) -> None:
@@ -154,6 +249,15 @@ class SearchEngine:
 
     def close(self) -> None:
         """Flush indexes, close every corpus and release the directory lock."""
+        with self._lock:
+            repairer, self._repairer = self._repairer, None
+            servers, self._servers = self._servers, []
+        # Outside the lock: these threads may be waiting for it.
+        if repairer is not None:
+            repairer.stop()
+        for server in servers:
+            server.stop()
+        self.metrics.close()  # waits for a scrape's refresh, which may need self._lock
         with self._lock:
             if self._closed:
                 return

@@ -2,14 +2,33 @@
 
 Labels are bounded: corpus names and enum values only. No query text, document text or
 user identifier ever becomes a label or a value.
+
+The per-corpus state gauges (``tandem_documents``, ``tandem_documents_degraded``) are set
+after every write and, through a refresher the engine installs, re-read from the document
+stores at every scrape, so a scrape sees the stores' committed truth even after a write
+that failed half-way. The refresher always runs on one dedicated thread: the stores keep
+one SQLite connection per reading thread, and a thread-per-request HTTP server must not
+open a new one per scrape.
 """
 
 from __future__ import annotations
 
 import contextlib
 import enum
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import Metric
+
+logger = logging.getLogger(__name__)
+
+Refresher = Callable[[], None]
+
+_REFRESH_TIMEOUT_S = 10.0
 
 _LATENCY_BUCKETS = (
     0.0005,
@@ -50,22 +69,67 @@ class Arm(enum.Enum):
     DENSE = "dense"
 
 
+class _RefreshedGauges:
+    """Collector for the corpus-state gauges: runs the refresher, then reports them."""
+
+    def __init__(self, gauges: tuple[Gauge, ...]) -> None:
+        self._gauges = gauges
+        self._refresher: Refresher | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def set_refresher(self, refresher: Refresher | None) -> None:
+        with self._lock:
+            self._refresher = refresher
+
+    def describe(self) -> Iterator[Metric]:
+        for gauge in self._gauges:
+            yield from gauge.describe()
+
+    def collect(self) -> Iterator[Metric]:
+        self._refresh()
+        for gauge in self._gauges:
+            yield from gauge.collect()
+
+    def _refresh(self) -> None:
+        with self._lock:
+            if self._refresher is None:
+                return
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="tandem-metrics-refresh")
+            future = self._pool.submit(self._refresher)
+        try:
+            future.result(timeout=_REFRESH_TIMEOUT_S)
+        except FutureTimeout:
+            logger.warning("corpus gauges not refreshed within %.0f s", _REFRESH_TIMEOUT_S)
+
+    def close(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+            self._refresher = None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+
 class EngineMetrics:
     """Every metric the engine exports, registered on ``registry``."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
+        # Not registered themselves: ``_RefreshedGauges`` reports them after a refresh.
         self.documents = Gauge(
-            "tandem_documents", "Documents stored in the corpus.", ["corpus"], registry=r
+            "tandem_documents", "Documents stored in the corpus.", ["corpus"], registry=None
         )
         self.documents_degraded = Gauge(
             "tandem_documents_degraded",
             "Documents stored without a vector because embedding failed; keyword-only "
             "until re-embedded.",
             ["corpus"],
-            registry=r,
+            registry=None,
         )
+        self._state = _RefreshedGauges((self.documents, self.documents_degraded))
+        r.register(self._state)
         self.embedder_up = Gauge(
             "tandem_embedder_up",
             "1 when the corpus's embedder answered its last health check, else 0.",
@@ -118,6 +182,14 @@ class EngineMetrics:
             ["corpus"],
             registry=r,
         )
+
+    def set_refresher(self, refresher: Refresher | None) -> None:
+        """Install what re-reads the corpus-state gauges before each scrape (None: nothing)."""
+        self._state.set_refresher(refresher)
+
+    def close(self) -> None:
+        """Stop the refresher thread (scrapes after this report the last values set)."""
+        self._state.close()
 
     def forget(self, corpus: str) -> None:
         """Drop every series of a dropped corpus."""

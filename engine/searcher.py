@@ -8,8 +8,10 @@ nothing in a ``Passage`` reveals the strategy.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from dense import Embedder, EmbedderUnavailable
@@ -60,8 +62,32 @@ class SearchParts:
 
 
 class Searcher:
+    """Runs searches for one corpus.
+
+    In a hybrid search the keyword arm runs on a worker thread while the calling thread
+    embeds the query: the model call releases the GIL, so the keyword arm's cost hides
+    behind the one model call that every hybrid search must pay anyway.
+    """
+
     def __init__(self, parts: SearchParts) -> None:
         self._p = parts
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    def _workers(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            with self._pool_lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(
+                        max_workers=8, thread_name_prefix=f"tandem-{self._p.corpus}"
+                    )
+        return self._pool
+
+    def close(self) -> None:
+        with self._pool_lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
 
     def search(
         self, query: object, top_k: object, offset: object, language_id: object
@@ -133,6 +159,15 @@ class Searcher:
             limit=need,
         )
         return fused, sparse_hits
+
+    def _sparse_arm(self, text: str, window: int, language: int | None) -> list[KeywordHit]:
+        p = self._p
+        started = time.perf_counter()
+        hits = p.keyword_index_backed.search(text, window, language)  # never raises
+        p.metrics.arm_duration.labels(p.corpus, Arm.SPARSE.value).observe(
+            time.perf_counter() - started
+        )
+        return hits
 
     # -- answers ----------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ traceback; ``main`` maps them in one place.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -118,8 +119,18 @@ def _out() -> Console:
 
 
 @app.callback()
-def _root(path: PathOpt = None) -> None:
+def _root(
+    path: PathOpt = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Log warnings and progress on stderr.")
+    ] = False,
+) -> None:
     """Tandem: hybrid keyword + vector search over local corpora."""
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.ERROR,
+        format="tandem: %(levelname)s: %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
 
 
 # -- corpora ------------------------------------------------------------------------------
