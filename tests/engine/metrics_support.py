@@ -1,0 +1,141 @@
+"""Helpers for the metrics and degradation tests: a recording fake embedder, scraping.
+
+``RecordingEmbedder`` is deterministic (hashlib), remembers every text it embedded (so a
+test can prove nothing is embedded twice), and fails on demand: ``down`` (unavailable,
+no call made) or ``failing`` (``embed`` raises ``EmbedderUnavailable``).
+``scrape`` reads ``/metrics`` over real HTTP and parses it with prometheus_client's parser.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import urllib.request
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from prometheus_client.parser import text_string_to_metric_families
+
+from dense import EmbedderUnavailable
+from dense.breaker import CircuitBreaker
+from dense.ollama import OllamaEmbedder
+from engine import Document
+
+
+class RecordingEmbedder:
+    def __init__(self, dimension: int = 16, name: str = "recording") -> None:
+        self._dimension = dimension
+        self._name = name
+        self.down = False
+        self.failing = False
+        self.embedded: Counter[str] = Counter()
+        self.calls = 0
+        self.availability_checks = 0
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def dimension(self) -> int:
+        return self._dimension
+
+    def is_available(self) -> bool:
+        with self._lock:
+            self.availability_checks += 1
+        return not self.down
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        with self._lock:
+            self.calls += 1
+            if self.down or self.failing:
+                raise EmbedderUnavailable("recording embedder: switched off")
+            self.embedded.update(texts)
+        out = np.empty((len(texts), self._dimension), dtype=np.float32)
+        for i, text in enumerate(texts):
+            digest = hashlib.sha256(text.encode()).digest()
+            seed = int.from_bytes(digest[:8], "little")
+            out[i] = np.random.default_rng(seed).standard_normal(self._dimension)
+        out /= np.linalg.norm(out, axis=1, keepdims=True)
+        return out
+
+
+def docs(n: int, prefix: str = "d", start: int = 0) -> list[Document]:
+    return [
+        Document(
+            id=f"{prefix}{i}",
+            title=f"Title {prefix} {i}",
+            text=f"alpha bravo charlie number {i} of {prefix}",
+        )
+        for i in range(start, start + n)
+    ]
+
+
+def embed_text(doc: Document) -> str:
+    """What the engine hands the embedder for ``doc`` (title, newline, text)."""
+    return f"{doc.title}\n{doc.text}".strip() if doc.title else doc.text
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    labels: dict[str, str]
+    value: float
+
+
+def fetch(url: str, timeout: float = 10.0) -> tuple[int, str, str]:
+    """(status, content type, body) of a GET; HTTP errors are returned, not raised."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310
+            return response.status, response.headers["Content-Type"], response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers.get("Content-Type", ""), exc.read().decode()
+
+
+def scrape_text(url: str) -> str:
+    status, content_type, body = fetch(url)
+    assert status == 200, (status, body)
+    assert content_type.startswith("text/plain; version=0.0.4"), content_type
+    return body
+
+
+def parse(text: str) -> list[Sample]:
+    return [
+        Sample(s.name, dict(s.labels), s.value)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    ]
+
+
+def scrape(url: str) -> list[Sample]:
+    return parse(scrape_text(url))
+
+
+def value(samples: list[Sample], name: str, **labels: str) -> float | None:
+    """The value of the one sample named ``name`` whose labels include ``labels``."""
+    found = [
+        s.value
+        for s in samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    ]
+    if not found:
+        return None
+    assert len(found) == 1, (name, labels, found)
+    return found[0]
+
+
+def ollama_embedder(host: str, model: str = "standin-embed", **kwargs: object) -> OllamaEmbedder:
+    """An OllamaEmbedder with test-sized timeouts and a back-off long enough to measure."""
+    breaker = kwargs.pop("breaker", None) or CircuitBreaker(base_backoff_s=0.2, max_backoff_s=0.4)
+    return OllamaEmbedder(
+        model,
+        host=host,
+        timeout_s=float(kwargs.pop("timeout_s", 2.0)),  # type: ignore[arg-type]
+        health_timeout_s=float(kwargs.pop("health_timeout_s", 1.0)),  # type: ignore[arg-type]
+        health_ttl_s=float(kwargs.pop("health_ttl_s", 60.0)),  # type: ignore[arg-type]
+        breaker=breaker,  # type: ignore[arg-type]
+    )

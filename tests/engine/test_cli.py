@@ -1,0 +1,405 @@
+"""The ``tandem`` command line, run as the installed console script on real engine dirs.
+
+Most corpora here are keyword-only (``--no-vectors``) to keep each subprocess fast; one
+test creates a corpus with the real default model. The JSON Lines loader and the per-line
+rejection logic are also tested in process, including a property test over arbitrary lines.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from engine import Corpus, CorpusConfig, Document, SearchEngine
+from engine.limits import MAX_TITLE_CHARS
+from engine.surfaces.bulk import add_all
+from engine.surfaces.loaders import DocumentFile, Loaded, Rejected, document_from_json
+
+TANDEM = shutil.which("tandem")
+
+DOCS: list[dict[str, Any]] = [
+    {
+        "id": "reset",
+        "title": "Reset your password",
+        "text": "To reset your password open Settings, choose Security and follow the link.",
+        "url": "/help/reset",
+    },
+    {
+        "id": "billing",
+        "title": "Billing and invoices",
+        "text": "Invoices are sent monthly. Update your credit card under Billing.",
+        "url": "/help/billing",
+    },
+    {
+        "id": "export",
+        "title": "Export your data",
+        "text": "Export every project as a zip archive from the Data page.",
+        "url": "/help/export",
+    },
+    {
+        "id": "staff-only",
+        "title": "Internal password policy",
+        "text": "Staff rotate the vault password every quarter.",
+        "access_groups": ["staff"],
+    },
+]
+
+
+def tandem(
+    *args: str, home: Path | None = None, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """Run the installed ``tandem`` command; ``home`` is passed with ``--path``."""
+    if TANDEM is None:
+        pytest.fail("the tandem console script is not installed (pip install -e .)")
+    full_env = {k: v for k, v in os.environ.items() if k != "TANDEM_HOME"}
+    full_env.update(env or {})
+    argv = [TANDEM, *args, *(["--path", str(home)] if home is not None else [])]
+    return subprocess.run(argv, capture_output=True, text=True, env=full_env, timeout=timeout)
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+def one_line_error(result: subprocess.CompletedProcess[str], code: int = 1) -> str:
+    """The command failed with ``code``, one line on stderr, no traceback."""
+    assert result.returncode == code, f"exit {result.returncode}: {result.stderr}"
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("tandem: error: ")
+    return lines[0]
+
+
+def write_jsonl(path: Path, rows: Sequence[object], *, extra_lines: Sequence[str] = ()) -> Path:
+    lines = [json.dumps(r) for r in rows]
+    path.write_text("\n".join([*lines, *extra_lines]) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An engine dir holding keyword corpus ``help`` with DOCS (read-only for the tests)."""
+    home = tmp_path_factory.mktemp("cli") / "engine"
+    ok(tandem("create", "help", "--no-vectors", home=home))
+    source = write_jsonl(home.parent / "docs.jsonl", DOCS)
+    ok(tandem("add", "help", str(source), home=home))
+    return home
+
+
+# -- create / add ---------------------------------------------------------------------------
+
+
+def test_add_rejects_bad_lines_one_by_one_and_keeps_the_rest(tmp_path: Path) -> None:
+    home = tmp_path / "engine"
+    ok(tandem("create", "kb", "--no-vectors", home=home))
+    source = write_jsonl(
+        tmp_path / "mixed.jsonl",
+        [
+            DOCS[0],
+            {"id": "../../etc/passwd", "text": "x"},  # line 2: id grammar (loader)
+            {"id": "long", "title": "t" * (MAX_TITLE_CHARS + 1)},  # line 3: cap (engine)
+            DOCS[1],
+            {"id": "n", "language_id": "en"},  # line 5: type
+        ],
+        extra_lines=["{not json", "", "[1, 2]", json.dumps(DOCS[2])],  # 6, (7 blank), 8, 9
+    )
+    result = ok(tandem("add", "kb", str(source), home=home))
+    assert "added 3, updated 0, degraded 0, rejected 5" in result.stdout
+    reasons = [line for line in result.stderr.splitlines() if "rejected:" in line]
+    by_line = {r.split(":")[0]: r for r in reasons}
+    assert list(by_line) == ["line 2", "line 3", "line 5", "line 6", "line 8"]
+    assert "id must be" in by_line["line 2"]
+    assert "title" in by_line["line 3"] and str(MAX_TITLE_CHARS) in by_line["line 3"]
+    assert "language_id" in by_line["line 5"]
+    assert "expected a JSON object" in by_line["line 8"]
+    assert "not valid JSON" in by_line["line 6"]
+    stats = json.loads(ok(tandem("stats", "kb", "--json", home=home)).stdout)
+    assert stats["documents"] == 3
+
+    again = ok(tandem("add", "kb", str(write_jsonl(tmp_path / "a.jsonl", DOCS[:2])), home=home))
+    assert "added 0, updated 2, degraded 0, rejected 0" in again.stdout
+
+
+def test_add_reads_a_gzipped_beir_corpus_and_counts_updates(tmp_path: Path) -> None:
+    home = tmp_path / "engine"
+    ok(tandem("create", "beir", "--no-vectors", home=home))
+    rows = [
+        {"_id": "d1", "title": "Aspirin", "text": "Aspirin reduces fever.", "metadata": {}},
+        {"_id": 17, "title": "", "text": "Numeric ids are read as strings."},
+    ]
+    corpus_gz = tmp_path / "corpus.jsonl.gz"
+    corpus_gz.write_bytes(gzip.compress("\n".join(json.dumps(r) for r in rows).encode()))
+    assert "added 2," in ok(tandem("add", "beir", str(corpus_gz), home=home)).stdout
+
+    changed = [{**rows[0], "text": "Aspirin reduces fever and pain."}]
+    result = ok(tandem("add", "beir", str(write_jsonl(tmp_path / "u.jsonl", changed)), home=home))
+    assert "added 0, updated 1, degraded 0" in result.stdout
+    fetched = json.loads(ok(tandem("fetch", "beir", "17", "--json", home=home)).stdout)
+    assert fetched["text"] == "Numeric ids are read as strings."
+
+
+def test_create_reports_usage_and_runtime_errors(tmp_path: Path) -> None:
+    home = tmp_path / "engine"
+    both = tandem("create", "x", "--no-vectors", "--embedder", "m", home=home)
+    assert both.returncode == 2 and "Traceback" not in both.stderr
+    assert tandem("create", "Bad/Name", "--no-vectors", home=home).returncode == 2
+    ok(tandem("create", "kb", "--no-vectors", home=home))
+    assert "already exists" in one_line_error(tandem("create", "kb", "--no-vectors", home=home))
+    assert "no such file" in one_line_error(tandem("add", "kb", str(tmp_path / "nope"), home=home))
+    assert tandem("frobnicate", home=home).returncode == 2
+
+
+def test_ollama_corpus_with_the_provider_down_stores_documents_degraded(tmp_path: Path) -> None:
+    home = tmp_path / "engine"
+    # Port 9 (discard) on loopback: connection refused at once, no Ollama involved.
+    created = ok(tandem("create", "oll", "--ollama", "127.0.0.1:9/nomic-embed-text", home=home))
+    assert "ollama:nomic-embed-text" in created.stdout
+    result = ok(tandem("add", "oll", str(write_jsonl(tmp_path / "d.jsonl", DOCS[:2])), home=home))
+    assert "added 2, updated 0, degraded 2, rejected 0" in result.stdout
+    assert "tandem repair oll" in result.stderr
+    stats = json.loads(ok(tandem("stats", "oll", "--json", home=home)).stdout)
+    assert stats["degraded"] == 2 and stats["embedder_up"] is False
+    hits = json.loads(ok(tandem("search", "oll", "password", "--json", home=home)).stdout)
+    assert [h["source_id"] for h in hits["passages"]] == ["reset"]  # keyword answers
+    repaired = ok(tandem("repair", "oll", home=home))
+    assert "re-embedded 0 documents; 2 still degraded" in repaired.stdout
+
+
+# -- reading --------------------------------------------------------------------------------
+
+
+def test_search_prints_a_table_and_json_without_any_mode(built: Path) -> None:
+    table = ok(tandem("search", "help", "password", home=built)).stdout
+    assert "Reset your password" in table and "/help/reset" in table and "reset" in table
+    assert "Internal password policy" not in table  # public only
+
+    data = json.loads(ok(tandem("search", "help", "password", "--json", home=built)).stdout)
+    passages = data["passages"]
+    assert [p["source_id"] for p in passages] == ["reset"]
+    assert set(passages[0]) == {
+        "rank", "source_id", "title", "url", "excerpt", "language_id", "score", "ranks",
+    }  # fmt: skip
+    assert "mode" not in json.dumps(data) and "fallback" not in json.dumps(data)
+
+    empty = ok(tandem("search", "help", "zebra", home=built))
+    assert "no results" in empty.stdout
+    bad_k = tandem("search", "help", "password", "--top-k", "0", home=built)
+    assert bad_k.returncode == 2
+
+
+def test_search_top_k_and_language(built: Path) -> None:
+    top1 = json.loads(ok(tandem("search", "help", "your", "-k", "1", "--json", home=built)).stdout)
+    assert len(top1["passages"]) == 1
+    other = tandem("search", "help", "password", "--language", "7", "--json", home=built)
+    assert json.loads(ok(other).stdout)["passages"] == []
+
+
+def test_fetch_prints_the_source_and_refuses_private_or_malformed_ids(built: Path) -> None:
+    text = ok(tandem("fetch", "help", "export", home=built)).stdout
+    assert text.splitlines()[:2] == ["Export your data", "/help/export"]
+    assert "zip archive" in text
+    data = json.loads(ok(tandem("fetch", "help", "export", "--json", home=built)).stdout)
+    assert data["truncated"] is False and data["source_id"] == "export"
+
+    assert "not found" in one_line_error(tandem("fetch", "help", "staff-only", home=built))
+    assert "not found" in one_line_error(tandem("fetch", "help", "missing", home=built))
+    traversal = tandem("fetch", "help", "../../etc/passwd", home=built)
+    assert traversal.returncode == 2 and "Traceback" not in traversal.stderr
+
+
+def test_grep_regex_fixed_and_hostile_patterns(built: Path) -> None:
+    lines = ok(tandem("grep", "help", r"pass\w+", home=built)).stdout.splitlines()
+    assert lines and all(line.startswith("reset:") for line in lines)  # staff-only is private
+    fixed = json.loads(ok(tandem("grep", "help", "a zip", "--fixed", "--json", home=built)).stdout)
+    assert [m["source_id"] for m in fixed["matches"]] == ["export"]
+    assert ok(tandem("grep", "help", "(a+)+$", home=built)).stdout.strip() == ""
+    assert "regular expression" in one_line_error(tandem("grep", "help", "(", home=built))
+
+
+def test_stats_and_list(built: Path) -> None:
+    text = ok(tandem("stats", "help", home=built)).stdout
+    assert "documents" in text and "degraded" in text and "index_bytes" in text
+    data = json.loads(ok(tandem("stats", "help", "--json", home=built)).stdout)
+    assert data["documents"] == 4 and data["vectors_enabled"] is False
+    assert ok(tandem("list", home=built)).stdout.split() == ["help"]
+
+
+def test_ask_answers_or_says_it_is_unavailable(built: Path) -> None:
+    result = tandem("ask", "help", "how do I reset my password?", home=built)
+    if hasattr(Corpus, "ask"):  # natural-language questions are built: Ollama is absent here
+        one_line_error(result)
+    else:
+        assert "natural-language questions are not available" in one_line_error(result)
+
+
+def test_terminal_escapes_and_markup_in_documents_are_shown_inert(tmp_path: Path) -> None:
+    home = tmp_path / "engine"
+    ok(tandem("create", "kb", "--no-vectors", home=home))
+    doc = {"id": "evil", "title": "[bold red]x[/] \x1b]0;pwned\x07", "text": "beacon \x1b[2J"}
+    ok(tandem("add", "kb", str(write_jsonl(tmp_path / "e.jsonl", [doc])), home=home))
+    for args in (("search", "kb", "beacon"), ("fetch", "kb", "evil"), ("grep", "kb", "beacon")):
+        out = ok(tandem(*args, home=home)).stdout
+        assert "\x1b" not in out and "\x07" not in out
+        assert "beacon" in out
+    assert "[bold red]x[/]" in ok(tandem("search", "kb", "beacon", home=home)).stdout
+
+
+# -- where the engine lives -----------------------------------------------------------------
+
+
+def test_path_option_beats_tandem_home_and_missing_dirs_are_not_created(tmp_path: Path) -> None:
+    env_home, flag_home = tmp_path / "env", tmp_path / "flag"
+    ok(tandem("create", "envc", "--no-vectors", env={"TANDEM_HOME": str(env_home)}))
+    ok(tandem("create", "flagc", "--no-vectors", home=flag_home))
+    listed = ok(tandem("list", env={"TANDEM_HOME": str(env_home)})).stdout.split()
+    assert listed == ["envc"]
+    overridden = tandem("list", home=flag_home, env={"TANDEM_HOME": str(env_home)})
+    assert ok(overridden).stdout.split() == ["flagc"]
+    on_root = subprocess.run(
+        [str(TANDEM), "--path", str(flag_home), "list"], capture_output=True, text=True, timeout=60
+    )
+    assert ok(on_root).stdout.split() == ["flagc"]
+
+    ghost = tmp_path / "ghost"
+    assert "no Tandem engine" in one_line_error(tandem("search", "x", "query", home=ghost))
+    assert not ghost.exists()
+    assert "no corpus named" in one_line_error(tandem("search", "nope", "query", home=flag_home))
+
+
+def test_a_locked_engine_is_a_clear_error(tmp_path: Path) -> None:
+    home = tmp_path / "engine"
+    ok(tandem("create", "kb", "--no-vectors", home=home))
+    with SearchEngine(home):
+        message = one_line_error(tandem("search", "kb", "password", home=home))
+    assert "another SearchEngine" in message
+    ok(tandem("search", "kb", "password", home=home))
+
+
+# -- the real model, once -------------------------------------------------------------------
+
+
+def test_default_model_corpus_end_to_end(tmp_path: Path) -> None:
+    home = tmp_path / "engine"
+    assert "all-MiniLM-L6-v2" in ok(tandem("create", "sem", home=home)).stdout
+    result = ok(tandem("add", "sem", str(write_jsonl(tmp_path / "d.jsonl", DOCS)), home=home))
+    assert "added 4, updated 0, degraded 0, rejected 0" in result.stdout
+    # No shared keyword with the answer ("forgot my login" vs "reset your password").
+    found = json.loads(ok(tandem("search", "sem", "forgot my login", "--json", home=home)).stdout)
+    assert found["passages"][0]["source_id"] == "reset"
+    stats = json.loads(ok(tandem("stats", "sem", "--json", home=home)).stdout)
+    assert stats["vectors"] == 3  # the three public documents... or all four, see below
+    assert stats["degraded"] == 0
+
+
+# -- serve-metrics (needs SearchEngine.serve_metrics) ---------------------------------------
+
+
+@pytest.fixture
+def metrics_process(built: Path) -> Iterator[subprocess.Popen[str]]:
+    assert TANDEM is not None
+    proc = subprocess.Popen(
+        [TANDEM, "serve-metrics", "--port", "0", "--path", str(built)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+
+
+def test_serve_metrics_serves_until_sigterm(metrics_process: subprocess.Popen[str]) -> None:
+    if not hasattr(SearchEngine, "serve_metrics"):
+        _, err = metrics_process.communicate(timeout=60)
+        assert metrics_process.returncode == 1
+        assert "metrics endpoint is not available" in err and "Traceback" not in err
+        return
+    assert metrics_process.stdout is not None
+    line = metrics_process.stdout.readline()
+    assert line.startswith("serving metrics at http://127.0.0.1:"), line
+    url = line.split(" at ", 1)[1].strip()
+    body = httpx.get(url, timeout=10).text
+    assert 'documents_degraded{corpus="help"}' in body.replace("tandem_", "")
+    metrics_process.send_signal(signal.SIGTERM)
+    assert metrics_process.wait(timeout=30) == 0
+
+
+# -- the loader and per-line rejection, in process ------------------------------------------
+
+
+def test_document_from_json_maps_fields_and_names_the_problem() -> None:
+    doc = document_from_json(
+        {"_id": "a1", "title": None, "text": "t", "language_id": 3, "access_groups": ["g"]}
+    )
+    assert doc == Document(id="a1", text="t", language_id=3, access_groups=frozenset({"g"}))
+    for value, reason in [
+        ({"title": "no id"}, "missing id"),
+        ({"id": "a", "_id": "b"}, "differ"),
+        ({"id": True}, "id must be a string"),
+        ({"id": "a", "text": ["x"]}, "text must be a string"),
+        ({"id": "a", "language_id": 1.5}, "language_id"),
+        ({"id": "a", "access_groups": "staff"}, "access_groups"),
+        ("just a string", "expected a JSON object"),
+    ]:
+        with pytest.raises(ValueError, match=reason):
+            document_from_json(value)
+
+
+def test_bulk_add_bisects_a_refused_batch_down_to_the_bad_documents(tmp_path: Path) -> None:
+    lines: list[Loaded | Rejected] = [
+        Loaded(i + 1, Document(id=f"d{i}", title="ok", text=f"document number {i}"))
+        for i in range(40)
+    ]
+    too_long = "x" * (MAX_TITLE_CHARS + 1)
+    for bad in (3, 17, 18, 39):
+        lines[bad] = Loaded(bad + 1, Document(id=f"d{bad}", title=too_long))
+    lines.insert(5, Rejected(99, "from the loader"))
+    with SearchEngine(tmp_path / "engine") as engine:
+        corpus = engine.create_corpus(CorpusConfig(name="kb", embedder=None))
+        report = add_all(corpus, lines, batch_size=16)
+        assert report.added == 36 and len(corpus) == 36
+        assert [r.line for r in report.rejected] == [4, 18, 19, 40, 99]
+        assert all("title" in r.reason for r in report.rejected[:4])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.lists(
+        st.one_of(
+            st.text(max_size=40).filter(lambda s: "\n" not in s and "\r" not in s),
+            st.builds(
+                lambda i, t: json.dumps({"id": i, "text": t}),
+                st.text(max_size=12),
+                st.text(max_size=20),
+            ),
+            st.binary(max_size=20).filter(lambda b: b"\n" not in b).map(lambda b: b.hex()),
+        ),
+        max_size=25,
+    )
+)
+def test_every_non_blank_line_gets_exactly_one_verdict(tmp_path: Path, lines: list[str]) -> None:
+    path = tmp_path / "any.jsonl"
+    path.write_bytes(("\n".join(lines) + "\n").encode("utf-8", "surrogatepass"))
+    verdicts = list(DocumentFile(path))
+    expected = [n for n, line in enumerate(lines, 1) if line.strip()]
+    assert [v.line for v in verdicts] == expected
+    for verdict in verdicts:
+        if isinstance(verdict, Rejected):
+            assert verdict.reason
