@@ -128,7 +128,7 @@ def _instrument(embedder_cls: type | None) -> None:
     TantivyIndex.delete = _announce("tantivy", TantivyIndex.delete)  # type: ignore[method-assign]
     FaissIndex.save = _announce("faiss-save", FaissIndex.save)  # type: ignore[method-assign]
     if embedder_cls is not None:
-        embedder_cls.embed = _announce("embed", embedder_cls.embed)
+        embedder_cls.embed = _announce("embed", embedder_cls.embed)  # type: ignore[attr-defined]
 
 
 class _SlowFake(WordHashEmbedder):
@@ -148,7 +148,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--flush-every", type=int, default=3)
     args = parser.parse_args(argv)
 
-    from engine import CorpusConfig, CorpusNotFound, Document, SearchEngine
+    from engine import (
+        CorpusConfig,
+        CorpusNotFound,
+        Document,
+        SearchEngine,
+        SentenceTransformerEmbedding,
+    )
 
     poison = args.kind == "hybrid"
     factory = None
@@ -168,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         corpus = engine.corpus(CORPUS)
     except CorpusNotFound:
-        embedder = None if args.kind == "keyword" else "all-MiniLM-L6-v2"
+        embedder = None if args.kind == "keyword" else SentenceTransformerEmbedding()
         corpus = engine.create_corpus(CorpusConfig(name=CORPUS, embedder=embedder))
     _say("READY")
     for b in range(args.start, args.end):

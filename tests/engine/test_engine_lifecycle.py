@@ -1,0 +1,96 @@
+"""SearchEngine: create, list, reopen, drop, directory lock, name grammar."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from engine import (
+    CorpusConfig,
+    CorpusExists,
+    CorpusNotFound,
+    Document,
+    EngineLocked,
+    InvalidArgument,
+    OllamaEmbedding,
+    SearchEngine,
+    SentenceTransformerEmbedding,
+)
+
+
+def test_create_list_reopen_drop(tmp_path: Path) -> None:
+    with SearchEngine(tmp_path) as eng:
+        corpus = eng.create_corpus(CorpusConfig(name="kw", embedder=None))
+        corpus.add([Document(id="d1", title="Tandem bicycles", text="Two riders, one frame.")])
+        assert eng.corpus("kw") is corpus
+        with pytest.raises(CorpusExists):
+            eng.create_corpus(CorpusConfig(name="kw", embedder=None))
+    with SearchEngine(tmp_path) as eng:
+        assert eng.list_corpora() == ["kw"]
+        assert eng.corpus("kw").config.embedder is None
+        assert eng.corpus("kw").search("bicycles")[0].source_id == "d1"
+        eng.drop_corpus("kw")
+        assert eng.list_corpora() == []
+        with pytest.raises(CorpusNotFound):
+            eng.corpus("kw")
+        with pytest.raises(CorpusNotFound):
+            eng.drop_corpus("kw")
+
+
+@pytest.mark.parametrize("name", ["../evil", "a/b", "..", ".hidden", "UPPER", "", "x" * 65, "a b"])
+def test_corpus_names_cannot_escape_the_root(tmp_path: Path, name: str) -> None:
+    with SearchEngine(tmp_path / "root") as eng:
+        with pytest.raises((InvalidArgument, CorpusNotFound)):
+            eng.corpus(name)
+        with pytest.raises(ValidationError):
+            CorpusConfig(name=name)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["root"]
+
+
+def test_a_second_process_gets_a_clear_error(tmp_path: Path) -> None:
+    with SearchEngine(tmp_path):
+        code = (
+            "import sys\n"
+            "from engine import SearchEngine, EngineLocked\n"
+            "try:\n"
+            f"    SearchEngine({str(tmp_path)!r})\n"
+            "except EngineLocked:\n"
+            "    sys.exit(3)\n"
+        )
+        done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2],
+                              timeout=120, check=False)
+        assert done.returncode == 3
+        with pytest.raises(EngineLocked):
+            SearchEngine(tmp_path)  # a second engine in this process too
+    SearchEngine(tmp_path).close()  # released on close
+
+
+def test_config_is_frozen_and_strict() -> None:
+    config = CorpusConfig(name="docs", embedder="all-MiniLM-L6-v2")
+    assert config.embedder == SentenceTransformerEmbedding(model="all-MiniLM-L6-v2")
+    assert CorpusConfig(name="docs").embedder == SentenceTransformerEmbedding()
+    with pytest.raises(ValidationError):
+        config.rrf_k = 1  # type: ignore[misc]
+    with pytest.raises(ValidationError):
+        CorpusConfig(name="docs", mode="hybrid")  # type: ignore[call-arg]
+    with pytest.raises(ValidationError):
+        CorpusConfig(name="docs", rrf_k=0)
+    with pytest.raises(ValidationError):
+        CorpusConfig(name="docs", weights={"sparse": -1})
+    with pytest.raises(ValidationError, match="unknown analyzer"):
+        CorpusConfig(name="docs", languages={1: "klingon"})
+    ollama = CorpusConfig(name="docs", embedder=OllamaEmbedding(model="nomic-embed-text"))
+    again = CorpusConfig.model_validate_json(ollama.model_dump_json())
+    assert again == ollama
+
+
+def test_closed_engine_refuses_work(tmp_path: Path) -> None:
+    eng = SearchEngine(tmp_path)
+    eng.close()
+    eng.close()  # idempotent
+    with pytest.raises(InvalidArgument):
+        eng.list_corpora()
