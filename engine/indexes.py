@@ -103,7 +103,8 @@ class DerivedIndexes:
 
     def _open_tantivy(self) -> None:
         marker = _read_marker(self._tantivy_marker)
-        if marker < 0 or not self.tantivy.is_available():
+        existed = (self.tantivy.path / "meta.json").is_file()
+        if marker < 0 or not existed or not self.tantivy.is_available():
             self._rebuild_tantivy()
             return
         seq = self._store.seq
@@ -113,6 +114,11 @@ class DerivedIndexes:
             except SparseError:
                 logger.warning("tantivy catch-up failed; rebuilding from the store")
                 self._rebuild_tantivy()
+                return
+        if self.tantivy.doc_count() != self._store.count():
+            logger.warning("keyword index disagrees with the store; rebuilding it")
+            self._rebuild_tantivy()
+            return
         _write_marker(self._tantivy_marker, seq)
 
     def _catch_up_tantivy(self, since: int) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import urllib.error
 import urllib.request
 from collections import Counter
 from collections.abc import Sequence
@@ -90,7 +91,7 @@ class Sample:
 def fetch(url: str, timeout: float = 10.0) -> tuple[int, str, str]:
     """(status, content type, body) of a GET; HTTP errors are returned, not raised."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310
+        with urllib.request.urlopen(url, timeout=timeout) as response:
             return response.status, response.headers["Content-Type"], response.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.headers.get("Content-Type", ""), exc.read().decode()

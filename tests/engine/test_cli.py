@@ -300,9 +300,9 @@ def test_default_model_corpus_end_to_end(tmp_path: Path) -> None:
     # No shared keyword with the answer ("forgot my login" vs "reset your password").
     found = json.loads(ok(tandem("search", "sem", "forgot my login", "--json", home=home)).stdout)
     assert found["passages"][0]["source_id"] == "reset"
+    assert found["passages"][0]["ranks"]["dense"] == 1  # the dense arm found it
     stats = json.loads(ok(tandem("stats", "sem", "--json", home=home)).stdout)
-    assert stats["vectors"] == 3  # the three public documents... or all four, see below
-    assert stats["degraded"] == 0
+    assert stats["vectors"] == 4 and stats["degraded"] == 0 and stats["embedder_up"] is True
 
 
 # -- serve-metrics (needs SearchEngine.serve_metrics) ---------------------------------------
