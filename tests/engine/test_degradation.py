@@ -32,6 +32,10 @@ from tests.engine.metrics_support import (
 DEGRADED = "tandem_documents_degraded"
 
 
+def _spec(model: str) -> SentenceTransformerEmbedding:
+    return SentenceTransformerEmbedding(model=model)
+
+
 class Rig:
     """An engine over ``path`` whose every spec maps to one RecordingEmbedder per model."""
 
@@ -61,7 +65,7 @@ def embedder() -> RecordingEmbedder:
 @pytest.fixture
 def rig(tmp_path: Path, embedder: RecordingEmbedder) -> Iterator[Rig]:
     r = Rig(tmp_path / "engine", {"model-a": embedder})
-    r.engine.create_corpus(CorpusConfig(name="docs", embedder="model-a"))
+    r.engine.create_corpus(CorpusConfig(name="docs", embedder=_spec("model-a")))
     yield r
     r.close()
 
@@ -199,7 +203,7 @@ def test_deleting_degraded_documents_lowers_the_gauge(
 def test_gauge_is_exact_after_a_restart_mid_degradation(tmp_path: Path) -> None:
     embedder = RecordingEmbedder(name="model-a")
     first = Rig(tmp_path / "engine", {"model-a": embedder})
-    corpus = first.engine.create_corpus(CorpusConfig(name="docs", embedder="model-a"))
+    corpus = first.engine.create_corpus(CorpusConfig(name="docs", embedder=_spec("model-a")))
     corpus.add(docs(4, "ok"))
     embedder.down = True
     corpus.add(docs(6, "late"))
@@ -274,7 +278,7 @@ def test_switch_embedder_re_embeds_everything_answering_from_keywords_meanwhile(
     a = RecordingEmbedder(dimension=16, name="model-a")
     b = RecordingEmbedder(dimension=24, name="model-b")
     rig = Rig(tmp_path / "engine", {"model-a": a, "model-b": b})
-    corpus = rig.engine.create_corpus(CorpusConfig(name="docs", embedder="model-a"))
+    corpus = rig.engine.create_corpus(CorpusConfig(name="docs", embedder=_spec("model-a")))
     originals = docs(7)
     corpus.add(originals)
     progress: list[tuple[int, int]] = []
@@ -324,7 +328,7 @@ def test_switch_with_the_new_provider_down_leaves_documents_degraded_until_repai
     b.down = True
     rig = Rig(tmp_path / "engine", {"model-a": a, "model-b": b})
     try:
-        corpus = rig.engine.create_corpus(CorpusConfig(name="docs", embedder="model-a"))
+        corpus = rig.engine.create_corpus(CorpusConfig(name="docs", embedder=_spec("model-a")))
         corpus.add(docs(5))
         assert rig.engine.switch_embedder("docs", "model-b") == 0
         assert rig.gauge() == 5
@@ -345,7 +349,7 @@ def test_a_provider_that_changed_dimension_across_a_restart_degrades_instead_of_
     tmp_path: Path,
 ) -> None:
     first = Rig(tmp_path / "engine", {"model-a": RecordingEmbedder(dimension=16, name="model-a")})
-    first.engine.create_corpus(CorpusConfig(name="docs", embedder="model-a")).add(docs(3))
+    first.engine.create_corpus(CorpusConfig(name="docs", embedder=_spec("model-a"))).add(docs(3))
     first.close()
     wider = RecordingEmbedder(dimension=20, name="model-a")  # same name, new dimension
     second = Rig(tmp_path / "engine", {"model-a": wider})
