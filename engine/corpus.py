@@ -13,7 +13,15 @@ from tqdm import tqdm
 from dense import Embedder
 from engine.config import CorpusConfig
 from engine.dimension_guard import DimensionGuard
-from engine.documents import AddResult, Document, GrepMatch, Passage, SourceText, validate_document
+from engine.documents import (
+    AddResult,
+    Document,
+    GrepMatch,
+    Passage,
+    SourceText,
+    is_utf8_encodable,
+    validate_document,
+)
 from engine.errors import InvalidArgument
 from engine.fallback import DatabaseLikeBackend
 from engine.indexes import DerivedIndexes
@@ -191,8 +199,12 @@ class Corpus:
         if len(wanted) > MAX_BATCH_SIZE:
             raise InvalidArgument(f"{len(wanted)} ids in one delete; the cap is {MAX_BATCH_SIZE}")
         for sid in wanted:
-            if not isinstance(sid, str) or len(sid) > MAX_SOURCE_ID_CHARS:
-                raise InvalidArgument("ids must be strings of at most 256 characters")
+            if (
+                not isinstance(sid, str)
+                or len(sid) > MAX_SOURCE_ID_CHARS
+                or not is_utf8_encodable(sid)
+            ):
+                raise InvalidArgument("ids must be UTF-8 strings of at most 256 characters")
         with self._write_lock:
             self._visibility.invalidate()
             deleted = self._store.delete(wanted)

@@ -95,6 +95,15 @@ class AddResult:
     degraded: int
 
 
+def is_utf8_encodable(value: str) -> bool:
+    """False for strings with lone surrogates (``"\\ud800"``): SQLite cannot store them."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _has_control_chars(value: str) -> bool:
     return any(ord(ch) < 32 and ch not in "\t\n\r" for ch in value)
 
@@ -122,6 +131,8 @@ def validate_document(doc: object) -> Document:
             )
         if "\x00" in value:
             raise InvalidArgument(f"document {doc.id}: {name} contains a NUL character")
+        if not is_utf8_encodable(value):
+            raise InvalidArgument(f"document {doc.id}: {name} contains a lone surrogate")
     if _has_control_chars(doc.url):
         raise InvalidArgument(f"document {doc.id}: url contains control characters")
     if (
