@@ -116,8 +116,8 @@ def _size(n: int) -> str:
 def bulk_summary(report: BulkReport, *, show_rejections: int = 20) -> tuple[str, str]:
     """(summary for stdout, rejection reasons for stderr)."""
     summary = (
-        f"added {report.added}, updated {report.updated}, unchanged {report.unchanged}, "
-        f"degraded {report.degraded}, rejected {len(report.rejected)}"
+        f"added {report.added}, updated {report.updated}, degraded {report.degraded}, "
+        f"rejected {len(report.rejected)}"
     )
     reasons = [
         f"line {r.line}: rejected: {safe(r.reason, one_line=True)}"

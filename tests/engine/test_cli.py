@@ -137,7 +137,7 @@ def test_add_rejects_bad_lines_one_by_one_and_keeps_the_rest(tmp_path: Path) -> 
 def test_add_reads_a_gzipped_beir_corpus_and_counts_updates(tmp_path: Path) -> None:
     home = tmp_path / "engine"
     ok(tandem("create", "beir", "--no-vectors", home=home))
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"_id": "d1", "title": "Aspirin", "text": "Aspirin reduces fever.", "metadata": {}},
         {"_id": 17, "title": "", "text": "Numeric ids are read as strings."},
     ]
@@ -379,7 +379,9 @@ def test_bulk_add_bisects_a_refused_batch_down_to_the_bad_documents(tmp_path: Pa
         assert all("title" in r.reason for r in report.rejected[:4])
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     st.lists(
         st.one_of(
