@@ -155,9 +155,13 @@ class DerivedIndexes:
         seq = self._store.seq
         self.faiss = index
         if marker < seq:
-            if index is None:
-                self.faiss = None
             self._catch_up_faiss(marker)
+            self.save_vectors(seq)
+        held = 0 if self.faiss is None else len(self.faiss)
+        if held != self._store.count_with_vectors():
+            logger.warning("vector index disagrees with the store; rebuilding it")
+            self.faiss = None
+            self._catch_up_faiss(-1)
             self.save_vectors(seq)
 
     def _catch_up_faiss(self, since: int) -> None:

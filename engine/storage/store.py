@@ -345,6 +345,12 @@ class DocumentStore:
             .fetchone()[0]
         )
 
+    def count_with_vectors(self) -> int:
+        row = self._reader().execute(
+            "SELECT COUNT(*) FROM documents WHERE embedding IS NOT NULL"
+        ).fetchone()
+        return int(row[0])
+
     def count_non_public(self) -> int:
         return int(
             self._reader()
