@@ -19,7 +19,7 @@ from engine.config import CorpusConfig
 from engine.documents import ArmRanks, Passage
 from engine.excerpts import make_excerpt, query_terms
 from engine.indexes import DerivedIndexes
-from engine.limits import MAX_OFFSET, MAX_TOP_K
+from engine.limits import MAX_LANGUAGE_ID, MAX_OFFSET, MAX_TOP_K
 from engine.metrics import Arm, EngineMetrics, FallbackReason, Strategy
 from engine.router import resolve_strategy
 from engine.storage import DocumentStore
@@ -100,6 +100,8 @@ class Searcher:
         k = clamp_int(top_k, 1, MAX_TOP_K, 10)
         skip = clamp_int(offset, 0, MAX_OFFSET, 0)
         language = clamp_language(language_id)
+        if language is not None and language > MAX_LANGUAGE_ID:
+            return []  # no document has such a language (and SQLite ints stop at 2**63)
         need = skip + k
         strategy = resolve_strategy(p.corpus, p.embedder, p.metrics)
         if strategy is Strategy.KEYWORD and p.embedder is not None:
