@@ -1,0 +1,38 @@
+"""Docs that run: every ```python block in the README executes as written."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).parents[1] / "README.md"
+BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+
+
+def test_readme_has_examples() -> None:
+    assert BLOCKS
+
+
+@pytest.mark.parametrize("block", range(len(BLOCKS)))
+def test_readme_block_runs(block: int, tmp_path: Path) -> None:
+    cwd = Path.cwd()
+    os.chdir(tmp_path)  # the examples write ./tandem-data
+    try:
+        exec(compile(BLOCKS[block], f"README.md block {block}", "exec"), {})  # noqa: S102
+    finally:
+        os.chdir(cwd)
+
+
+def test_readme_opens_with_the_two_commands() -> None:
+    text = README.read_text(encoding="utf-8")
+    first = re.search(r"```bash\n(.*?)```", text, flags=re.S)
+    assert first is not None
+    lines = [ln for ln in first.group(1).splitlines() if ln.strip()]
+    assert len(lines) == 2
+    assert "python -m bench" in lines[0]
+    ci = (README.parent / ".ci" / "run").read_text(encoding="utf-8")
+    test_command = lines[1].split("#")[0].strip()
+    assert test_command in ci
