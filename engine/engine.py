@@ -144,6 +144,7 @@ class SearchEngine:
     def _open(self, config: CorpusConfig, directory: Path) -> Corpus:
         embedder = None if config.embedder is None else self._embedders.get(config.embedder)
         corpus = Corpus(directory, config, embedder, self.metrics)
+        self.metrics.track(config.name, vectors=embedder is not None)
         self._corpora[config.name] = corpus
         return corpus
 

@@ -191,6 +191,16 @@ class EngineMetrics:
         """Stop the refresher thread (scrapes after this report the last values set)."""
         self._state.close()
 
+    def track(self, corpus: str, *, vectors: bool) -> None:
+        """Create a corpus's counter series at 0, so rates and alerts work from the start."""
+        for strategy in Strategy:
+            self.searches.labels(corpus, strategy.value)
+        self.sparse_arm_empty.labels(corpus)
+        if vectors:
+            for reason in FallbackReason:
+                self.fallbacks.labels(corpus, reason.value)
+            self.repaired.labels(corpus)
+
     def forget(self, corpus: str) -> None:
         """Drop every series of a dropped corpus."""
         for metric in (
