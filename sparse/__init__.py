@@ -14,12 +14,16 @@ from sparse.contracts import (
     MIN_QUERY_LENGTH,
     AccessContext,
     EvidenceSource,
+    FieldFilter,
+    FieldKind,
     KeywordHit,
     KeywordSearch,
+    RangeFilter,
     RetrievalQuery,
     RetrievalResult,
     SearchBackend,
     SparseDocument,
+    TermsFilter,
 )
 from sparse.errors import SparseError, SparseIndexCorruptError, SparseIndexLockedError
 from sparse.facade import KeywordSearchFacade
@@ -35,10 +39,13 @@ __all__ = [
     "AccessContext",
     "Analyzer",
     "EvidenceSource",
+    "FieldFilter",
+    "FieldKind",
     "KeywordHit",
     "KeywordSearch",
     "KeywordSearchFacade",
     "LanguageAnalyzers",
+    "RangeFilter",
     "RetrievalQuery",
     "RetrievalResult",
     "RetrievalService",
@@ -49,4 +56,5 @@ __all__ = [
     "SparseIndexLockedError",
     "TantivyBackend",
     "TantivyIndex",
+    "TermsFilter",
 ]

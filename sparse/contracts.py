@@ -7,8 +7,10 @@ benchmark and users rely on these names and semantics. The internals behind the 
 
 from __future__ import annotations
 
+import enum
+import re
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeAlias, runtime_checkable
 
 MAX_QUERY_LENGTH = 1_000
 """Queries are trimmed and then truncated to this many characters (never rejected)."""
@@ -40,6 +42,86 @@ class KeywordHit:
     page_uid: int | None = None
 
 
+MAX_FIELD_NAME_LENGTH = 64
+"""A filterable field's name: 1-64 characters of ``a-z``, ``0-9`` and ``_``, a letter first."""
+
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+
+
+class FieldKind(enum.Enum):
+    """How a filterable field is indexed: exact strings, or 64-bit integers (ranges).
+
+    Dates are integers here (the owner of the documents picks the encoding, e.g. days
+    since 1970-01-01), so every range is an integer range.
+    """
+
+    KEYWORD = "keyword"
+    INTEGER = "integer"
+
+
+_FIELD_NAME = re.compile(rf"[a-z][a-z0-9_]{{0,{MAX_FIELD_NAME_LENGTH - 1}}}")
+
+
+def is_field_name(value: object) -> bool:
+    """True for a valid filterable-field name (see ``MAX_FIELD_NAME_LENGTH``)."""
+    return isinstance(value, str) and _FIELD_NAME.fullmatch(value) is not None
+
+
+def _is_int64(value: object) -> bool:
+    return (
+        isinstance(value, int) and not isinstance(value, bool) and _INT64_MIN <= value <= _INT64_MAX
+    )
+
+
+FieldScalar: TypeAlias = str | int
+"""One stored field value: a keyword string or a 64-bit integer."""
+
+
+@dataclass(frozen=True, slots=True)
+class TermsFilter:
+    """The document has ``field`` equal to one of ``values`` (all ``str`` or all ``int``).
+
+    Empty ``values`` match nothing. A multi-valued field matches when any value does.
+    """
+
+    field: str
+    values: tuple[FieldScalar, ...]
+
+    def __post_init__(self) -> None:
+        if not is_field_name(self.field):
+            raise ValueError(f"invalid field name {self.field!r}")
+        if not isinstance(self.values, tuple):
+            raise ValueError("TermsFilter.values must be a tuple")
+        if not (
+            all(isinstance(v, str) for v in self.values) or all(_is_int64(v) for v in self.values)
+        ):
+            raise ValueError(f"values of {self.field!r} must be all str or all 64-bit int")
+
+
+@dataclass(frozen=True, slots=True)
+class RangeFilter:
+    """The document has an integer ``field`` value in ``low..high`` (inclusive; ``None``:
+    unbounded on that side). ``low > high`` matches nothing."""
+
+    field: str
+    low: int | None = None
+    high: int | None = None
+
+    def __post_init__(self) -> None:
+        if not is_field_name(self.field):
+            raise ValueError(f"invalid field name {self.field!r}")
+        for bound in (self.low, self.high):
+            if bound is not None and not _is_int64(bound):
+                raise ValueError(f"range bounds of {self.field!r} must be 64-bit ints or None")
+        if self.low is None and self.high is None:
+            raise ValueError(f"a range on {self.field!r} needs at least one bound")
+
+
+FieldFilter: TypeAlias = TermsFilter | RangeFilter
+"""One condition of a filter; a query's filters are AND-ed."""
+
+
 @dataclass(frozen=True, slots=True)
 class SparseDocument:
     """A document as an index-backed backend ingests it.
@@ -55,6 +137,8 @@ class SparseDocument:
     language_id: int = 0
     public: bool = True
     page_uid: int | None = None
+    fields: tuple[tuple[str, FieldScalar], ...] = ()
+    """Filterable values as ``(field, value)`` pairs; a field may repeat (multi-valued)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,11 +159,16 @@ class AccessContext:
 
 @dataclass(frozen=True, slots=True)
 class RetrievalQuery:
-    """An already-clamped query as backends receive it."""
+    """An already-clamped query as backends receive it.
+
+    ``filters`` are AND-ed conditions on declared fields; a backend applies them inside
+    its search, before the top ``limit`` is cut (never by post-filtering).
+    """
 
     text: str
     limit: int
     language_id: int | None = None
+    filters: tuple[FieldFilter, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +220,8 @@ class SearchBackend(Protocol):
     ``priority`` orders the cascade (higher first). Priority 0 is reserved for the
     always-available database fallback; index-backed engines use priority > 0.
     ``search`` receives an already-clamped query, must honour ``access`` (public-only
-    today) and ``query.language_id``, and may raise: the cascade contains failures.
+    today), ``query.language_id`` and ``query.filters`` (inside the search, before the
+    top ``limit``), and may raise: the cascade contains failures.
     ``is_available`` is cheap and never raises.
     """
 

@@ -23,9 +23,12 @@ from sparse.clamp import clamp_language, clamp_limit, clamp_text
 from sparse.contracts import (
     AccessContext,
     EvidenceSource,
+    FieldFilter,
     KeywordHit,
+    RangeFilter,
     RetrievalQuery,
     SearchBackend,
+    TermsFilter,
 )
 
 logger = logging.getLogger(__name__)
@@ -66,14 +69,31 @@ class KeywordSearchFacade:
             logger.warning("keyword availability check failed (%s)", type(exc).__name__)
             return False
 
-    def search(self, query: str, limit: int, language_id: int | None = None) -> list[KeywordHit]:
-        """Best-first public hits for ``query``; ``[]`` on short queries or any failure."""
+    def search(
+        self,
+        query: str,
+        limit: int,
+        language_id: int | None = None,
+        *,
+        filters: Iterable[FieldFilter] = (),
+    ) -> list[KeywordHit]:
+        """Best-first public hits for ``query``; ``[]`` on short queries or any failure.
+
+        ``filters`` (keyword-only, an extension of the ``KeywordSearch`` contract): AND-ed
+        conditions on declared fields, applied inside the backend before the top ``limit``.
+        """
         try:
             text = clamp_text(query)
-            if text is None:
+            conditions = tuple(filters)
+            if text is None or not all(
+                isinstance(c, TermsFilter | RangeFilter) for c in conditions
+            ):
                 return []
             request = RetrievalQuery(
-                text=text, limit=clamp_limit(limit), language_id=clamp_language(language_id)
+                text=text,
+                limit=clamp_limit(limit),
+                language_id=clamp_language(language_id),
+                filters=conditions,
             )
             result = self._service.retrieve(request, AccessContext.public_only())
             return [_to_hit(source) for source in result.sources[: request.limit]]

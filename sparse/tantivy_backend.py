@@ -11,7 +11,10 @@ Filters run inside the tantivy query (never by post-filtering the top k): ``publ
 required (the index carries no access groups yet, so every ``AccessContext`` searches
 public documents only), and a ``language_id`` restricts both the field (that language's
 analyzer) and the documents. ``language_id=None`` searches every analyzer field that
-holds documents.
+holds documents. Each of ``query.filters`` is one more required, zero-scoring clause: a
+term-set query on a keyword field, a range query on an integer field; the index's
+declared fields must include every filtered field (``ValueError`` otherwise). Filters
+never change a hit's BM25 score, only which documents are eligible.
 """
 
 from __future__ import annotations
@@ -22,7 +25,15 @@ import string
 import tantivy
 
 from sparse.analyzers import Analyzer
-from sparse.contracts import AccessContext, EvidenceSource, RetrievalQuery
+from sparse.contracts import (
+    AccessContext,
+    EvidenceSource,
+    FieldFilter,
+    FieldKind,
+    RangeFilter,
+    RetrievalQuery,
+    TermsFilter,
+)
 from sparse.excerpt import make_excerpt
 from sparse.tantivy_index import (
     F_BODY,
@@ -34,6 +45,7 @@ from sparse.tantivy_index import (
     F_URL,
     IndexView,
     TantivyIndex,
+    field_name_for,
 )
 
 logger = logging.getLogger(__name__)
@@ -99,9 +111,37 @@ class TantivyBackend:
                     rarest.append((view.searcher.doc_freq(field, term), surface))
         if not clauses:
             return []
+        filters = [self._filter_query(view.schema, f) for f in query.filters]
+        if any(f is None for f in filters):
+            return []  # a condition nothing can satisfy
         rarest.sort(key=lambda pair: pair[0])
         excerpt_terms = list(dict.fromkeys(surface for _, surface in rarest))[:MAX_EXCERPT_TERMS]
-        return self._run(view, clauses, query.limit, language_id, excerpt_terms)
+        required = [f for f in filters if f is not None]
+        return self._run(view, clauses, query.limit, language_id, excerpt_terms, required)
+
+    def _filter_query(self, schema: tantivy.Schema, condition: FieldFilter) -> tantivy.Query | None:
+        """The tantivy clause for one filter condition; None when it matches nothing."""
+        kind = self._index.fields.get(condition.field)
+        name = field_name_for(condition.field)
+        if isinstance(condition, TermsFilter):
+            if not condition.values:
+                return None
+            wanted = (
+                FieldKind.KEYWORD if isinstance(condition.values[0], str) else FieldKind.INTEGER
+            )
+            if kind is not wanted:
+                raise ValueError(f"field {condition.field!r} is not a {wanted.value} field")
+            return tantivy.Query.term_set_query(schema, name, list(condition.values))
+        if isinstance(condition, RangeFilter):
+            if kind is not FieldKind.INTEGER:
+                raise ValueError(f"field {condition.field!r} is not an integer field")
+            low, high = condition.low, condition.high
+            if low is not None and high is not None and low > high:
+                return None
+            return tantivy.Query.range_query(
+                schema, name, tantivy.FieldType.Integer, low, high, True, True
+            )
+        raise ValueError(f"unknown filter {type(condition).__name__}")
 
     def _terms(self, analyzer: Analyzer, words: list[str]) -> dict[str, list[str]]:
         """Analyzed term -> the lowercase forms to look for in an excerpt (stem first)."""
@@ -126,6 +166,7 @@ class TantivyBackend:
         limit: int,
         language_id: int | None,
         excerpt_terms: list[str],
+        filters: list[tantivy.Query],
     ) -> list[EvidenceSource]:
         schema = view.schema
         must = [
@@ -135,6 +176,7 @@ class TantivyBackend:
         if language_id is not None:
             language = tantivy.Query.term_query(schema, F_LANGUAGE, language_id)
             must.append(tantivy.Query.const_score_query(language, 0.0))
+        must.extend(tantivy.Query.const_score_query(f, 0.0) for f in filters)
         query = tantivy.Query.boolean_query([(tantivy.Occur.Must, q) for q in must])
         searcher = view.searcher
         hits = searcher.search(query, limit, count=False).hits

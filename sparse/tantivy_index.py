@@ -12,9 +12,13 @@ Commit semantics - what is visible when:
   reloads the reader to pick up commits made by another process.
 
 Schema: ``source_id`` (raw term, for update/delete by id), stored-only ``title``,
-``body`` and ``url``, ``language_id``, ``public``, ``page_uid``, and one indexed-only text
+``body`` and ``url``, ``language_id``, ``public``, ``page_uid``, one indexed-only text
 field per ``Analyzer`` holding title + body: a document is analyzed by its language's
-analyzer only (see ``sparse.analyzers``). The index is derived data: a missing or corrupt
+analyzer only (see ``sparse.analyzers``), and one indexed-only field per declared
+filterable field (``field_name_for``): a raw-token text field for a keyword field, an
+integer field (indexed and fast, for range queries) for an integer field. Opening an
+index whose fields differ from the declared ones fails (``SparseIndexCorruptError``),
+and its owner rebuilds it. The index is derived data: a missing or corrupt
 directory raises ``SparseIndexCorruptError`` on write, and the owner rebuilds it with
 ``clear()`` followed by ``upsert``.
 """
@@ -33,7 +37,7 @@ from pathlib import Path
 import tantivy
 
 from sparse.analyzers import Analyzer, LanguageAnalyzers
-from sparse.contracts import SparseDocument
+from sparse.contracts import FieldKind, SparseDocument, is_field_name
 from sparse.errors import SparseError, SparseIndexCorruptError, SparseIndexLockedError
 
 logger = logging.getLogger(__name__)
@@ -50,10 +54,17 @@ F_LANGUAGE = "language_id"
 F_PUBLIC = "public"
 F_PAGE_UID = "page_uid"
 F_ANALYZER = "analyzer"
+_FIELD_PREFIX = "fld__"
 
 
-def build_schema() -> tantivy.Schema:
-    """The schema every Tandem tantivy index uses (one text field per analyzer)."""
+def field_name_for(name: str) -> str:
+    """The tantivy field that holds the values of the declared filterable field ``name``."""
+    return _FIELD_PREFIX + name
+
+
+def build_schema(fields: Mapping[str, FieldKind] | None = None) -> tantivy.Schema:
+    """The schema of a Tandem tantivy index: one text field per analyzer, one field per
+    declared filterable field (``fields``: name -> kind)."""
     builder = tantivy.SchemaBuilder()
     builder.add_text_field(F_ID, stored=True, tokenizer_name="raw", index_option="basic")
     builder.add_bytes_field(F_TITLE, stored=True)
@@ -67,6 +78,11 @@ def build_schema() -> tantivy.Schema:
         builder.add_text_field(
             analyzer.field_name, tokenizer_name=analyzer.tokenizer_name, index_option="freq"
         )
+    for name, kind in sorted((fields or {}).items()):
+        if kind is FieldKind.KEYWORD:
+            builder.add_text_field(field_name_for(name), tokenizer_name="raw", index_option="basic")
+        else:
+            builder.add_integer_field(field_name_for(name), indexed=True, fast=True)
     return builder.build()
 
 
@@ -84,13 +100,20 @@ class TantivyIndex:
 
     The constructor does no I/O. The index is opened, or created when ``path`` is missing
     or an empty directory, on first use. Thread-safe: writes are serialised, reads are not.
+    ``fields`` declares the filterable fields (name -> kind) documents may carry.
     """
 
     def __init__(
         self,
         path: str | PathLike[str],
         analyzers: LanguageAnalyzers | Mapping[int, Analyzer] | None = None,
+        fields: Mapping[str, FieldKind] | None = None,
     ) -> None:
+        declared = dict(fields or {})
+        for name, kind in declared.items():
+            if not is_field_name(name) or not isinstance(kind, FieldKind):
+                raise ValueError(f"invalid filterable field {name!r}: {kind!r}")
+        self._fields = declared
         if analyzers is None:
             analyzers = LanguageAnalyzers()
         elif not isinstance(analyzers, LanguageAnalyzers):
@@ -108,9 +131,14 @@ class TantivyIndex:
     def analyzers(self) -> LanguageAnalyzers:
         return self._analyzers
 
+    @property
+    def fields(self) -> Mapping[str, FieldKind]:
+        """The declared filterable fields (name -> kind)."""
+        return dict(self._fields)
+
     @cached_property
     def schema(self) -> tantivy.Schema:
-        return build_schema()
+        return build_schema(self._fields)
 
     @cached_property
     def query_analyzers(self) -> Mapping[Analyzer, tantivy.TextAnalyzer]:
@@ -245,6 +273,14 @@ class TantivyIndex:
             out.add_integer(F_PAGE_UID, doc.page_uid)
         out.add_text(F_ANALYZER, analyzer.value)
         out.add_text(analyzer.field_name, f"{doc.title}\n{doc.text}")
+        for name, value in doc.fields:
+            kind = self._fields.get(name)
+            if kind is FieldKind.KEYWORD and isinstance(value, str):
+                out.add_text(field_name_for(name), value)
+            elif kind is FieldKind.INTEGER and isinstance(value, int) and _is_int64(value):
+                out.add_integer(field_name_for(name), value)
+            else:
+                raise ValueError(f"field {name!r} is not declared as {type(value).__name__}")
         return out
 
 

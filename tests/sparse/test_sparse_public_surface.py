@@ -16,10 +16,13 @@ EXPECTED_ALL = [
     "AccessContext",
     "Analyzer",
     "EvidenceSource",
+    "FieldFilter",
+    "FieldKind",
     "KeywordHit",
     "KeywordSearch",
     "KeywordSearchFacade",
     "LanguageAnalyzers",
+    "RangeFilter",
     "RetrievalQuery",
     "RetrievalResult",
     "RetrievalService",
@@ -30,6 +33,7 @@ EXPECTED_ALL = [
     "SparseIndexLockedError",
     "TantivyBackend",
     "TantivyIndex",
+    "TermsFilter",
 ]
 
 
