@@ -36,14 +36,13 @@ import numpy.typing as npt
 
 from dense._faiss import faiss_module
 from dense._rwlock import RWLock
+from dense._vector_store import Vectors, VectorStore
 from dense.allow_list import AllowList
 from dense.index_file import FaissIndexCorrupt, IndexSnapshot, read_snapshot, write_snapshot
 
 __all__ = ["AllowList", "FaissIndex", "FaissIndexCorrupt", "IndexKind"]
 
 logger = logging.getLogger(__name__)
-
-Vectors = npt.NDArray[np.float32]
 
 
 class IndexKind(enum.Enum):
@@ -95,31 +94,25 @@ class FaissIndex:
 
         self._lock = RWLock()
         self._owner = object()  # identity token for AllowList
-        self._ids: list[str] = []  # label -> string id (removed ids included)
-        self._label_of: dict[str, int] = {}
-        self._row_of_label = np.full(0, -1, dtype=np.int64)  # -1: not stored
-        self._labels = np.zeros(0, dtype=np.int64)  # row -> label (first _size valid)
-        self._matrix: Vectors = np.zeros((0, dimension), dtype=np.float32)
-        self._size = 0
+        self._store = VectorStore(dimension)
         self._kind = IndexKind.FLAT
         self._stale = False
         self._index: Any = self._new_faiss(IndexKind.FLAT)
 
     # ----------------------------------------------------------------- inspection
     def __len__(self) -> int:
-        return self._size
+        return self._store.size
 
     def __contains__(self, doc_id: object) -> bool:
         if not isinstance(doc_id, str):
             return False
         with self._lock.read():
-            label = self._label_of.get(doc_id)
-            return label is not None and bool(self._row_of_label[label] >= 0)
+            return self._store.contains(doc_id)
 
     def ids(self) -> list[str]:
         """The stored ids, in storage order."""
         with self._lock.read():
-            return [self._ids[label] for label in self._labels[: self._size].tolist()]
+            return self._store.stored_ids()
 
     @property
     def kind(self) -> IndexKind:
@@ -133,6 +126,8 @@ class FaissIndex:
         Vectors are L2-normalised here; zero or non-finite vectors raise ``ValueError``.
         """
         ids = list(ids)
+        if not ids and np.size(vectors) == 0:
+            return
         matrix = _unit_rows(vectors, self.dimension)
         if len(ids) != matrix.shape[0]:
             raise ValueError(f"{len(ids)} ids but {matrix.shape[0]} vectors")
@@ -146,22 +141,17 @@ class FaissIndex:
     def remove(self, ids: Iterable[str]) -> int:
         """Remove ids (unknown ids are ignored); return how many were removed."""
         with self._lock.write():
-            labels = [self._label_of.get(i) for i in dict.fromkeys(ids)]
-            stored = [la for la in labels if la is not None and self._row_of_label[la] >= 0]
-            if not stored:
-                return 0
-            for label in stored:
-                self._drop_row(label)
-            if self._kind is IndexKind.FLAT:
-                self._index.remove_ids(np.asarray(stored, dtype=np.int64))
-            else:
-                self._stale = True
-            return len(stored)
+            removed = self._store.remove(ids)
+            if removed and self._kind is IndexKind.FLAT:
+                self._index.remove_ids(np.asarray(removed, dtype=np.int64))
+            elif removed:
+                self._stale = True  # HNSW cannot delete: rebuild before the next search
+            return len(removed)
 
     def allow_list(self, ids: Iterable[str]) -> AllowList:
         """Compile ids into a reusable ``AllowList`` for ``search(allow=...)``."""
         with self._lock.read():
-            return AllowList(self._owner, ids, self._label_of, len(self._ids))
+            return AllowList(self._owner, ids, self._store.label_of, len(self._store.ids))
 
     # -------------------------------------------------------------------- search
     def search(
@@ -195,9 +185,9 @@ class FaissIndex:
                 faiss_bytes = faiss_module().serialize_index(self._index).tobytes()
             snap = IndexSnapshot(
                 dimension=self.dimension,
-                ids=list(self._ids),
-                labels=self._labels[: self._size].copy(),
-                vectors=self._matrix[: self._size].copy(),
+                ids=list(self._store.ids),
+                labels=self._store.labels.copy(),
+                vectors=self._store.matrix.copy(),
                 params=self._params(),
                 faiss_bytes=faiss_bytes,
             )
@@ -225,16 +215,11 @@ class FaissIndex:
         }
 
     def _restore(self, snap: IndexSnapshot) -> None:
-        self._ids = list(snap.ids)
-        self._label_of = {doc_id: label for label, doc_id in enumerate(self._ids)}
-        if len(self._label_of) != len(self._ids):
-            raise FaissIndexCorrupt("duplicate ids in the id table")
-        rows = snap.labels.shape[0]
-        self._reserve(rows)
-        self._labels[:rows] = snap.labels
-        self._matrix[:rows] = snap.vectors
-        self._size = rows
-        self._row_of_label[snap.labels] = np.arange(rows, dtype=np.int64)
+        try:
+            self._store.restore(snap.ids, snap.labels, snap.vectors)
+        except ValueError as exc:
+            raise FaissIndexCorrupt(str(exc)) from exc
+        rows = self._store.size
         self._kind = self._wanted_kind()
         if self._kind is IndexKind.HNSW and snap.faiss_bytes:
             try:
@@ -249,7 +234,7 @@ class FaissIndex:
             self._rebuild_if_stale()
 
     def _wanted_kind(self) -> IndexKind:
-        return IndexKind.HNSW if self._size >= self.hnsw_threshold else IndexKind.FLAT
+        return IndexKind.HNSW if self._store.size >= self.hnsw_threshold else IndexKind.FLAT
 
     def _new_faiss(self, kind: IndexKind) -> Any:
         faiss = faiss_module()
@@ -265,45 +250,14 @@ class FaissIndex:
             return
         self._kind = self._wanted_kind()
         index = self._new_faiss(self._kind)
-        if self._size:
-            index.add_with_ids(self._matrix[: self._size], self._labels[: self._size])
+        if self._store.size:
+            index.add_with_ids(self._store.matrix, self._store.labels)
         self._index = index
         self._stale = False
-        logger.debug("rebuilt %s index over %d vectors", self._kind.value, self._size)
-
-    def _reserve(self, rows: int) -> None:
-        if rows > self._matrix.shape[0]:
-            cap = max(rows, 2 * self._matrix.shape[0], 64)
-            matrix = np.zeros((cap, self.dimension), dtype=np.float32)
-            matrix[: self._size] = self._matrix[: self._size]
-            labels = np.zeros(cap, dtype=np.int64)
-            labels[: self._size] = self._labels[: self._size]
-            self._matrix, self._labels = matrix, labels
-        if len(self._ids) > self._row_of_label.shape[0]:
-            grown = np.full(max(len(self._ids), 2 * self._row_of_label.shape[0]), -1, np.int64)
-            grown[: self._row_of_label.shape[0]] = self._row_of_label
-            self._row_of_label = grown
+        logger.debug("rebuilt %s index over %d vectors", self._kind.value, self._store.size)
 
     def _add_locked(self, ids: list[str], matrix: Vectors) -> None:
-        replaced: list[int] = []
-        fresh_rows: list[int] = []
-        for doc_id in ids:
-            if doc_id not in self._label_of:
-                self._label_of[doc_id] = len(self._ids)
-                self._ids.append(doc_id)
-        self._reserve(self._size + len(ids))
-        labels = np.asarray([self._label_of[i] for i in ids], dtype=np.int64)
-        for pos, label in enumerate(labels.tolist()):
-            row = int(self._row_of_label[label])
-            if row >= 0:
-                replaced.append(label)
-            else:
-                row = self._size
-                self._size += 1
-                self._labels[row] = label
-                self._row_of_label[label] = row
-                fresh_rows.append(pos)
-            self._matrix[row] = matrix[pos]
+        labels, replaced, fresh_rows = self._store.upsert(ids, matrix)
         if self._kind is IndexKind.FLAT and self._wanted_kind() is IndexKind.FLAT:
             if replaced:
                 self._index.remove_ids(np.asarray(replaced, dtype=np.int64))
@@ -313,59 +267,40 @@ class FaissIndex:
         elif fresh_rows:
             self._index.add_with_ids(matrix[fresh_rows], labels[fresh_rows])
 
-    def _drop_row(self, label: int) -> None:
-        row = int(self._row_of_label[label])
-        last = self._size - 1
-        if row != last:  # move the last row into the hole
-            moved = int(self._labels[last])
-            self._matrix[row] = self._matrix[last]
-            self._labels[row] = moved
-            self._row_of_label[moved] = row
-        self._row_of_label[label] = -1
-        self._size = last
-
     def _search_locked(
         self, query: Vectors, k: int, allow: AllowList | None
     ) -> list[tuple[str, float]]:
-        if self._size == 0:
+        store = self._store
+        if store.size == 0:
             return []
         faiss = faiss_module()
         if allow is None:
-            k = min(k, self._size)
+            k = min(k, store.size)
             params = None
             if self._kind is IndexKind.HNSW:
                 params = faiss.SearchParametersHNSW(efSearch=max(self.ef_search, k))
             return self._faiss_hits(query, k, params)
-        labels, selector = allow.compiled(self._owner, self._label_of.get, len(self._ids))
-        rows = self._row_of_label[labels]
-        rows = rows[rows >= 0]
+        labels, selector = allow.compiled(self._owner, store.label_of.get, len(store.ids))
+        rows = store.rows_of(labels)
         k = min(k, int(rows.shape[0]))
         if k == 0:
             return []
         if self._kind is IndexKind.FLAT:
             return self._faiss_hits(query, k, faiss.SearchParameters(sel=selector))
         if rows.shape[0] <= self.exact_filter_limit:
-            return self._exact_hits(query, k, rows)
+            return store.exact_top(query, k, rows)
         params = faiss.SearchParametersHNSW(sel=selector, efSearch=max(self.ef_search, 2 * k))
         hits = self._faiss_hits(query, k, params)
-        return hits if len(hits) >= k else self._exact_hits(query, k, rows)
+        return hits if len(hits) >= k else store.exact_top(query, k, rows)
 
     def _faiss_hits(self, query: Vectors, k: int, params: Any) -> list[tuple[str, float]]:
         scores, labels = self._index.search(query, k, params=params)
-        ids = self._ids
+        ids = self._store.ids
         return [
             (ids[label], score)
             for label, score in zip(labels[0].tolist(), scores[0].tolist(), strict=True)
             if label >= 0
         ]
-
-    def _exact_hits(
-        self, query: Vectors, k: int, rows: npt.NDArray[np.int64]
-    ) -> list[tuple[str, float]]:
-        scores = self._matrix[rows] @ query[0]
-        top = np.argpartition(-scores, k - 1)[:k] if k < scores.shape[0] else np.arange(k)
-        top = top[np.argsort(-scores[top], kind="stable")]
-        return [(self._ids[int(self._labels[rows[i]])], float(scores[i])) for i in top.tolist()]
 
 
 def _unit_rows(vectors: npt.ArrayLike, dimension: int) -> Vectors:

@@ -259,6 +259,8 @@ def test_bad_arguments_raise_value_error() -> None:
 
 def test_empty_index_searches_to_nothing(tmp_path: Path) -> None:
     index = FaissIndex(DIM)
+    index.add([], [])
+    index.add([], np.zeros((0, DIM), dtype=np.float32))
     q = unit(np.random.default_rng(0), 1)[0]
     assert index.search(q, 5) == [] and index.search(q, 5, allow=["a"]) == []
     index.save(tmp_path / "empty.idx")
