@@ -132,9 +132,9 @@ class SearchEngine:
         """Open an existing corpus (the same object on every call)."""
         self._check_open()
         with self._lock:
+            directory = self._corpus_dir(name)  # validates first: a list is not a name
             if name in self._corpora:
                 return self._corpora[name]
-            directory = self._corpus_dir(name)
             config_path = directory / "config.json"
             if not config_path.is_file():
                 raise CorpusNotFound(f"no corpus named {name!r}")
