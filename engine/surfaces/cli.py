@@ -74,7 +74,7 @@ PathOpt = Annotated[
     Path | None,
     typer.Option(
         "--path",
-        help=f"Engine directory [default: ${HOME_ENV} or ./{DEFAULT_HOME}].",
+        help=f"Engine directory (default: ${HOME_ENV}, else ./{DEFAULT_HOME}).",
         show_default=False,
         file_okay=False,
     ),
@@ -155,7 +155,7 @@ def create(
     corpus: CorpusArg,
     embedder: Annotated[
         str | None,
-        typer.Option(help="Sentence-transformers model [default: all-MiniLM-L6-v2]."),
+        typer.Option(help="Sentence-transformers model (default: all-MiniLM-L6-v2)."),
     ] = None,
     ollama: Annotated[
         str | None, typer.Option(help="Embed with Ollama: HOST/MODEL.", metavar="HOST/MODEL")
@@ -353,12 +353,9 @@ def serve_metrics(
 ) -> None:
     """Serve Prometheus metrics over HTTP until Ctrl-C or SIGTERM."""
     with _engine(ctx, path) as engine:
-        serve: Any = getattr(engine, "serve_metrics", None)
-        if serve is None:
-            raise CommandError("the metrics endpoint is not available in this build")
         for name in engine.list_corpora():
             engine.corpus(name)  # opening a corpus publishes its gauges
-        handle = serve(host=host, port=port)
+        handle = engine.serve_metrics(host=host, port=port)
         try:
             typer.echo(f"serving metrics at {handle.url}")
             _wait_for_stop_signal()

@@ -5,8 +5,9 @@ each line is an object with ``id`` (or BEIR's ``_id``), and optionally ``title``
 ``text``, ``url``, ``language_id`` and ``access_groups``. A BEIR ``corpus.jsonl(.gz)`` is
 that format already; other fields (BEIR's ``metadata``) are ignored. Blank lines are
 skipped. A line that is not such an object becomes a ``Rejected`` with its line number
-and a reason — the rest of the file is still read. The engine's own checks (caps on
-sizes, ...) happen at ``add``; see ``engine.surfaces.bulk``.
+and a reason — the rest of the file is still read. The documented caps
+(``engine.limits``) are checked here, so a bad line rarely costs a refused batch; the
+engine checks again at ``add`` (see ``engine.surfaces.bulk``).
 """
 
 from __future__ import annotations
@@ -19,13 +20,21 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from engine import Document
-from engine.limits import MAX_ACCESS_GROUPS, is_valid_source_id
+from engine.limits import (
+    MAX_ACCESS_GROUPS,
+    MAX_DOCUMENT_CHARS,
+    MAX_LANGUAGE_ID,
+    MAX_TITLE_CHARS,
+    MAX_URL_CHARS,
+    is_valid_source_id,
+)
 
 MAX_LINE_BYTES = 16 * 1024 * 1024
 """A line longer than this is rejected unread (a document's text is capped far below it)."""
 
 _GZIP_MAGIC = b"\x1f\x8b"
-_STRING_FIELDS = ("title", "text", "url")
+_STRING_CAPS = {"title": MAX_TITLE_CHARS, "text": MAX_DOCUMENT_CHARS, "url": MAX_URL_CHARS}
+_MAX_GROUP_CHARS = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,25 +67,17 @@ def document_from_json(value: object) -> Document:
             "id must be 1-256 characters: an ASCII letter or digit, then letters, digits "
             "or ._:@#/+=~-"
         )
-    strings: dict[str, str] = {}
-    for name in _STRING_FIELDS:
-        field = value.get(name)
-        if field is None:
-            strings[name] = ""
-        elif isinstance(field, str):
-            strings[name] = field
-        else:
-            raise LineError(f"{name} must be a string, got {_json_type(field)}")
+    strings = {name: _string(value, name, cap) for name, cap in _STRING_CAPS.items()}
+    if any(_is_control(ch) for ch in strings["url"]):
+        raise LineError("url contains control characters")
     language_id = value.get("language_id", 0)
     if language_id is None:
         language_id = 0
     if isinstance(language_id, bool) or not isinstance(language_id, int):
         raise LineError(f"language_id must be an integer, got {_json_type(language_id)}")
-    groups = value.get("access_groups") or []
-    if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
-        raise LineError("access_groups must be a list of strings")
-    if len(groups) > MAX_ACCESS_GROUPS:
-        raise LineError(f"access_groups has {len(groups)} entries; the cap is {MAX_ACCESS_GROUPS}")
+    if not 0 <= language_id <= MAX_LANGUAGE_ID:
+        raise LineError(f"language_id must be in 0..{MAX_LANGUAGE_ID}")
+    groups = _groups(value.get("access_groups"))
     return Document(
         id=str(raw_id),
         title=strings["title"],
@@ -85,6 +86,36 @@ def document_from_json(value: object) -> Document:
         language_id=language_id,
         access_groups=frozenset(groups),
     )
+
+
+def _string(value: dict[str, object], name: str, cap: int) -> str:
+    field = value.get(name)
+    if field is None:
+        return ""
+    if not isinstance(field, str):
+        raise LineError(f"{name} must be a string, got {_json_type(field)}")
+    if len(field) > cap:
+        raise LineError(f"{name} has {len(field)} characters; the cap is {cap}")
+    if "\x00" in field:
+        raise LineError(f"{name} contains a NUL character")
+    return field
+
+
+def _groups(raw: object) -> list[str]:
+    groups = raw or []
+    if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
+        raise LineError("access_groups must be a list of strings")
+    if len(groups) > MAX_ACCESS_GROUPS:
+        raise LineError(f"access_groups has {len(groups)} entries; the cap is {MAX_ACCESS_GROUPS}")
+    if not all(0 < len(g) <= _MAX_GROUP_CHARS and not any(map(_is_control, g)) for g in groups):
+        raise LineError(
+            f"access_groups entries must be 1-{_MAX_GROUP_CHARS} characters, no control characters"
+        )
+    return groups
+
+
+def _is_control(ch: str) -> bool:
+    return ord(ch) < 32 and ch not in "\t\n\r"
 
 
 def _pick_id(value: dict[str, object]) -> object:
