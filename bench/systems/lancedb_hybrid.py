@@ -6,6 +6,8 @@ vectors" path); the query is embedded at search time by the shared encoder."""
 
 from __future__ import annotations
 
+import os
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,6 +30,9 @@ class LanceDbHybridSystem:
         self._reranker: Any = None
 
     def index(self, documents: Sequence[BenchDocument], vectors: Vectors | None) -> None:
+        # Lance logs a deprecation warning per query when columns are selected; keep the
+        # benchmark output readable (an explicit RUST_LOG from the caller still wins).
+        os.environ.setdefault("RUST_LOG", "error")
         import lancedb
         import pyarrow as pa
         from lancedb.rerankers import RRFReranker
@@ -47,7 +52,9 @@ class LanceDbHybridSystem:
         )
         db = lancedb.connect(str(self._path))
         self._table = db.create_table(TABLE, data=data, mode="overwrite")
-        self._table.create_fts_index("text", replace=True)
+        with warnings.catch_warnings():  # the sync API the docs show is flagged deprecated
+            warnings.simplefilter("ignore")
+            self._table.create_fts_index("text", replace=True)
         self._reranker = RRFReranker()
 
     def search(self, query: str, k: int) -> list[str]:

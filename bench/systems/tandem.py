@@ -15,7 +15,7 @@ from bench.errors import SystemUnavailable
 from bench.systems.base import SystemContext, SystemName
 from bench.timing import dir_size_bytes
 
-ADD_BATCH = 1_000
+ADD_BATCH = 10_000
 CORPUS_NAME = "bench"
 
 
@@ -63,13 +63,16 @@ class TandemSystem:
             embeddings = None
             if self._hybrid and vectors is not None:
                 embeddings = vectors[start : start + len(chunk)]
-            corpus.add(to_engine_documents(self._api, chunk), embeddings=embeddings)
+            corpus.add(to_engine_documents(self._api, chunk), embeddings=embeddings, progress=False)
 
     def index_with_own_encoding(self, documents: Sequence[BenchDocument]) -> None:
         """Ingest letting Tandem embed the documents itself (the ingest-throughput target)."""
         corpus = self._open()
         for start in range(0, len(documents), ADD_BATCH):
-            corpus.add(to_engine_documents(self._api, documents[start : start + ADD_BATCH]))
+            corpus.add(
+                to_engine_documents(self._api, documents[start : start + ADD_BATCH]),
+                progress=False,
+            )
 
     def search(self, query: str, k: int) -> list[str]:
         return [hit.source_id for hit in self._open().search(query, top_k=k)]

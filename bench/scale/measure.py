@@ -1,0 +1,145 @@
+"""The two stages of one scale point, each meant to run in its own process (peak RSS).
+
+``raw``: tantivy (keyword arm, ingest + p50), FAISS flat and HNSW over the random vectors
+(dense arm alone: random query vectors, no embedding), HNSW recall@10 against flat.
+``tandem``: Tandem hybrid and keyword corpora through the public API (ingest + p50; the
+hybrid corpus embeds each query with its model), and the query-embedding p50 alone.
+"""
+
+from __future__ import annotations
+
+import enum
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from bench.encoder import SentenceEncoder
+from bench.runner import WARMUP_QUERIES
+from bench.scale.synth import make_corpus, queries, query_vectors, vectors
+from bench.systems.base import SystemContext
+from bench.timing import LatencyStats, peak_rss_bytes, time_calls
+
+MIB = 1024.0 * 1024.0
+
+
+class Stage(enum.StrEnum):
+    RAW = "raw"
+    TANDEM = "tandem"
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleJob:
+    n_docs: int
+    seed: int
+    n_queries: int
+    model: str
+    stage: Stage
+    hnsw_m: int = 16
+    hnsw_ef_construction: int = 64
+    hnsw_ef_search: int = 64
+
+
+def run_stage(job: ScaleJob) -> dict[str, float]:
+    """Worker entry point: the stage's measurements, names prefixed by what they measure."""
+    with tempfile.TemporaryDirectory(prefix=f"bench-scale-{job.stage.value}-") as tmp:
+        stage = _raw if job.stage is Stage.RAW else _tandem
+        out = stage(job, Path(tmp))
+    out[f"{job.stage.value}_peak_rss_mib"] = peak_rss_bytes() / MIB
+    return out
+
+
+def _p50(fn: Callable[[Any], object], inputs: Sequence[Any]) -> float:
+    return LatencyStats.from_seconds(time_calls(fn, inputs)).p50_ms
+
+
+def _no_encoder() -> SentenceEncoder:
+    raise RuntimeError("the raw keyword arm never embeds")
+
+
+def _raw(job: ScaleJob, workdir: Path) -> dict[str, float]:
+    import faiss
+
+    from bench.systems.tantivy_raw import TantivySystem
+
+    corpus = make_corpus(job.n_docs, job.seed)
+    texts = queries(corpus, job.n_queries)
+    out: dict[str, float] = {}
+
+    docs = corpus.documents()
+    tantivy_system = TantivySystem(SystemContext(workdir, job.model, _no_encoder))
+    start = time.perf_counter()
+    tantivy_system.index(docs, None)
+    out["keyword_ingest_docs_per_s"] = job.n_docs / (time.perf_counter() - start)
+    for text in WARMUP_QUERIES:
+        tantivy_system.search(text, 10)
+    out["keyword_p50_ms"] = _p50(lambda q: tantivy_system.search(q, 10), texts)
+    tantivy_system.close()
+    del docs
+
+    matrix = vectors(corpus)
+    probes = query_vectors(job.n_queries, job.seed)
+    dim = int(matrix.shape[1])
+    flat = faiss.IndexFlatIP(dim)
+    start = time.perf_counter()
+    flat.add(matrix)
+    out["flat_ingest_docs_per_s"] = job.n_docs / (time.perf_counter() - start)
+    out["flat_p50_ms"] = _p50(lambda v: flat.search(v[None, :], 10), list(probes))
+    _scores, truth = flat.search(probes, 10)
+    flat.reset()
+
+    hnsw = faiss.IndexHNSWFlat(dim, job.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+    hnsw.hnsw.efConstruction = job.hnsw_ef_construction
+    start = time.perf_counter()
+    hnsw.add(matrix)
+    out["hnsw_ingest_docs_per_s"] = job.n_docs / (time.perf_counter() - start)
+    hnsw.hnsw.efSearch = job.hnsw_ef_search
+    out["hnsw_p50_ms"] = _p50(lambda v: hnsw.search(v[None, :], 10), list(probes))
+    _scores, found = hnsw.search(probes, 10)
+    out["hnsw_recall_at_10"] = recall_at_k(truth, found)
+    return out
+
+
+def recall_at_k(truth: npt.NDArray[np.int64], found: npt.NDArray[np.int64]) -> float:
+    """Mean fraction of each exact top-k row that the approximate row also holds."""
+    if truth.shape != found.shape or truth.size == 0:
+        raise ValueError("truth and found must be non-empty arrays of the same shape")
+    hits = sum(len(set(t[t >= 0]) & set(f[f >= 0])) for t, f in zip(truth, found, strict=True))
+    return hits / truth.size
+
+
+def _searcher(system: Any) -> Callable[[str], object]:
+    return lambda query: system.search(query, 10)
+
+
+def _tandem(job: ScaleJob, workdir: Path) -> dict[str, float]:
+    from bench.systems.tandem import TandemSystem
+
+    corpus = make_corpus(job.n_docs, job.seed)
+    texts = queries(corpus, job.n_queries)
+    docs = corpus.documents()
+    out: dict[str, float] = {}
+    encoder = SentenceEncoder(job.model)
+    for hybrid in (True, False):
+        label = "tandem_hybrid" if hybrid else "tandem_keyword"
+        ctx = SystemContext(workdir / label, job.model, lambda: encoder)
+        system = TandemSystem(ctx, hybrid=hybrid)
+        matrix = vectors(corpus) if hybrid else None
+        start = time.perf_counter()
+        system.index(docs, matrix)
+        out[f"{label}_ingest_docs_per_s"] = job.n_docs / (time.perf_counter() - start)
+        del matrix
+        for text in WARMUP_QUERIES:
+            system.search(text, 10)
+        out[f"{label}_p50_ms"] = _p50(_searcher(system), texts)
+        system.close()
+    encoder.load()
+    for text in WARMUP_QUERIES:
+        encoder.encode_query(text)
+    out["embed_p50_ms"] = _p50(encoder.encode_query, texts)
+    return out
