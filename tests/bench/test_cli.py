@@ -1,0 +1,107 @@
+"""End to end: ``python -m bench`` on a tiny BEIR folder with real components."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.cli import main
+from bench.dataset import load_beir
+from bench.run import FIXTURE_DIR
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def read_lines(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+
+
+def test_python_m_bench_isolated_cheap_systems(tiny_beir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--data",
+            str(tiny_beir),
+            "--systems",
+            "tantivy,bm25s",
+            "--out",
+            str(out),
+            "--cache",
+            str(tmp_path / "cache"),
+            "--no-progress",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = read_lines(out)
+    assert [(x["corpus"], x["system"], x["status"]) for x in lines] == [
+        ("tiny", "tantivy", "ok"),
+        ("tiny", "bm25s", "ok"),
+    ]
+    for line in lines:
+        assert isinstance(line["revision"], str) and line["revision"]
+        assert line["n_queries"] == 5 and line["n_docs"] == 6
+        assert 0.0 < float(line["ndcg_at_10"]) <= 1.0
+        assert float(line["peak_rss_mib"]) > 10
+        assert float(line["p95_ms"]) >= float(line["p50_ms"]) > 0
+    assert "| tantivy |" in (out / "results.md").read_text()
+    assert "| tantivy |" in done.stdout
+    assert (out / "results.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_in_process_run_with_vectors_and_floor(
+    tiny_beir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    code = main(
+        [
+            "--data",
+            str(tiny_beir),
+            "--systems",
+            "faiss-flat",
+            "--backend",
+            "torch",
+            "--in-process",
+            "--out",
+            str(out),
+            "--cache",
+            str(tmp_path / "cache"),
+            "--no-progress",
+        ]
+    )
+    assert code == 0
+    lines = {x["system"]: x for x in read_lines(out)}
+    faiss_line = lines["faiss-flat"]
+    assert faiss_line["status"] == "ok"
+    assert faiss_line["peak_rss_mib"] is None  # shared process: no per-system peak
+    assert faiss_line["query_embedding_p50_ms"].keys() == {"torch"}
+    assert float(faiss_line["recall_at_100"]) == 1.0
+    assert list((tmp_path / "cache" / "vectors").glob("*.npy"))  # corpus vectors cached
+    assert "query-embedding floor p50" in capsys.readouterr().out
+
+
+def test_bad_arguments_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--data", str(tmp_path / "missing"), "--systems", "tantivy"]) == 2
+    assert "not a directory" in capsys.readouterr().err
+    assert main(["--systems", "nope"]) == 2
+
+
+def test_the_shipped_fixture_is_a_valid_graded_beir_folder() -> None:
+    data = load_beir(FIXTURE_DIR)
+    assert 300 <= len(data.documents) <= 500
+    assert 40 <= len(data.queries) <= 60
+    grades = {g for judged in data.qrels.values() for g in judged.values()}
+    assert grades == {1, 2}
+    assert sum(p.stat().st_size for p in FIXTURE_DIR.rglob("*") if p.is_file()) < 300_000

@@ -1,0 +1,96 @@
+"""The BEIR loader: layout, graded qrels with a header, judged queries only, errors."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from bench.dataset import BenchDocument, load_beir, read_qrels
+from bench.errors import DatasetError
+from tests.bench.tiny_beir import TINY_DOCS, write_beir
+
+
+def test_loads_documents_queries_and_graded_qrels(tiny_beir: Path) -> None:
+    data = load_beir(tiny_beir)
+    assert data.name == "tiny"
+    assert [d.doc_id for d in data.documents] == [d[0] for d in TINY_DOCS]
+    assert data.documents[1].title == "Error E-4021 while syncing"
+    assert data.qrels["q3"] == {"t3": 2, "t6": 0}
+    assert data.qrels["q4"] == {"t4": 1}
+
+
+def test_keeps_only_queries_with_judgments(tiny_beir: Path) -> None:
+    ids = [q.query_id for q in load_beir(tiny_beir).queries]
+    assert "q9" not in ids  # in queries.jsonl, never judged
+    assert ids == ["q1", "q2", "q3", "q4", "q5"]
+
+
+def test_gzipped_corpus_gives_same_documents_and_fingerprint_differs(tmp_path: Path) -> None:
+    plain = load_beir(write_beir(tmp_path / "plain"))
+    zipped = load_beir(write_beir(tmp_path / "zipped", gzip_corpus=True))
+    assert plain.documents == zipped.documents
+    assert plain.fingerprint != zipped.fingerprint  # the key hashes the file as stored
+
+
+def test_full_text_joins_title_and_body() -> None:
+    assert BenchDocument("a", "Title", "Body").full_text == "Title\nBody"
+    assert BenchDocument("a", "", "Body").full_text == "Body"
+
+
+def test_qrels_header_is_optional_and_negative_grades_become_zero(tmp_path: Path) -> None:
+    path = tmp_path / "q.tsv"
+    path.write_text("1\td1\t2\n1\td2\t-1\n\n", encoding="utf-8")
+    assert read_qrels(path) == {"1": {"d1": 2, "d2": 0}}
+
+
+def test_qrels_accepts_the_four_column_trec_form(tmp_path: Path) -> None:
+    path = tmp_path / "q.tsv"
+    path.write_text("query-id\tcorpus-id\tscore\n7\tQ0\td3\t1\n", encoding="utf-8")
+    assert read_qrels(path) == {"7": {"d3": 1}}
+
+
+@pytest.mark.parametrize("missing", ["corpus.jsonl", "queries.jsonl", "qrels/test.tsv"])
+def test_missing_file_is_named(tmp_path: Path, missing: str) -> None:
+    root = write_beir(tmp_path / "b")
+    (root / missing).unlink()
+    with pytest.raises(DatasetError, match=Path(missing).name.split(".")[0]):
+        load_beir(root)
+
+
+def test_bad_json_line_reports_file_and_line(tmp_path: Path) -> None:
+    root = write_beir(tmp_path / "b")
+    with (root / "corpus.jsonl").open("a", encoding="utf-8") as handle:
+        handle.write("{not json\n")
+    with pytest.raises(DatasetError, match=r"corpus.jsonl:7"):
+        load_beir(root)
+
+
+def test_bad_qrels_line_is_rejected(tmp_path: Path) -> None:
+    root = write_beir(tmp_path / "b")
+    with (root / "qrels" / "test.tsv").open("a", encoding="utf-8") as handle:
+        handle.write("q1\tt1\n")
+    with pytest.raises(DatasetError, match=r"test\.tsv"):
+        load_beir(root)
+
+
+def test_head_keeps_queries_and_changes_fingerprint(tiny_beir: Path) -> None:
+    data = load_beir(tiny_beir)
+    head = data.head(2)
+    assert len(head.documents) == 2
+    assert head.queries == data.queries
+    assert head.fingerprint != data.fingerprint
+    with pytest.raises(ValueError):
+        data.head(0)
+
+
+def test_not_a_directory(tmp_path: Path) -> None:
+    with pytest.raises(DatasetError, match="not a directory"):
+        load_beir(tmp_path / "nope")
+
+
+def test_gzip_helper_roundtrip(tmp_path: Path) -> None:
+    root = write_beir(tmp_path / "g", gzip_corpus=True)
+    with gzip.open(root / "corpus.jsonl.gz", "rt", encoding="utf-8") as handle:
+        assert handle.readline().startswith('{"_id": "t1"')

@@ -1,0 +1,93 @@
+"""Report files: JSONL lines with revision and config, Markdown table, PNG plot; ratios."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.ratios import compute_ratios
+from bench.report import RunReport, git_revision, render_markdown, write_report
+from bench.results import CorpusFloor, Status, SystemResult, skipped
+from bench.run import RunConfig
+from bench.systems.base import SystemName
+
+
+def ok(system: SystemName, ndcg: float, p50: float, **extra: float) -> SystemResult:
+    return SystemResult(
+        corpus="c",
+        system=system.value,
+        status=Status.OK,
+        n_docs=10,
+        n_queries=4,
+        ndcg_at_10=ndcg,
+        recall_at_100=0.9,
+        mrr_at_10=0.5,
+        ingest_docs_per_s=100.0,
+        p50_ms=p50,
+        p95_ms=p50 * 2,
+        qps=1000 / p50,
+        peak_rss_mib=300.0,
+        disk_mib=1.5,
+        extra=dict(extra),
+    )
+
+
+RESULTS = (
+    ok(SystemName.TANDEM_HYBRID, 0.75, 11.0, ingest_over_encoder=0.95),
+    ok(SystemName.TANDEM_KEYWORD, 0.68, 1.2),
+    ok(SystemName.TANTIVY, 0.66, 1.0),
+    ok(SystemName.FAISS_FLAT, 0.70, 10.5),
+    skipped("c", SystemName.TXTAI_HYBRID.value, "not installed: txtai"),
+)
+FLOOR = CorpusFloor("c", {"torch": 20.0, "onnx": 10.0}, vectors_from_cache=True)
+
+
+def test_ratios_follow_the_targets_definitions() -> None:
+    ratios = compute_ratios(FLOOR, RESULTS)
+    assert ratios.floor_ms == 10.0  # the cheaper runtime
+    assert ratios.hybrid_over_floor == {"tandem-hybrid": pytest.approx(1.1)}
+    assert ratios.keyword_over_tantivy == pytest.approx(1.2)
+    assert ratios.ingest_over_encoder == pytest.approx(0.95)
+    assert ratios.hybrid_gain == pytest.approx(0.75 - 0.70)
+
+
+def test_ratios_are_none_when_a_needed_system_did_not_run() -> None:
+    ratios = compute_ratios(FLOOR, RESULTS[:1])
+    assert ratios.keyword_over_tantivy is None and ratios.hybrid_gain is None
+
+
+def test_write_report_files_parse(tmp_path: Path) -> None:
+    config = RunConfig(data_dirs=(tmp_path,), out_dir=tmp_path / "out")
+    paths = write_report(RunReport(config, RESULTS, (FLOOR,)), tmp_path / "out")
+    lines = [json.loads(x) for x in paths["jsonl"].read_text().splitlines()]
+    assert [x["system"] for x in lines] == [r.system for r in RESULTS]
+    assert all(x["revision"] == git_revision() for x in lines)
+    assert lines[0]["config"]["systems"] == [s.value for s in SystemName]
+    assert lines[0]["query_embedding_p50_ms"] == {"torch": 20.0, "onnx": 10.0}
+    assert lines[-1]["status"] == "skipped" and lines[-1]["reason"] == "not installed: txtai"
+    assert SystemResult.from_json(lines[0]) == RESULTS[0]
+    markdown = paths["markdown"].read_text()
+    assert "| tandem-hybrid | 0.7500 |" in markdown
+    assert "skipped: not installed: txtai" in markdown
+    assert "tandem-hybrid p50 / embedding p50: 1.10×" in markdown
+    assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_markdown_groups_rows_by_corpus() -> None:
+    other = SystemResult(corpus="d", system="tantivy", status=Status.OK, n_docs=3)
+    config = RunConfig(data_dirs=(Path("x"),))
+    header = {
+        "revision": "abc",
+        "timestamp": "now",
+        "machine": {"cpu": "c", "cores": 2, "python": "3"},
+    }
+    text = render_markdown(RunReport(config, (*RESULTS, other), (FLOOR,)), header)
+    assert text.index("## c (10 docs") < text.index("## d (3 docs")
+
+
+def test_git_revision_is_a_sha_or_unknown(tmp_path: Path) -> None:
+    assert git_revision(tmp_path) == "unknown"  # not a checkout
+    rev = git_revision()
+    assert rev == "unknown" or len(rev) == 40
