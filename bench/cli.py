@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -135,8 +136,18 @@ def _main_scale(argv: Sequence[str]) -> int:
     return 0
 
 
+def _quiet_libraries() -> None:
+    """Model-loading progress bars and library debug lines would drown the run's own
+    progress; spawned workers inherit the environment variables."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    _quiet_libraries()
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         if args[:1] == ["scale"]:

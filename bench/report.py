@@ -64,6 +64,7 @@ def machine_info() -> dict[str, Any]:
     return {
         "cpu": cpu,
         "cores": os.cpu_count(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
         "python": platform.python_version(),
         "platform": platform.platform(),
     }
@@ -159,7 +160,8 @@ def render_markdown(report: RunReport, header: dict[str, Any]) -> str:
         "# Benchmark results",
         "",
         f"revision `{header['revision']}`, {header['timestamp']}, "
-        f"{machine['cpu']} ({machine['cores']} cores), Python {machine['python']}",
+        f"{machine['cpu']} ({machine['cores']} cores), Python {machine['python']}, "
+        f"load average at the end {machine.get('load_average', '?')}",
         "",
         "Latency: one query at a time, top-10, p50/p95 over every judged query. "
         "Peak RSS: high-water mark of the process that ran only that system "

@@ -9,6 +9,7 @@ measures ingest with its own encoding on a subset against the raw encoder on tha
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
 import time
 from dataclasses import dataclass
@@ -74,6 +75,7 @@ def _measure(job: SystemJob, dataset: BeirDataset, workdir: Path) -> SystemResul
             raise RuntimeError("corpus vectors missing from the cache (parent computes them)")
     if SPECS[job.system].embeds_queries:
         encoder.load()  # model load stays out of ingest and latency figures
+    load_before = os.getloadavg()[0]
     rss_before = current_rss_bytes()
 
     start = time.perf_counter()
@@ -93,9 +95,9 @@ def _measure(job: SystemJob, dataset: BeirDataset, workdir: Path) -> SystemResul
     peak = peak_rss_bytes() if job.isolated else None
     system.close()
 
-    extra: dict[str, float] = {}
+    extra = {"load_average_1m": load_before}
     if job.system is SystemName.TANDEM_HYBRID:
-        extra = _own_encoding_ingest(job, dataset, workdir, encoder)
+        extra.update(_own_encoding_ingest(job, dataset, workdir, encoder))
     n_docs = len(dataset.documents)
     return SystemResult(
         corpus=job.corpus,
