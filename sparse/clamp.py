@@ -2,7 +2,7 @@
 
 Pure functions; the facade applies them before any backend sees the query.
 
-- text: non-strings count as empty; trimmed; truncated to ``MAX_QUERY_LENGTH`` and trimmed
+- text: non-strings count as empty; lone surrogates replaced; trimmed; truncated to ``MAX_QUERY_LENGTH`` and trimmed
   again; shorter than ``MIN_QUERY_LENGTH`` -> ``None`` (the facade answers ``[]``).
 - limit: integers and finite floats (truncated) are clamped to ``1..MAX_SOURCES``;
   ``+inf`` -> ``MAX_SOURCES``; ``-inf`` -> 1; NaN, ``None`` and anything else ->
@@ -27,6 +27,9 @@ def clamp_text(query: object) -> str | None:
     if not isinstance(query, str):
         return None
     text = query.strip()[:MAX_QUERY_LENGTH].strip()
+    # Lone surrogates (possible in a Python str, never valid UTF-8) would make every
+    # backend fail on encoding; replace them so the rest of the query is still searched.
+    text = text.encode("utf-8", "replace").decode("utf-8")
     return text if len(text) >= MIN_QUERY_LENGTH else None
 
 
