@@ -2,7 +2,9 @@
 
 from engine.config import (
     CorpusConfig,
+    FieldType,
     FusionWeights,
+    NaturalLanguage,
     OllamaEmbedding,
     SentenceTransformerEmbedding,
 )
@@ -18,9 +20,19 @@ from engine.errors import (
     SourceNotFound,
     StorageError,
 )
+from engine.filters import And, Eq, Filter, In, Range
+from engine.natural import (
+    Answer,
+    ExtractedValue,
+    Interpretation,
+    NaturalSearchUnavailable,
+    RateLimited,
+)
 
 __all__ = [
     "AddResult",
+    "And",
+    "Answer",
     "ArmRanks",
     "Corpus",
     "CorpusConfig",
@@ -29,11 +41,21 @@ __all__ = [
     "Document",
     "EngineError",
     "EngineLocked",
+    "Eq",
+    "ExtractedValue",
+    "FieldType",
+    "Filter",
     "FusionWeights",
     "GrepMatch",
+    "In",
+    "Interpretation",
     "InvalidArgument",
+    "NaturalLanguage",
+    "NaturalSearchUnavailable",
     "OllamaEmbedding",
     "Passage",
+    "Range",
+    "RateLimited",
     "SearchEngine",
     "SentenceTransformerEmbedding",
     "SourceNotFound",

@@ -3,10 +3,13 @@
 The only knob that changes how a corpus searches is ``embedder``: ``None`` means vectors
 off (keyword search); anything else means hybrid search whenever the embedder is healthy.
 ``rrf_k``, ``weights`` and ``window`` tune fusion within the hybrid strategy.
+``fields`` declares the filterable metadata fields; ``natural`` turns on natural-language
+questions (``Corpus.ask``) through a local Ollama model.
 """
 
 from __future__ import annotations
 
+import enum
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -14,6 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from engine.limits import CORPUS_NAME_PATTERN, MAX_LANGUAGE_ID
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+MAX_FIELDS = 32
+"""A corpus declares at most this many filterable fields."""
 
 
 class _Frozen(BaseModel):
@@ -49,6 +54,34 @@ class FusionWeights(_Frozen):
     dense: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] = 1.0
 
 
+class FieldType(enum.StrEnum):
+    """The type of a filterable field: exact strings, 64-bit integers, or calendar dates."""
+
+    KEYWORD = "keyword"
+    INTEGER = "integer"
+    DATE = "date"
+
+
+class NaturalLanguage(_Frozen):
+    """Natural-language questions (``Corpus.ask``) through a local Ollama chat model.
+
+    ``timeout_s`` bounds one inference, ``health_timeout_s`` the check that the server
+    answers and has the model. Each user may ask ``requests_per_minute`` questions per
+    minute on average, in bursts of at most ``burst`` (default: ``requests_per_minute``).
+    """
+
+    model: Annotated[str, Field(min_length=1, max_length=256)] = "llama3.2"
+    host: Annotated[str, Field(min_length=1, max_length=512)] = "http://127.0.0.1:11434"
+    timeout_s: Annotated[float, Field(gt=0, le=600, allow_inf_nan=False)] = 30.0
+    health_timeout_s: Annotated[float, Field(gt=0, le=60, allow_inf_nan=False)] = 2.0
+    requests_per_minute: Annotated[float, Field(gt=0, le=100_000, allow_inf_nan=False)] = 5.0
+    burst: Annotated[int, Field(ge=1, le=100_000)] | None = None
+
+    @property
+    def bucket_size(self) -> int:
+        return self.burst if self.burst is not None else max(1, int(self.requests_per_minute))
+
+
 class CorpusConfig(_Frozen):
     """How one corpus is built and searched.
 
@@ -56,6 +89,9 @@ class CorpusConfig(_Frozen):
     explicit ``SentenceTransformerEmbedding`` / ``OllamaEmbedding``, or ``None`` for a
     keyword-only corpus. ``languages`` maps a document's ``language_id`` to the name of a
     keyword analyzer (see ``sparse.Analyzer``); unlisted ids use the default analyzer.
+    ``fields`` maps a filterable field's name (``[a-z][a-z0-9_]{0,63}``) to its
+    ``FieldType``; documents carry values for them in ``Document.fields`` and searches
+    filter on them. ``natural`` (``None``: off) configures ``Corpus.ask``.
     """
 
     name: Annotated[str, Field(min_length=1, max_length=64)]
@@ -64,6 +100,8 @@ class CorpusConfig(_Frozen):
     weights: FusionWeights = FusionWeights()
     window: Annotated[int, Field(ge=1, le=500)] = 100
     languages: dict[int, str] = Field(default_factory=dict)
+    fields: dict[str, FieldType] = Field(default_factory=dict)
+    natural: NaturalLanguage | None = None
 
     @field_validator("name")
     @classmethod
@@ -95,6 +133,21 @@ class CorpusConfig(_Frozen):
                 raise ValueError(
                     f"unknown analyzer {analyzer!r} for language {language_id}; "
                     f"valid: {sorted(valid)}"
+                )
+        return value
+
+    @field_validator("fields")
+    @classmethod
+    def _field_names(cls, value: dict[str, FieldType]) -> dict[str, FieldType]:
+        from sparse.contracts import is_field_name  # lazy: keeps config import light
+
+        if len(value) > MAX_FIELDS:
+            raise ValueError(f"{len(value)} filterable fields; the cap is {MAX_FIELDS}")
+        for name in value:
+            if not is_field_name(name):
+                raise ValueError(
+                    f"field name {name!r} must be 1-64 characters of a-z, 0-9 or '_', "
+                    "starting with a letter"
                 )
         return value
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from tqdm import tqdm
@@ -24,15 +24,24 @@ from engine.documents import (
 )
 from engine.errors import InvalidArgument
 from engine.fallback import DatabaseLikeBackend
+from engine.fields import encode_fields, sparse_kinds
+from engine.filters import Filter, compile_filter
 from engine.indexes import DerivedIndexes
 from engine.ingest import Ingestor, checked_vectors
 from engine.limits import MAX_BATCH_SIZE, MAX_SOURCE_ID_CHARS
 from engine.metrics import EngineMetrics
+from engine.natural import (
+    Answer,
+    NaturalSearch,
+    NaturalSearchUnavailable,
+    OllamaQuestionParser,
+    TokenBucketLimiter,
+)
 from engine.searcher import Searcher, SearchParts
 from engine.sources import evidence_text, fetch_source, grep
 from engine.storage import DocumentStore, EmbeddingStatus
 from engine.visibility import DenseVisibility
-from sparse import KeywordSearchFacade, SearchBackend, TantivyBackend
+from sparse import MIN_QUERY_LENGTH, KeywordSearchFacade, SearchBackend, TantivyBackend
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +70,11 @@ class Corpus:
         self._write_lock = threading.RLock()
         self._store = DocumentStore(directory / "store.sqlite3")
         self._indexes = DerivedIndexes(
-            directory, self._store, config.languages, vectors_enabled=embedder is not None
+            directory,
+            self._store,
+            config.languages,
+            vectors_enabled=embedder is not None,
+            fields=sparse_kinds(config.fields),
         )
         self._indexes.open()
         self._embedder = None if embedder is None else self._guard(embedder)
@@ -83,7 +96,11 @@ class Corpus:
             metrics=metrics,
         )
         self._searcher = Searcher(self._parts)
-        self._ingestor = Ingestor(config.name, self._store, self._indexes, embedder, metrics)
+        self._ingestor = Ingestor(
+            config.name, self._store, self._indexes, embedder, metrics, config.fields
+        )
+        self._natural: NaturalSearch | None = None
+        self._natural_lock = threading.Lock()
         self._refresh_gauges()
 
     # -- identity -------------------------------------------------------------------------
@@ -110,6 +127,8 @@ class Corpus:
         top_k: int = 10,
         offset: int = 0,
         language_id: int | None = None,
+        *,
+        filters: Filter | Mapping[str, object] | str | None = None,
     ) -> list[Passage]:
         """The best public passages for ``query``, best first.
 
@@ -118,8 +137,64 @@ class Corpus:
         ``top_k`` to ``1..MAX_TOP_K``, ``offset`` to ``0..MAX_OFFSET``, a negative
         ``language_id`` to 0 (``None``: any language). Pages are consistent with each
         other while ``offset + top_k`` stays within the fusion window (default 100).
+
+        ``filters`` restricts the search to documents whose declared fields match (see
+        ``engine.filters``: ``Eq``/``In``/``Range`` combined with ``&``, or the dict/JSON
+        form). They apply inside both arms before the top k is cut, so a filtered search
+        returns ``top_k`` passages when that many eligible documents match. A malformed
+        filter — unknown field, wrong type — raises ``InvalidArgument`` naming the field.
         """
-        return self._searcher.search(query, top_k, offset, language_id)
+        compiled = compile_filter(filters, self._config.fields)
+        return self._searcher.search(query, top_k, offset, language_id, compiled)
+
+    def ask(
+        self,
+        question: str,
+        *,
+        user: str = "anonymous",
+        top_k: int = 10,
+        language_id: int | None = None,
+    ) -> Answer:
+        """Answer a natural-language question with passages, and say how it was understood.
+
+        A local Ollama model (``CorpusConfig.natural``) turns the question into search
+        words and filter values; only the question and the field schema are sent to it.
+        Extracted values are resolved against the store's declared values afterwards;
+        unresolved ones are searched as text. ``Answer.interpretation`` lists every part.
+
+        Raises ``InvalidArgument`` for a question longer than 500 characters (or empty),
+        ``RateLimited`` (with ``retry_after_s``) when ``user`` asked too often, and
+        ``NaturalSearchUnavailable`` whenever the model cannot answer properly (not
+        configured, unreachable, timed out, not pulled, malformed output). ``search`` is
+        never affected by any of this.
+        """
+        natural = self._natural_search()
+
+        def run(query: str, filters: Filter | None) -> list[Passage]:
+            compiled = compile_filter(filters, self._config.fields)
+            if len(query.strip()) < MIN_QUERY_LENGTH:
+                return self._searcher.browse(top_k, 0, language_id, compiled)
+            return self._searcher.search(query, top_k, 0, language_id, compiled)
+
+        return natural.ask(question, user, run)
+
+    def _natural_search(self) -> NaturalSearch:
+        settings = self._config.natural
+        if settings is None:
+            raise NaturalSearchUnavailable(
+                f"natural-language questions are off for corpus {self.name!r}; "
+                "configure CorpusConfig.natural"
+            )
+        with self._natural_lock:
+            if self._natural is None:
+                self._natural = NaturalSearch(
+                    self.name,
+                    OllamaQuestionParser(settings, self._config.fields),
+                    TokenBucketLimiter(settings.requests_per_minute, settings.bucket_size),
+                    self._store,
+                    self._metrics,
+                )
+            return self._natural
 
     def evidence(self, question: str, top_k: int = 5) -> str:
         """A text package of the best sources for an LLM prompt (empty string: none)."""
@@ -161,6 +236,8 @@ class Corpus:
         if len(docs) > MAX_BATCH_SIZE:
             raise InvalidArgument(f"{len(docs)} documents in one add; the cap is {MAX_BATCH_SIZE}")
         docs = [validate_document(d) for d in docs]
+        for doc in docs:  # refuse undeclared fields and wrong types before storing anything
+            encode_fields(doc.id, doc.fields, self._config.fields)
         supplied = None
         if embeddings is not None:
             if self._embedder is None:
@@ -263,6 +340,8 @@ class Corpus:
         """
         if config.name != self.name or config.embedder is None:
             raise InvalidArgument("switch_embedder needs this corpus's config with an embedder")
+        if config.fields != self._config.fields:
+            raise InvalidArgument("switch_embedder cannot change the declared filterable fields")
         if not 1 <= batch_size <= 10_000:
             raise InvalidArgument("batch_size must be in 1..10000")
         with self._write_lock:
@@ -279,9 +358,13 @@ class Corpus:
                 _save_config(self._dir / "config.json", config)
                 self._config = config
                 self._parts.config = config
+                with self._natural_lock:
+                    if self._natural is not None:
+                        self._natural.close()
+                        self._natural = None
                 self._embedder = guarded
                 self._ingestor = Ingestor(
-                    config.name, self._store, self._indexes, guarded, self._metrics
+                    config.name, self._store, self._indexes, guarded, self._metrics, config.fields
                 )
                 self._refresh_gauges()
                 logger.info("switching embedder: re-embedding %d documents", total)
@@ -344,6 +427,10 @@ class Corpus:
 
     def close(self) -> None:
         with self._write_lock:
+            with self._natural_lock:
+                if self._natural is not None:
+                    self._natural.close()
+                    self._natural = None
             self._searcher.close()
             self._indexes.close()
             self._store.close()

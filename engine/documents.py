@@ -5,8 +5,11 @@ All of them are frozen: change by copy (``dataclasses.replace``), never in place
 
 from __future__ import annotations
 
+import datetime as dt
 import math
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from engine.errors import InvalidArgument
 from engine.limits import (
@@ -25,6 +28,11 @@ class Document:
 
     Only public documents are ever returned by search, ``evidence``, ``fetch_source`` and
     ``grep``; non-public ones are stored (so widening access later needs no re-ingest).
+
+    ``fields`` holds values for the corpus's declared filterable fields (see
+    ``CorpusConfig.fields``): a ``str``, ``int`` or ``datetime.date`` per field, or a
+    collection of them for a multi-valued field. It is checked against the corpus's
+    declarations at ``add`` (unknown field or wrong type: ``InvalidArgument``).
     """
 
     id: str
@@ -34,10 +42,20 @@ class Document:
     language_id: int = 0
     access_groups: frozenset[str] = field(default_factory=frozenset)
     page_uid: int | None = None
+    fields: Mapping[str, FieldInput] = field(
+        default_factory=lambda: MappingProxyType({}), hash=False
+    )
 
     @property
     def is_public(self) -> bool:
         return not self.access_groups
+
+
+FieldInput = str | int | dt.date | Collection[str | int | dt.date]
+"""What ``Document.fields`` maps a field name to: one value or a collection of values."""
+
+MAX_DOCUMENT_FIELDS = 32
+"""A document carries values for at most this many fields (the config cap, too)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,13 +177,28 @@ def validate_document(doc: object) -> Document:
         or not -(2**63) <= doc.page_uid < 2**63
     ):
         raise InvalidArgument(f"document {doc.id}: page_uid must be a 64-bit integer or None")
-    return doc if isinstance(groups, frozenset) else _with_frozen_groups(doc)
+    fields = doc.fields
+    if not isinstance(fields, Mapping):
+        raise InvalidArgument(f"document {doc.id}: fields must be a mapping of name to value")
+    if len(fields) > MAX_DOCUMENT_FIELDS or not all(isinstance(k, str) for k in fields):
+        raise InvalidArgument(
+            f"document {doc.id}: fields must map at most {MAX_DOCUMENT_FIELDS} string names "
+            "to values"
+        )
+    if isinstance(groups, frozenset) and isinstance(fields, MappingProxyType):
+        return doc
+    return _normalised(doc)
 
 
-def _with_frozen_groups(doc: Document) -> Document:
+def _normalised(doc: Document) -> Document:
+    """A copy with frozen access groups and a read-only copy of the caller's fields."""
     from dataclasses import replace
 
-    return replace(doc, access_groups=frozenset(doc.access_groups))
+    return replace(
+        doc,
+        access_groups=frozenset(doc.access_groups),
+        fields=MappingProxyType(dict(doc.fields)),
+    )
 
 
 def is_finite_number(value: object) -> bool:

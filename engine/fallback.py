@@ -3,12 +3,14 @@
 It implements ``sparse.SearchBackend`` so it joins the full keyword cascade behind the
 tantivy index. Relevance is crude on purpose (term presence, title counted double); it
 exists so that a corpus whose index is gone still answers "find the page about X".
+Filters on declared fields are SQL conditions over ``document_fields``, in the same query.
 """
 
 from __future__ import annotations
 
 from engine.excerpts import make_excerpt, query_terms
 from engine.storage import DocumentStore
+from engine.storage.field_sql import filter_sql
 from sparse import AccessContext, EvidenceSource, RetrievalQuery
 
 _MAX_LIKE_TERMS = 8
@@ -58,6 +60,10 @@ class DatabaseLikeBackend:
         if query.language_id is not None:
             where += " AND language_id = ?"
             params.append(query.language_id)
+        if query.filters:
+            condition, filter_params = filter_sql(query.filters)
+            where += f" AND {condition}"
+            params += filter_params
         params.append(query.limit)
         sql = (
             f"SELECT source_id, title, url, text, language_id, page_uid, "

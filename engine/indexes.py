@@ -16,14 +16,14 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from dense import FaissIndex, FaissIndexCorrupt
 from engine.storage import DocumentStore, StoredDocument
-from sparse import SparseDocument, SparseError, TantivyIndex
+from sparse import FieldKind, SparseDocument, SparseError, TantivyIndex
 from sparse.analyzers import Analyzer, LanguageAnalyzers
 
 logger = logging.getLogger(__name__)
@@ -41,6 +41,7 @@ def to_sparse(doc: StoredDocument) -> SparseDocument:
         language_id=doc.language_id,
         public=doc.is_public,
         page_uid=doc.page_uid,
+        fields=doc.fields,
     )
 
 
@@ -70,6 +71,7 @@ class DerivedIndexes:
         languages: dict[int, str],
         *,
         vectors_enabled: bool,
+        fields: Mapping[str, FieldKind] | None = None,
     ) -> None:
         self._dir = directory
         self._store = store
@@ -77,7 +79,7 @@ class DerivedIndexes:
             by_language={0: Analyzer.ENGLISH}
             | {lang: Analyzer.from_str(name) for lang, name in languages.items()}
         )
-        self.tantivy = TantivyIndex(directory / "tantivy", analyzers)
+        self.tantivy = TantivyIndex(directory / "tantivy", analyzers, fields)
         self._tantivy_marker = directory / "tantivy.seq"
         self._vectors_enabled = vectors_enabled
         self._faiss_path = directory / "vectors.faiss"

@@ -11,14 +11,16 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 from dense import Embedder, EmbedderUnavailable
+from engine.config import FieldType
 from engine.documents import Document
 from engine.errors import InvalidArgument
+from engine.fields import encode_fields
 from engine.indexes import DerivedIndexes
 from engine.metrics import EngineMetrics
 from engine.storage import DocumentStore, EmbeddingStatus, StoredDocument
@@ -67,7 +69,9 @@ class Ingestor:
         indexes: DerivedIndexes,
         embedder: Embedder | None,
         metrics: EngineMetrics,
+        fields: Mapping[str, FieldType] | None = None,
     ) -> None:
+        self._fields = dict(fields or {})
         self._corpus = corpus
         self._store = store
         self._indexes = indexes
@@ -123,6 +127,7 @@ class Ingestor:
                     else EmbeddingStatus.DEGRADED
                 ),
                 embedding=v,
+                fields=encode_fields(d.id, d.fields, self._fields),
             )
             for d, h, v in zip(docs, hashes, vectors, strict=True)
         ]

@@ -69,6 +69,18 @@ class Arm(enum.Enum):
     DENSE = "dense"
 
 
+class NlOutcome(enum.Enum):
+    """How one natural-language question (``Corpus.ask``) ended."""
+
+    OK = "ok"
+    INVALID = "invalid"
+    RATE_LIMITED = "rate_limited"
+    UNAVAILABLE = "unavailable"
+
+
+_NL_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0)
+
+
 class _RefreshedGauges:
     """Collector for the corpus-state gauges: runs the refresher, then reports them."""
 
@@ -182,6 +194,19 @@ class EngineMetrics:
             ["corpus"],
             registry=r,
         )
+        self.nl_requests = Counter(
+            "tandem_nl_requests",
+            "Natural-language questions (Corpus.ask), by outcome.",
+            ["corpus", "outcome"],
+            registry=r,
+        )
+        self.nl_duration = Histogram(
+            "tandem_nl_duration_seconds",
+            "Wall time of Corpus.ask, model call included.",
+            ["corpus"],
+            buckets=_NL_BUCKETS,
+            registry=r,
+        )
 
     def set_refresher(self, refresher: Refresher | None) -> None:
         """Install what re-reads the corpus-state gauges before each scrape (None: nothing)."""
@@ -210,6 +235,7 @@ class EngineMetrics:
             self.sparse_arm_empty,
             self.search_duration,
             self.repaired,
+            self.nl_duration,
         ):
             with contextlib.suppress(KeyError):
                 metric.remove(corpus)
@@ -218,6 +244,7 @@ class EngineMetrics:
             (self.fallbacks, [f.value for f in FallbackReason]),
             (self.arm_duration, [a.value for a in Arm]),
             (self.embed_duration, ["query", "documents"]),
+            (self.nl_requests, [o.value for o in NlOutcome]),
         ):
             for value in values:
                 with contextlib.suppress(KeyError):

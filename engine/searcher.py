@@ -25,7 +25,7 @@ from engine.router import resolve_strategy
 from engine.storage import DocumentStore
 from engine.visibility import DenseVisibility
 from fusion import FusedHit, rrf
-from sparse import MAX_SOURCES, KeywordHit, KeywordSearchFacade
+from sparse import MAX_SOURCES, FieldFilter, KeywordHit, KeywordSearchFacade
 from sparse.clamp import clamp_language, clamp_text
 
 logger = logging.getLogger(__name__)
@@ -90,8 +90,14 @@ class Searcher:
                 self._pool = None
 
     def search(
-        self, query: object, top_k: object, offset: object, language_id: object
+        self,
+        query: object,
+        top_k: object,
+        offset: object,
+        language_id: object,
+        filters: tuple[FieldFilter, ...] = (),
     ) -> list[Passage]:
+        """``filters`` (already validated) apply inside both arms, before the top k."""
         p = self._p
         started = time.perf_counter()
         text = clamp_text(query)
@@ -110,47 +116,64 @@ class Searcher:
         sparse_hits: list[KeywordHit] = []
         if strategy is Strategy.HYBRID:
             try:
-                fused, sparse_hits = self._hybrid(text, need, language)
+                fused, sparse_hits = self._hybrid(text, need, language, filters)
             except EmbedderUnavailable:
                 p.metrics.fallbacks.labels(p.corpus, FallbackReason.EMBEDDER_ERROR.value).inc()
                 strategy = Strategy.KEYWORD
         if fused is None:
-            fused, sparse_hits = self._keyword(text, need, language)
-        passages = self._passages(fused[skip:need], sparse_hits, text)
+            fused, sparse_hits = self._keyword(text, need, language, filters)
+        passages = self._passages(fused[skip:need], sparse_hits, text, filters)
         p.metrics.searches.labels(p.corpus, strategy.value).inc()
         p.metrics.search_duration.labels(p.corpus).observe(time.perf_counter() - started)
         return passages
 
     # -- strategies -----------------------------------------------------------------------
 
+    def browse(
+        self, top_k: object, offset: object, language_id: object, filters: tuple[FieldFilter, ...]
+    ) -> list[Passage]:
+        """Public documents satisfying ``filters``, in insertion order (no query text)."""
+        k = clamp_int(top_k, 1, MAX_TOP_K, 10)
+        skip = clamp_int(offset, 0, MAX_OFFSET, 0)
+        ids = self._p.store.public_filtered_ids(filters, clamp_language(language_id), k, skip)
+        page = [FusedHit(id=sid, score=0.0, ranks=(None, None)) for sid in ids]
+        return self._passages(page, [], "", filters)
+
     def _keyword(
-        self, text: str, need: int, language: int | None
+        self, text: str, need: int, language: int | None, filters: tuple[FieldFilter, ...]
     ) -> tuple[list[FusedHit], list[KeywordHit]]:
         p = self._p
         t0 = time.perf_counter()
-        hits = p.keyword_full.search(text, need, language)
+        hits = p.keyword_full.search(text, need, language, filters=filters)
         p.metrics.arm_duration.labels(p.corpus, Arm.SPARSE.value).observe(time.perf_counter() - t0)
         return rrf([[h.source_id for h in hits]], k=p.config.rrf_k, limit=need), hits
 
     def _hybrid(
-        self, text: str, need: int, language: int | None
+        self, text: str, need: int, language: int | None, filters: tuple[FieldFilter, ...]
     ) -> tuple[list[FusedHit], list[KeywordHit]]:
         p = self._p
         assert p.embedder is not None
         window = min(max(p.config.window, need), MAX_SOURCES)
-        t0 = time.perf_counter()
-        vector = p.embedder.embed([text])[0]
-        t1 = time.perf_counter()
-        p.metrics.embed_duration.labels(p.corpus, "query").observe(t1 - t0)
-        dense_ids: list[str] = []
-        index = p.indexes.faiss
-        if index is not None and len(index) > 0:
-            allow = p.visibility.allow_list(index, language)
-            dense_ids = [doc_id for doc_id, _ in index.search(vector, window, allow=allow)]
-        t2 = time.perf_counter()
-        p.metrics.arm_duration.labels(p.corpus, Arm.DENSE.value).observe(t2 - t1)
-        sparse_hits = p.keyword_index_backed.search(text, window, language)
-        p.metrics.arm_duration.labels(p.corpus, Arm.SPARSE.value).observe(time.perf_counter() - t2)
+        sparse_arm = self._workers().submit(self._sparse_arm, text, window, language, filters)
+        try:
+            t0 = time.perf_counter()
+            vector = p.embedder.embed([text])[0]
+            t1 = time.perf_counter()
+            p.metrics.embed_duration.labels(p.corpus, "query").observe(t1 - t0)
+            dense_ids: list[str] = []
+            index = p.indexes.faiss
+            if index is not None and vector.shape[-1] != index.dimension:
+                # The provider changed under us (a model switch in progress): this query
+                # is answered from keywords rather than failing.
+                raise EmbedderUnavailable("query vector dimension differs from the index")
+            if index is not None and len(index) > 0:
+                allow = p.visibility.allow_list(index, language, filters)
+                dense_ids = [doc_id for doc_id, _ in index.search(vector, window, allow=allow)]
+            p.metrics.arm_duration.labels(p.corpus, Arm.DENSE.value).observe(
+                time.perf_counter() - t1
+            )
+        finally:
+            sparse_hits = sparse_arm.result()
         if not sparse_hits and p.store.has_public_documents():
             p.metrics.sparse_arm_empty.labels(p.corpus).inc()
         weights = (p.config.weights.sparse, p.config.weights.dense)
@@ -162,10 +185,12 @@ class Searcher:
         )
         return fused, sparse_hits
 
-    def _sparse_arm(self, text: str, window: int, language: int | None) -> list[KeywordHit]:
+    def _sparse_arm(
+        self, text: str, window: int, language: int | None, filters: tuple[FieldFilter, ...]
+    ) -> list[KeywordHit]:
         p = self._p
         started = time.perf_counter()
-        hits = p.keyword_index_backed.search(text, window, language)  # never raises
+        hits = p.keyword_index_backed.search(text, window, language, filters=filters)
         p.metrics.arm_duration.labels(p.corpus, Arm.SPARSE.value).observe(
             time.perf_counter() - started
         )
@@ -174,15 +199,20 @@ class Searcher:
     # -- answers ----------------------------------------------------------------------------
 
     def _passages(
-        self, page: Sequence[FusedHit], sparse_hits: Sequence[KeywordHit], text: str
+        self,
+        page: Sequence[FusedHit],
+        sparse_hits: Sequence[KeywordHit],
+        text: str,
+        filters: tuple[FieldFilter, ...] = (),
     ) -> list[Passage]:
         if not page:
             return []
         by_id = {h.source_id: h for h in sparse_hits}
         # Defence in depth: whatever an arm returned, only ids the store confirms public
-        # (and still present) become passages. Also supplies dense-only hits' text.
+        # (still present, and eligible under the filters: an index may lag the store)
+        # become passages. Also supplies dense-only hits' text.
         dense_only = frozenset(f.id for f in page if f.id not in by_id)
-        docs = self._p.store.headers([f.id for f in page], with_text=dense_only)
+        docs = self._p.store.headers([f.id for f in page], with_text=dense_only, filters=filters)
         terms: list[str] | None = None
         passages: list[Passage] = []
         for fused in page:

@@ -1,8 +1,11 @@
-"""Which vectors the dense arm may return: public documents, optionally of one language.
+"""Which vectors the dense arm may return: public documents, optionally of one language
+and satisfying a filter on the declared fields.
 
-The allow-list is compiled once per (store generation, language) and reused, because
-turning thousands of ids into a FAISS selector on every query would cost more than the
-search. When every document is public and no language is asked for, no filter is needed.
+The allow-list is compiled once per (store generation, language, filter) and reused,
+because turning thousands of ids into a FAISS selector on every query would cost more
+than the search; at most ``MAX_CACHED`` filtered lists are kept per generation (oldest
+dropped first). When every document is public and neither a language nor a filter is
+asked for, no allow-list is needed.
 """
 
 from __future__ import annotations
@@ -11,6 +14,9 @@ import threading
 
 from dense import AllowList, FaissIndex
 from engine.storage import DocumentStore
+from sparse import FieldFilter
+
+MAX_CACHED = 128
 
 
 class DenseVisibility:
@@ -18,7 +24,9 @@ class DenseVisibility:
         self._store = store
         self._lock = threading.Lock()
         self._generation = 0
-        self._cache: dict[tuple[int, int | None, int], AllowList | None] = {}
+        self._cache: dict[
+            tuple[int, int | None, int, tuple[FieldFilter, ...]], AllowList | None
+        ] = {}
         self._non_public: tuple[int, int] | None = None  # (generation, count)
 
     def invalidate(self) -> None:
@@ -28,16 +36,23 @@ class DenseVisibility:
             self._cache.clear()
             self._non_public = None
 
-    def allow_list(self, index: FaissIndex, language_id: int | None) -> AllowList | None:
+    def allow_list(
+        self,
+        index: FaissIndex,
+        language_id: int | None,
+        filters: tuple[FieldFilter, ...] = (),
+    ) -> AllowList | None:
         with self._lock:
             generation = self._generation
             if self._non_public is None:
                 self._non_public = (generation, self._store.count_non_public())
             non_public = self._non_public[1]
-            if non_public == 0 and language_id is None:
+            if non_public == 0 and language_id is None and not filters:
                 return None
-            key = (generation, language_id, id(index))
+            key = (generation, language_id, id(index), filters)
             if key not in self._cache:
-                ids = self._store.public_vector_ids(language_id)
+                while len(self._cache) >= MAX_CACHED:
+                    del self._cache[next(iter(self._cache))]
+                ids = self._store.public_vector_ids(language_id, filters)
                 self._cache[key] = index.allow_list(ids)
             return self._cache[key]

@@ -1,4 +1,10 @@
-"""The store's schema. ``seq`` orders every write so derived indexes can catch up."""
+"""The store's schema. ``seq`` orders every write so derived indexes can catch up.
+
+``document_fields`` holds the filterable field values, one row per (document, field,
+value): ``value_text`` for keyword fields, ``value_int`` for integer and date fields
+(a date as its day number). It is written and deleted in the same transaction as its
+document.
+"""
 
 from __future__ import annotations
 
@@ -29,6 +35,17 @@ CREATE TABLE IF NOT EXISTS tombstones (
     seq       INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS tombstones_seq ON tombstones(seq);
+CREATE TABLE IF NOT EXISTS document_fields (
+    source_id   TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    value_text  TEXT,
+    value_int   INTEGER
+);
+CREATE INDEX IF NOT EXISTS document_fields_doc ON document_fields(source_id);
+CREATE INDEX IF NOT EXISTS document_fields_text ON document_fields(name, value_text);
+CREATE INDEX IF NOT EXISTS document_fields_text_nocase
+    ON document_fields(name, value_text COLLATE NOCASE);
+CREATE INDEX IF NOT EXISTS document_fields_int ON document_fields(name, value_int);
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL

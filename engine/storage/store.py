@@ -9,10 +9,12 @@ each other (WAL lets them run beside the writer). Every statement is parameteris
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import json
 import sqlite3
 import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +24,9 @@ import numpy as np
 import numpy.typing as npt
 
 from engine.errors import StorageError
+from engine.storage.field_sql import filter_sql
 from engine.storage.schema import SCHEMA, SCHEMA_VERSION
+from sparse import FieldFilter
 
 _SQL_VARS = 500  # ids per IN (...) chunk; well under SQLite's variable limit
 
@@ -46,6 +50,8 @@ class StoredDocument:
     embedding_status: EmbeddingStatus
     embedding: npt.NDArray[np.float32] | None = None
     seq: int = 0
+    fields: tuple[tuple[str, str | int], ...] = ()
+    """Encoded filterable values, sorted ``(field, value)`` pairs (see ``engine.fields``)."""
 
     @property
     def is_public(self) -> bool:
@@ -56,6 +62,10 @@ _COLUMNS = (
     "source_id, title, text, url, language_id, access_groups, page_uid, content_hash, "
     "embedding_status, embedding, seq"
 )
+
+
+def _like_escape(term: str) -> str:
+    return term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 def _row_to_doc(row: Any) -> StoredDocument:
@@ -80,6 +90,57 @@ def _chunks(items: Sequence[str], size: int = _SQL_VARS) -> Iterator[Sequence[st
         yield items[start : start + size]
 
 
+def _field_rows(docs: Sequence[StoredDocument]) -> list[tuple[str, str, str | None, int | None]]:
+    return [
+        (d.source_id, name, value, None)
+        if isinstance(value, str)
+        else (d.source_id, name, None, value)
+        for d in docs
+        for name, value in d.fields
+    ]
+
+
+def _with_fields(conn: sqlite3.Connection, docs: list[StoredDocument]) -> list[StoredDocument]:
+    """Attach each document's field values (one query per chunk of ids)."""
+    found: dict[str, list[tuple[str, str | int]]] = {}
+    for chunk in _chunks([d.source_id for d in docs]):
+        marks = ",".join("?" * len(chunk))
+        for sid, name, text, number in conn.execute(
+            f"SELECT source_id, name, value_text, value_int FROM document_fields "
+            f"WHERE source_id IN ({marks})",
+            list(chunk),
+        ):
+            found.setdefault(sid, []).append(
+                (str(name), str(text) if text is not None else int(number))
+            )
+    if not found:
+        return docs
+    return [
+        dataclasses.replace(d, fields=tuple(sorted(found[d.source_id], key=repr)))
+        if d.source_id in found
+        else d
+        for d in docs
+    ]
+
+
+class _ReaderHandle:
+    """One thread's read connection. Threads come and go (HTTP servers, pools): when a
+    thread ends, its thread-local handle is collected and the connection closed with it."""
+
+    __slots__ = ("__weakref__", "conn")
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn: sqlite3.Connection | None = conn
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def __del__(self) -> None:
+        self.close()
+
+
 class DocumentStore:
     """The corpus's documents, their access groups and their embedding status."""
 
@@ -87,7 +148,7 @@ class DocumentStore:
         self._path = path
         self._write_lock = threading.RLock()
         self._local = threading.local()
-        self._all_readers: list[sqlite3.Connection] = []
+        self._all_readers: weakref.WeakSet[_ReaderHandle] = weakref.WeakSet()
         self._readers_lock = threading.Lock()
         self._writer = self._connect()
         with self._writer:
@@ -106,19 +167,21 @@ class DocumentStore:
         return conn
 
     def _reader(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        handle: _ReaderHandle | None = getattr(self._local, "reader", None)
+        conn = None if handle is None else handle.conn
         if conn is None:
             conn = self._connect()
             conn.execute("PRAGMA query_only=1")
-            self._local.conn = conn
+            handle = _ReaderHandle(conn)
+            self._local.reader = handle
             with self._readers_lock:
-                self._all_readers.append(conn)
+                self._all_readers.add(handle)
         return conn
 
     def close(self) -> None:
         with self._readers_lock:
-            for conn in self._all_readers:
-                conn.close()
+            for handle in list(self._all_readers):
+                handle.close()
             self._all_readers.clear()
         with self._write_lock:
             self._writer.close()
@@ -174,6 +237,15 @@ class DocumentStore:
                 )
                 self._writer.executemany(
                     "DELETE FROM tombstones WHERE source_id = ?", [(d.source_id,) for d in docs]
+                )
+                self._writer.executemany(
+                    "DELETE FROM document_fields WHERE source_id = ?",
+                    [(d.source_id,) for d in docs],
+                )
+                self._writer.executemany(
+                    "INSERT INTO document_fields(source_id, name, value_text, value_int) "
+                    "VALUES (?,?,?,?)",
+                    _field_rows(docs),
                 )
                 self._writer.execute("COMMIT")
             except sqlite3.Error as exc:
@@ -243,6 +315,10 @@ class DocumentStore:
                         self._writer.execute(
                             f"DELETE FROM documents WHERE source_id IN ({marks})", list(chunk)
                         )
+                        self._writer.execute(
+                            f"DELETE FROM document_fields WHERE source_id IN ({marks})",
+                            list(chunk),
+                        )
                     self._writer.executemany(
                         "INSERT OR REPLACE INTO tombstones(source_id, seq) VALUES (?, ?)",
                         [(sid, seq) for sid in existing],
@@ -291,7 +367,7 @@ class DocumentStore:
         return state
 
     def get_many(self, ids: Sequence[str], *, public_only: bool) -> dict[str, StoredDocument]:
-        docs: dict[str, StoredDocument] = {}
+        found: list[StoredDocument] = []
         conn = self._reader()
         public_clause = " AND is_public = 1" if public_only else ""
         for chunk in _chunks(list(dict.fromkeys(ids))):
@@ -300,24 +376,29 @@ class DocumentStore:
                 f"SELECT {_COLUMNS} FROM documents WHERE source_id IN ({marks}){public_clause}",
                 list(chunk),
             ):
-                doc = _row_to_doc(row)
-                docs[doc.source_id] = doc
-        return docs
+                found.append(_row_to_doc(row))
+        return {doc.source_id: doc for doc in _with_fields(conn, found)}
 
     def headers(
-        self, ids: Sequence[str], *, with_text: frozenset[str] = frozenset()
+        self,
+        ids: Sequence[str],
+        *,
+        with_text: frozenset[str] = frozenset(),
+        filters: Sequence[FieldFilter] = (),
     ) -> dict[str, tuple[str, str, int, str | None]]:
-        """Public documents among ``ids``: (title, url, language id, text or None).
+        """Public documents among ``ids`` (that satisfy ``filters``): (title, url,
+        language id, text or None).
 
         Text is read only for ids in ``with_text`` (a document may be a megabyte)."""
         found: dict[str, tuple[str, str, int, str | None]] = {}
         conn = self._reader()
+        where, filter_params = filter_sql(filters)
         for chunk in _chunks(list(dict.fromkeys(ids))):
             marks = ",".join("?" * len(chunk))
             for sid, title, url, language_id in conn.execute(
                 f"SELECT source_id, title, url, language_id FROM documents "
-                f"WHERE source_id IN ({marks}) AND is_public = 1",
-                list(chunk),
+                f"WHERE source_id IN ({marks}) AND is_public = 1 AND {where}",
+                [*chunk, *filter_params],
             ):
                 found[sid] = (title, url, int(language_id), None)
         wanted = [sid for sid in with_text if sid in found]
@@ -346,9 +427,11 @@ class DocumentStore:
         )
 
     def count_with_vectors(self) -> int:
-        row = self._reader().execute(
-            "SELECT COUNT(*) FROM documents WHERE embedding IS NOT NULL"
-        ).fetchone()
+        row = (
+            self._reader()
+            .execute("SELECT COUNT(*) FROM documents WHERE embedding IS NOT NULL")
+            .fetchone()
+        )
         return int(row[0])
 
     def count_non_public(self) -> int:
@@ -365,14 +448,55 @@ class DocumentStore:
         )
         return [str(r[0]) for r in rows]
 
-    def public_vector_ids(self, language_id: int | None) -> list[str]:
-        """Ids of public documents that have a vector (the dense arm's allow-list)."""
-        sql = "SELECT source_id FROM documents WHERE is_public = 1 AND embedding IS NOT NULL"
-        params: tuple[int, ...] = ()
+    def public_vector_ids(
+        self, language_id: int | None, filters: Sequence[FieldFilter] = ()
+    ) -> list[str]:
+        """Ids of public documents that have a vector (the dense arm's allow-list),
+        optionally of one language and satisfying ``filters``."""
+        where, params = filter_sql(filters)
+        sql = (
+            "SELECT source_id FROM documents WHERE is_public = 1 AND embedding IS NOT NULL "
+            f"AND {where}"
+        )
         if language_id is not None:
             sql += " AND language_id = ?"
-            params = (language_id,)
+            params.append(language_id)
         return [str(r[0]) for r in self._reader().execute(sql, params)]
+
+    def public_filtered_ids(
+        self,
+        filters: Sequence[FieldFilter],
+        language_id: int | None,
+        limit: int,
+        offset: int = 0,
+    ) -> list[str]:
+        """Public documents satisfying ``filters``, in insertion order (a browse)."""
+        where, params = filter_sql(filters)
+        sql = f"SELECT source_id FROM documents WHERE is_public = 1 AND {where}"
+        if language_id is not None:
+            sql += " AND language_id = ?"
+            params.append(language_id)
+        sql += " ORDER BY rowid LIMIT ? OFFSET ?"
+        params += [limit, offset]
+        return [str(r[0]) for r in self._reader().execute(sql, params)]
+
+    def keyword_values(self, field: str, value: str, limit: int) -> list[str]:
+        """Stored values of keyword ``field`` equal to ``value`` ignoring ASCII case, or
+        else containing it; at most ``limit``, most frequent first."""
+        conn = self._reader()
+        for condition, pattern in (
+            ("value_text = ? COLLATE NOCASE", value),
+            ("value_text LIKE ? ESCAPE '\\'", f"%{_like_escape(value)}%"),
+        ):
+            rows = conn.execute(
+                "SELECT value_text, COUNT(*) AS n FROM document_fields "
+                f"WHERE name = ? AND value_text IS NOT NULL AND {condition} "
+                "GROUP BY value_text ORDER BY n DESC, value_text LIMIT ?",
+                (field, pattern, limit),
+            ).fetchall()
+            if rows:
+                return [str(r[0]) for r in rows]
+        return []
 
     def iter_documents(self, *, since_seq: int = 0, batch: int = 1000) -> Iterator[StoredDocument]:
         """Documents written after ``since_seq``, in rowid order, read in batches."""
@@ -386,8 +510,7 @@ class DocumentStore:
             ).fetchall()
             if not rows:
                 return
-            for row in rows:
-                yield _row_to_doc(row)
+            yield from _with_fields(conn, [_row_to_doc(row) for row in rows])
             last = int(rows[-1][11])
 
     def tombstones_since(self, seq: int) -> list[str]:

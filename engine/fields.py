@@ -1,0 +1,132 @@
+"""Filterable metadata fields: the values a document carries, checked and encoded.
+
+A corpus declares its fields in ``CorpusConfig.fields`` (name -> ``FieldType``). A
+``Document`` carries values in ``Document.fields``: one value, or a collection of values
+(a multi-valued field, e.g. tags), per declared field. Encoded for the store and the
+keyword index, every value is a ``str`` (keyword) or an ``int`` (integer; a date is its
+day number, days since 1970-01-01), so every range is an integer range.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Collection, Mapping
+
+from engine.config import FieldType
+from engine.documents import is_utf8_encodable
+from engine.errors import InvalidArgument
+from sparse import FieldKind
+
+FieldValue = str | int | dt.date
+"""One value of a filterable field, as callers pass it."""
+
+EncodedFields = tuple[tuple[str, str | int], ...]
+"""A document's field values as stored and indexed: sorted ``(field, value)`` pairs."""
+
+MAX_VALUES_PER_FIELD = 64
+"""A document carries at most this many values for one field."""
+
+MAX_KEYWORD_CHARS = 256
+"""A keyword value is 1-256 characters, no control characters."""
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+_EPOCH = dt.date(1970, 1, 1).toordinal()
+
+SPARSE_KIND = {
+    FieldType.KEYWORD: FieldKind.KEYWORD,
+    FieldType.INTEGER: FieldKind.INTEGER,
+    FieldType.DATE: FieldKind.INTEGER,
+}
+
+
+def date_to_days(value: dt.date) -> int:
+    """Days since 1970-01-01 (negative before it)."""
+    return value.toordinal() - _EPOCH
+
+
+def days_to_date(days: int) -> dt.date:
+    return dt.date.fromordinal(days + _EPOCH)
+
+
+def sparse_kinds(declared: Mapping[str, FieldType]) -> dict[str, FieldKind]:
+    """How the keyword index stores each declared field."""
+    return {name: SPARSE_KIND[kind] for name, kind in declared.items()}
+
+
+def is_keyword_value(value: object) -> bool:
+    return (
+        isinstance(value, str)
+        and 0 < len(value) <= MAX_KEYWORD_CHARS
+        and not any(ord(ch) < 32 or ord(ch) == 127 for ch in value)
+        and is_utf8_encodable(value)
+    )
+
+
+def is_int64(value: object) -> bool:
+    return (
+        isinstance(value, int) and not isinstance(value, bool) and INT64_MIN <= value <= INT64_MAX
+    )
+
+
+def encode_value(field: str, kind: FieldType, value: object) -> str | int:
+    """One value checked against its field's type; ``InvalidArgument`` names the field."""
+    if kind is FieldType.KEYWORD:
+        if not is_keyword_value(value):
+            raise InvalidArgument(
+                f"field {field!r} is a keyword field: values must be strings of 1-"
+                f"{MAX_KEYWORD_CHARS} characters without control characters"
+            )
+        assert isinstance(value, str)
+        return value
+    if kind is FieldType.INTEGER:
+        if not is_int64(value):
+            raise InvalidArgument(
+                f"field {field!r} is an integer field: values must be 64-bit integers, "
+                f"got {type(value).__name__}"
+            )
+        assert isinstance(value, int)
+        return value
+    if isinstance(value, dt.datetime) or not isinstance(value, dt.date):
+        raise InvalidArgument(
+            f"field {field!r} is a date field: values must be datetime.date, "
+            f"got {type(value).__name__}"
+        )
+    return date_to_days(value)
+
+
+def _values(field: str, raw: object) -> list[object]:
+    if isinstance(raw, str | bytes | int | dt.date) or raw is None:
+        return [raw]
+    if isinstance(raw, Collection) and not isinstance(raw, Mapping):
+        values = list(raw)
+        if not values or len(values) > MAX_VALUES_PER_FIELD:
+            raise InvalidArgument(
+                f"field {field!r} needs 1-{MAX_VALUES_PER_FIELD} values, got {len(values)}"
+            )
+        return values
+    return [raw]
+
+
+def encode_fields(doc_id: str, fields: object, declared: Mapping[str, FieldType]) -> EncodedFields:
+    """A document's field values, checked against the declared fields and encoded.
+
+    Raises ``InvalidArgument`` naming the document and the field for an undeclared field
+    or a value of the wrong type.
+    """
+    if not isinstance(fields, Mapping):
+        raise InvalidArgument(f"document {doc_id}: fields must be a mapping of name to value")
+    pairs: set[tuple[str, str | int]] = set()
+    for name, raw in fields.items():
+        kind = declared.get(name) if isinstance(name, str) else None
+        if kind is None:
+            raise InvalidArgument(
+                f"document {doc_id}: unknown field {name!r}; declared fields: "
+                f"{sorted(declared) or 'none'}"
+            )
+        try:
+            for value in _values(name, raw):
+                pairs.add((name, encode_value(name, kind, value)))
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"document {doc_id}: {exc}") from None
+    return tuple(sorted(pairs, key=lambda pair: (pair[0], repr(pair[1]))))

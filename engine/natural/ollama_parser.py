@@ -1,0 +1,157 @@
+"""The question parser: one Ollama ``/api/chat`` call through the real ``ollama`` client.
+
+The request carries the field schema (as ``format`` and in the system prompt) and the
+question — nothing from the store. Before the inference call, a health check
+(``POST /api/show``, short timeout) answers fast when the server is down or the model
+is not pulled; a passed check is trusted for ``health_ttl_s``. Every remote failure is
+mapped, in one place (``_unavailable``), to ``NaturalSearchUnavailable``. Nothing is
+retried. Logs carry lengths, counts and latencies — never the question or the answer.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping
+from functools import cached_property
+from typing import Protocol
+
+import httpx
+import ollama
+import pydantic
+
+from engine.config import FieldType, NaturalLanguage
+from engine.natural.errors import NaturalSearchUnavailable
+from engine.natural.schema import ModelQuery, output_schema, parse_output, system_prompt
+
+logger = logging.getLogger(__name__)
+
+_REMOTE_ERRORS: tuple[type[Exception], ...] = (
+    ConnectionError,  # the client turns httpx.ConnectError into this
+    httpx.HTTPError,  # timeouts, protocol errors, connections cut mid-response
+    ollama.ResponseError,  # HTTP status >= 400; 404 for a model that is not pulled
+    ollama.RequestError,
+    json.JSONDecodeError,
+    pydantic.ValidationError,
+)
+
+
+class QuestionParser(Protocol):
+    """Turns a question into a checked ``ModelQuery``.
+
+    Raises ``NaturalSearchUnavailable`` for every failure (never anything else for
+    remote trouble). Must not send anything but the question and the field schema.
+    """
+
+    def parse(self, question: str) -> ModelQuery: ...
+
+
+def _unavailable(
+    exc: Exception, *, model: str, host: str, timeout_s: float
+) -> NaturalSearchUnavailable:
+    """Map a remote error to the one exception natural search raises (the only mapping).
+
+    Server-supplied text is never quoted: a hostile or confused server could echo the
+    question back into a message that ends up in a log."""
+    if isinstance(exc, ollama.ResponseError):
+        if exc.status_code == 404:
+            return NaturalSearchUnavailable(
+                f"Ollama at {host} does not have the model {model!r}; run `ollama pull {model}`"
+            )
+        return NaturalSearchUnavailable(f"Ollama at {host} answered HTTP {exc.status_code}")
+    if isinstance(exc, httpx.TimeoutException):
+        return NaturalSearchUnavailable(f"Ollama at {host} did not answer within {timeout_s:g} s")
+    if isinstance(exc, ConnectionError | httpx.TransportError):
+        return NaturalSearchUnavailable(f"cannot reach Ollama at {host} ({type(exc).__name__})")
+    return NaturalSearchUnavailable(f"Ollama at {host} sent a malformed response")
+
+
+class OllamaQuestionParser:
+    """``QuestionParser`` over an Ollama chat model; constructing it does no I/O."""
+
+    def __init__(
+        self,
+        settings: NaturalLanguage,
+        declared: Mapping[str, FieldType],
+        *,
+        health_ttl_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._settings = settings
+        self._declared = dict(declared)
+        self._schema = output_schema(self._declared)
+        self._system = system_prompt(self._declared)
+        self._health_ttl_s = health_ttl_s
+        self._clock = clock
+        self._healthy_until = -math.inf
+        self._lock = threading.Lock()
+
+    @property
+    def schema(self) -> dict[str, object]:
+        return self._schema
+
+    @cached_property
+    def _client(self) -> ollama.Client:
+        return ollama.Client(host=self._settings.host, timeout=self._settings.timeout_s)
+
+    @cached_property
+    def _health_client(self) -> ollama.Client:
+        return ollama.Client(host=self._settings.host, timeout=self._settings.health_timeout_s)
+
+    def close(self) -> None:
+        for attr in ("_client", "_health_client"):
+            client = self.__dict__.pop(attr, None)
+            if client is not None:
+                client.close()
+
+    def parse(self, question: str) -> ModelQuery:
+        self._check_health()
+        s = self._settings
+        started = time.perf_counter()
+        try:
+            response = self._client.chat(
+                model=s.model,
+                messages=[
+                    {"role": "system", "content": self._system},
+                    {"role": "user", "content": question},
+                ],
+                format=self._schema,
+                options={"temperature": 0},
+                stream=False,
+            )
+            content = response.message.content
+        except _REMOTE_ERRORS as exc:
+            self._mark_unhealthy()
+            raise _unavailable(exc, model=s.model, host=s.host, timeout_s=s.timeout_s) from None
+        logger.debug(
+            "ollama chat: %d answer chars, %.1f ms",
+            len(content or ""),
+            (time.perf_counter() - started) * 1000,
+        )
+        return parse_output(content, self._declared)
+
+    def _check_health(self) -> None:
+        with self._lock:
+            if self._clock() < self._healthy_until:
+                return
+        s = self._settings
+        try:
+            shown = self._health_client.show(s.model)
+        except _REMOTE_ERRORS as exc:
+            raise _unavailable(
+                exc, model=s.model, host=s.host, timeout_s=s.health_timeout_s
+            ) from None
+        if shown.capabilities is not None and "completion" not in shown.capabilities:
+            raise NaturalSearchUnavailable(
+                f"the Ollama model {s.model!r} cannot generate text (an embedding model?); "
+                "configure a chat model"
+            )
+        with self._lock:
+            self._healthy_until = self._clock() + self._health_ttl_s
+
+    def _mark_unhealthy(self) -> None:
+        with self._lock:
+            self._healthy_until = -math.inf

@@ -1,0 +1,50 @@
+"""Filter conditions as SQL over ``document_fields``, for the store and the LIKE fallback.
+
+Each condition becomes ``<id column> IN (SELECT source_id FROM document_fields WHERE
+name = ? AND ...)``, so SQLite finds the matching values through the
+``(name, value)`` indexes. Every value is a bound parameter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sparse import FieldFilter, RangeFilter, TermsFilter
+
+FALSE = "0"
+
+
+def filter_sql(
+    filters: Sequence[FieldFilter], id_column: str = "source_id"
+) -> tuple[str, list[object]]:
+    """An SQL condition (``"1"`` when there are no filters) and its parameters."""
+    parts: list[str] = []
+    params: list[object] = []
+    for condition in filters:
+        if isinstance(condition, TermsFilter):
+            if not condition.values:
+                return FALSE, []
+            column = "value_text" if isinstance(condition.values[0], str) else "value_int"
+            marks = ",".join("?" * len(condition.values))
+            parts.append(
+                f"{id_column} IN (SELECT source_id FROM document_fields "
+                f"WHERE name = ? AND {column} IN ({marks}))"
+            )
+            params += [condition.field, *condition.values]
+        elif isinstance(condition, RangeFilter):
+            low, high = condition.low, condition.high
+            if low is not None and high is not None and low > high:
+                return FALSE, []
+            bounds = ["name = ?", "value_int IS NOT NULL"]
+            params.append(condition.field)
+            for op, bound in ((">=", low), ("<=", high)):
+                if bound is not None:
+                    bounds.append(f"value_int {op} ?")
+                    params.append(bound)
+            parts.append(
+                f"{id_column} IN (SELECT source_id FROM document_fields "
+                f"WHERE {' AND '.join(bounds)})"
+            )
+        else:
+            raise ValueError(f"unknown filter {type(condition).__name__}")
+    return (" AND ".join(parts) or "1"), params
