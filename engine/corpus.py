@@ -26,6 +26,7 @@ from engine.errors import InvalidArgument
 from engine.fallback import DatabaseLikeBackend
 from engine.fields import encode_fields, sparse_kinds
 from engine.filters import Filter, compile_filter
+from engine.gated import CurrentIndexBackend
 from engine.indexes import DerivedIndexes
 from engine.ingest import Ingestor, checked_vectors
 from engine.limits import MAX_BATCH_SIZE, MAX_SOURCE_ID_CHARS
@@ -81,7 +82,10 @@ class Corpus:
         embedder = self._embedder
         self._visibility = DenseVisibility(self._store)
         backends: list[SearchBackend] = [
-            TantivyBackend(self._indexes.tantivy),
+            CurrentIndexBackend(
+                TantivyBackend(self._indexes.tantivy),
+                lambda: self._indexes.keyword_index_current,
+            ),
             DatabaseLikeBackend(self._store),
         ]
         self._parts = SearchParts(
@@ -272,6 +276,8 @@ class Corpus:
 
     def delete(self, ids: Iterable[str]) -> int:
         """Delete documents by id; returns how many existed. Unknown ids are ignored."""
+        if isinstance(ids, str | bytes):
+            raise InvalidArgument("delete takes a collection of ids, not a single string")
         wanted = list(ids)
         if len(wanted) > MAX_BATCH_SIZE:
             raise InvalidArgument(f"{len(wanted)} ids in one delete; the cap is {MAX_BATCH_SIZE}")
@@ -432,8 +438,10 @@ class Corpus:
                     self._natural.close()
                     self._natural = None
             self._searcher.close()
-            self._indexes.close()
-            self._store.close()
+            try:
+                self._indexes.close()
+            finally:
+                self._store.close()
 
 
 def _save_config(path: Path, config: CorpusConfig) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from dense import FaissIndex, FaissIndexCorrupt
+from engine.errors import StorageError
 from engine.storage import DocumentStore, StoredDocument
 from sparse import FieldKind, SparseDocument, SparseError, TantivyIndex
 from sparse.analyzers import Analyzer, LanguageAnalyzers
@@ -251,15 +252,29 @@ class DerivedIndexes:
             self.save_vectors(seq)
 
     def save_vectors(self, seq: int) -> None:
+        """Persist the vector index and its marker. The vectors are safe in the store
+        either way; a failure here (disk full) only means a longer catch-up on open."""
         with self._lock:
-            if self.faiss is not None and len(self.faiss) > 0:
-                self.faiss.save(self._faiss_path)
-            else:
-                self._faiss_path.unlink(missing_ok=True)
-            _write_marker(self._faiss_marker, seq)
+            try:
+                if self.faiss is not None and len(self.faiss) > 0:
+                    self.faiss.save(self._faiss_path)
+                else:
+                    self._faiss_path.unlink(missing_ok=True)
+                _write_marker(self._faiss_marker, seq)
+            except OSError as exc:
+                raise StorageError(f"could not save the vector index: {exc}") from exc
             self._unsaved = 0
 
+    @property
+    def keyword_index_current(self) -> bool:
+        """False while a failed keyword-index write is waiting to be caught up: the
+        index then lacks acknowledged documents, so the cascade must not trust it."""
+        return not self._tantivy_behind
+
     def flush(self) -> None:
+        with self._lock:
+            if self._tantivy_behind:
+                self._apply_keyword([], [], self._store.seq)
         if self._vectors_enabled and self._unsaved:
             self.save_vectors(self._store.seq)
 

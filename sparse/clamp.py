@@ -2,8 +2,9 @@
 
 Pure functions; the facade applies them before any backend sees the query.
 
-- text: non-strings count as empty; lone surrogates replaced; trimmed; truncated to ``MAX_QUERY_LENGTH`` and trimmed
-  again; shorter than ``MIN_QUERY_LENGTH`` -> ``None`` (the facade answers ``[]``).
+- text: non-strings count as empty; lone surrogates replaced; trimmed; truncated to
+  ``MAX_QUERY_LENGTH`` and trimmed again; shorter than ``MIN_QUERY_LENGTH`` -> ``None``
+  (the facade answers ``[]``).
 - limit: integers and finite floats (truncated) are clamped to ``1..MAX_SOURCES``;
   ``+inf`` -> ``MAX_SOURCES``; ``-inf`` -> 1; NaN, ``None`` and anything else ->
   ``FALLBACK_LIMIT``.

@@ -21,7 +21,7 @@ def test_readme_block_runs(block: int, tmp_path: Path) -> None:
     cwd = Path.cwd()
     os.chdir(tmp_path)  # the examples write ./tandem-data
     try:
-        exec(compile(BLOCKS[block], f"README.md block {block}", "exec"), {})  # noqa: S102
+        exec(compile(BLOCKS[block], f"README.md block {block}", "exec"), {})
     finally:
         os.chdir(cwd)
 

@@ -1,5 +1,6 @@
 """The per-corpus document store (SQLite, WAL): the source of truth."""
 
-from engine.storage.store import DocumentStore, EmbeddingStatus, StoredDocument
+from engine.storage.records import EmbeddingStatus, StoredDocument
+from engine.storage.store import DocumentStore
 
 __all__ = ["DocumentStore", "EmbeddingStatus", "StoredDocument"]

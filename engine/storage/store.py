@@ -9,136 +9,31 @@ each other (WAL lets them run beside the writer). Every statement is parameteris
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import enum
 import json
 import sqlite3
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from engine.errors import StorageError
 from engine.storage.field_sql import filter_sql
+from engine.storage.records import (
+    COLUMNS,
+    EmbeddingStatus,
+    ReaderHandle,
+    StoredDocument,
+    chunks,
+    field_rows,
+    like_escape,
+    row_to_doc,
+    with_fields,
+)
 from engine.storage.schema import SCHEMA, SCHEMA_VERSION
 from sparse import FieldFilter
-
-_SQL_VARS = 500  # ids per IN (...) chunk; well under SQLite's variable limit
-
-
-class EmbeddingStatus(enum.IntEnum):
-    NOT_REQUIRED = 0  # the corpus has vectors off
-    EMBEDDED = 1
-    DEGRADED = 2  # embedding failed or is pending; keyword-searchable meanwhile
-
-
-@dataclass(frozen=True, slots=True)
-class StoredDocument:
-    source_id: str
-    title: str
-    text: str
-    url: str
-    language_id: int
-    access_groups: frozenset[str]
-    page_uid: int | None
-    content_hash: str
-    embedding_status: EmbeddingStatus
-    embedding: npt.NDArray[np.float32] | None = None
-    seq: int = 0
-    fields: tuple[tuple[str, str | int], ...] = ()
-    """Encoded filterable values, sorted ``(field, value)`` pairs (see ``engine.fields``)."""
-
-    @property
-    def is_public(self) -> bool:
-        return not self.access_groups
-
-
-_COLUMNS = (
-    "source_id, title, text, url, language_id, access_groups, page_uid, content_hash, "
-    "embedding_status, embedding, seq"
-)
-
-
-def _like_escape(term: str) -> str:
-    return term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-
-
-def _row_to_doc(row: Any) -> StoredDocument:
-    blob = row[9]
-    return StoredDocument(
-        source_id=str(row[0]),
-        title=str(row[1]),
-        text=str(row[2]),
-        url=str(row[3]),
-        language_id=int(row[4]),
-        access_groups=frozenset(json.loads(str(row[5]))),
-        page_uid=None if row[6] is None else int(row[6]),
-        content_hash=str(row[7]),
-        embedding_status=EmbeddingStatus(int(row[8])),
-        embedding=None if blob is None else np.frombuffer(blob, dtype=np.float32),
-        seq=int(row[10]),
-    )
-
-
-def _chunks(items: Sequence[str], size: int = _SQL_VARS) -> Iterator[Sequence[str]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
-def _field_rows(docs: Sequence[StoredDocument]) -> list[tuple[str, str, str | None, int | None]]:
-    return [
-        (d.source_id, name, value, None)
-        if isinstance(value, str)
-        else (d.source_id, name, None, value)
-        for d in docs
-        for name, value in d.fields
-    ]
-
-
-def _with_fields(conn: sqlite3.Connection, docs: list[StoredDocument]) -> list[StoredDocument]:
-    """Attach each document's field values (one query per chunk of ids)."""
-    found: dict[str, list[tuple[str, str | int]]] = {}
-    for chunk in _chunks([d.source_id for d in docs]):
-        marks = ",".join("?" * len(chunk))
-        for sid, name, text, number in conn.execute(
-            f"SELECT source_id, name, value_text, value_int FROM document_fields "
-            f"WHERE source_id IN ({marks})",
-            list(chunk),
-        ):
-            found.setdefault(sid, []).append(
-                (str(name), str(text) if text is not None else int(number))
-            )
-    if not found:
-        return docs
-    return [
-        dataclasses.replace(d, fields=tuple(sorted(found[d.source_id], key=repr)))
-        if d.source_id in found
-        else d
-        for d in docs
-    ]
-
-
-class _ReaderHandle:
-    """One thread's read connection. Threads come and go (HTTP servers, pools): when a
-    thread ends, its thread-local handle is collected and the connection closed with it."""
-
-    __slots__ = ("__weakref__", "conn")
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn: sqlite3.Connection | None = conn
-
-    def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
-
-    def __del__(self) -> None:
-        self.close()
 
 
 class DocumentStore:
@@ -148,7 +43,7 @@ class DocumentStore:
         self._path = path
         self._write_lock = threading.RLock()
         self._local = threading.local()
-        self._all_readers: weakref.WeakSet[_ReaderHandle] = weakref.WeakSet()
+        self._all_readers: weakref.WeakSet[ReaderHandle] = weakref.WeakSet()
         self._readers_lock = threading.Lock()
         self._writer = self._connect()
         with self._writer:
@@ -167,12 +62,12 @@ class DocumentStore:
         return conn
 
     def _reader(self) -> sqlite3.Connection:
-        handle: _ReaderHandle | None = getattr(self._local, "reader", None)
+        handle: ReaderHandle | None = getattr(self._local, "reader", None)
         conn = None if handle is None else handle.conn
         if conn is None:
             conn = self._connect()
             conn.execute("PRAGMA query_only=1")
-            handle = _ReaderHandle(conn)
+            handle = ReaderHandle(conn)
             self._local.reader = handle
             with self._readers_lock:
                 self._all_readers.add(handle)
@@ -198,59 +93,53 @@ class DocumentStore:
         """Insert or replace ``docs`` in one transaction; returns (added, updated)."""
         if not docs:
             return 0, 0
-        with self._write_lock:
-            try:
-                self._writer.execute("BEGIN IMMEDIATE")
-                seq = self._next_seq(self._writer)
-                existing = self._existing(self._writer, [d.source_id for d in docs])
-                self._writer.executemany(
-                    "INSERT INTO documents(source_id, title, text, url, language_id, "
-                    "access_groups, is_public, page_uid, content_hash, embedding_status, "
-                    "embedding, embedding_model, seq) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) "
-                    "ON CONFLICT(source_id) DO UPDATE SET title=excluded.title, "
-                    "text=excluded.text, url=excluded.url, language_id=excluded.language_id, "
-                    "access_groups=excluded.access_groups, is_public=excluded.is_public, "
-                    "page_uid=excluded.page_uid, content_hash=excluded.content_hash, "
-                    "embedding_status=excluded.embedding_status, "
-                    "embedding=excluded.embedding, embedding_model=excluded.embedding_model, "
-                    "seq=excluded.seq",
-                    [
-                        (
-                            d.source_id,
-                            d.title,
-                            d.text,
-                            d.url,
-                            d.language_id,
-                            json.dumps(sorted(d.access_groups)),
-                            int(d.is_public),
-                            d.page_uid,
-                            d.content_hash,
-                            int(d.embedding_status),
-                            None
-                            if d.embedding is None
-                            else np.ascontiguousarray(d.embedding, np.float32).tobytes(),
-                            None if d.embedding is None else model,
-                            seq,
-                        )
-                        for d in docs
-                    ],
-                )
-                self._writer.executemany(
-                    "DELETE FROM tombstones WHERE source_id = ?", [(d.source_id,) for d in docs]
-                )
-                self._writer.executemany(
-                    "DELETE FROM document_fields WHERE source_id = ?",
-                    [(d.source_id,) for d in docs],
-                )
-                self._writer.executemany(
-                    "INSERT INTO document_fields(source_id, name, value_text, value_int) "
-                    "VALUES (?,?,?,?)",
-                    _field_rows(docs),
-                )
-                self._writer.execute("COMMIT")
-            except sqlite3.Error as exc:
-                self._rollback()
-                raise StorageError(f"could not write {len(docs)} documents: {exc}") from exc
+        with self._transaction(f"could not write {len(docs)} documents"):
+            seq = self._next_seq(self._writer)
+            existing = self._existing(self._writer, [d.source_id for d in docs])
+            self._writer.executemany(
+                "INSERT INTO documents(source_id, title, text, url, language_id, "
+                "access_groups, is_public, page_uid, content_hash, embedding_status, "
+                "embedding, embedding_model, seq) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) "
+                "ON CONFLICT(source_id) DO UPDATE SET title=excluded.title, "
+                "text=excluded.text, url=excluded.url, language_id=excluded.language_id, "
+                "access_groups=excluded.access_groups, is_public=excluded.is_public, "
+                "page_uid=excluded.page_uid, content_hash=excluded.content_hash, "
+                "embedding_status=excluded.embedding_status, "
+                "embedding=excluded.embedding, embedding_model=excluded.embedding_model, "
+                "seq=excluded.seq",
+                [
+                    (
+                        d.source_id,
+                        d.title,
+                        d.text,
+                        d.url,
+                        d.language_id,
+                        json.dumps(sorted(d.access_groups)),
+                        int(d.is_public),
+                        d.page_uid,
+                        d.content_hash,
+                        int(d.embedding_status),
+                        None
+                        if d.embedding is None
+                        else np.ascontiguousarray(d.embedding, np.float32).tobytes(),
+                        None if d.embedding is None else model,
+                        seq,
+                    )
+                    for d in docs
+                ],
+            )
+            self._writer.executemany(
+                "DELETE FROM tombstones WHERE source_id = ?", [(d.source_id,) for d in docs]
+            )
+            self._writer.executemany(
+                "DELETE FROM document_fields WHERE source_id = ?",
+                [(d.source_id,) for d in docs],
+            )
+            self._writer.executemany(
+                "INSERT INTO document_fields(source_id, name, value_text, value_int) "
+                "VALUES (?,?,?,?)",
+                field_rows(docs),
+            )
         added = sum(1 for d in docs if d.source_id not in existing)
         return added, len(docs) - added
 
@@ -260,74 +149,73 @@ class DocumentStore:
         """Attach vectors to existing documents and mark them embedded."""
         if not ids:
             return
-        with self._write_lock:
-            try:
-                self._writer.execute("BEGIN IMMEDIATE")
-                seq = self._next_seq(self._writer)
-                self._writer.executemany(
-                    "UPDATE documents SET embedding = ?, embedding_model = ?, "
-                    "embedding_status = ?, seq = ? WHERE source_id = ?",
-                    [
-                        (
-                            np.ascontiguousarray(v, np.float32).tobytes(),
-                            model,
-                            int(EmbeddingStatus.EMBEDDED),
-                            seq,
-                            sid,
-                        )
-                        for sid, v in zip(ids, vectors, strict=True)
-                    ],
-                )
-                self._writer.execute("COMMIT")
-            except sqlite3.Error as exc:
-                self._rollback()
-                raise StorageError(f"could not store {len(ids)} vectors: {exc}") from exc
+        with self._transaction(f"could not store {len(ids)} vectors"):
+            seq = self._next_seq(self._writer)
+            self._writer.executemany(
+                "UPDATE documents SET embedding = ?, embedding_model = ?, "
+                "embedding_status = ?, seq = ? WHERE source_id = ?",
+                [
+                    (
+                        np.ascontiguousarray(v, np.float32).tobytes(),
+                        model,
+                        int(EmbeddingStatus.EMBEDDED),
+                        seq,
+                        sid,
+                    )
+                    for sid, v in zip(ids, vectors, strict=True)
+                ],
+            )
 
     def mark_all_degraded(self) -> int:
         """Drop every vector (an embedder switch); returns how many documents changed."""
-        with self._write_lock:
-            try:
-                self._writer.execute("BEGIN IMMEDIATE")
-                seq = self._next_seq(self._writer)
-                cur = self._writer.execute(
-                    "UPDATE documents SET embedding = NULL, embedding_model = NULL, "
-                    "embedding_status = ?, seq = ?",
-                    (int(EmbeddingStatus.DEGRADED), seq),
-                )
-                self._writer.execute("COMMIT")
-            except sqlite3.Error as exc:
-                self._rollback()
-                raise StorageError(f"could not reset embeddings: {exc}") from exc
+        with self._transaction("could not reset embeddings"):
+            seq = self._next_seq(self._writer)
+            cur = self._writer.execute(
+                "UPDATE documents SET embedding = NULL, embedding_model = NULL, "
+                "embedding_status = ?, seq = ?",
+                (int(EmbeddingStatus.DEGRADED), seq),
+            )
         return cur.rowcount
 
     def delete(self, ids: Sequence[str]) -> list[str]:
         """Delete documents; returns the ids that existed."""
         if not ids:
             return []
+        with self._transaction(f"could not delete {len(ids)} documents"):
+            existing = sorted(self._existing(self._writer, ids))
+            if existing:
+                seq = self._next_seq(self._writer)
+                for chunk in chunks(existing):
+                    marks = ",".join("?" * len(chunk))
+                    self._writer.execute(
+                        f"DELETE FROM documents WHERE source_id IN ({marks})", list(chunk)
+                    )
+                    self._writer.execute(
+                        f"DELETE FROM document_fields WHERE source_id IN ({marks})",
+                        list(chunk),
+                    )
+                self._writer.executemany(
+                    "INSERT OR REPLACE INTO tombstones(source_id, seq) VALUES (?, ?)",
+                    [(sid, seq) for sid in existing],
+                )
+        return existing
+
+    @contextlib.contextmanager
+    def _transaction(self, what: str) -> Iterator[None]:
+        """One write transaction under the write lock. SQLite errors become
+        ``StorageError``; any exception at all rolls back, so a failed write can never
+        leave the connection inside a transaction that poisons the next one."""
         with self._write_lock:
             try:
                 self._writer.execute("BEGIN IMMEDIATE")
-                existing = sorted(self._existing(self._writer, ids))
-                if existing:
-                    seq = self._next_seq(self._writer)
-                    for chunk in _chunks(existing):
-                        marks = ",".join("?" * len(chunk))
-                        self._writer.execute(
-                            f"DELETE FROM documents WHERE source_id IN ({marks})", list(chunk)
-                        )
-                        self._writer.execute(
-                            f"DELETE FROM document_fields WHERE source_id IN ({marks})",
-                            list(chunk),
-                        )
-                    self._writer.executemany(
-                        "INSERT OR REPLACE INTO tombstones(source_id, seq) VALUES (?, ?)",
-                        [(sid, seq) for sid in existing],
-                    )
+                yield
                 self._writer.execute("COMMIT")
             except sqlite3.Error as exc:
                 self._rollback()
-                raise StorageError(f"could not delete {len(ids)} documents: {exc}") from exc
-        return existing
+                raise StorageError(f"{what}: {exc}") from exc
+            except BaseException:
+                self._rollback()
+                raise
 
     def _rollback(self) -> None:
         with contextlib.suppress(sqlite3.Error):  # no transaction may be open
@@ -336,7 +224,7 @@ class DocumentStore:
     @staticmethod
     def _existing(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, str]:
         found: dict[str, str] = {}
-        for chunk in _chunks(list(dict.fromkeys(ids))):
+        for chunk in chunks(list(dict.fromkeys(ids))):
             marks = ",".join("?" * len(chunk))
             for sid, content_hash in conn.execute(
                 f"SELECT source_id, content_hash FROM documents WHERE source_id IN ({marks})",
@@ -356,7 +244,7 @@ class DocumentStore:
         """For existing ids: (content hash, has a vector)."""
         state: dict[str, tuple[str, bool]] = {}
         conn = self._reader()
-        for chunk in _chunks(list(dict.fromkeys(ids))):
+        for chunk in chunks(list(dict.fromkeys(ids))):
             marks = ",".join("?" * len(chunk))
             for sid, content_hash, has_vec in conn.execute(
                 f"SELECT source_id, content_hash, embedding IS NOT NULL FROM documents "
@@ -370,14 +258,14 @@ class DocumentStore:
         found: list[StoredDocument] = []
         conn = self._reader()
         public_clause = " AND is_public = 1" if public_only else ""
-        for chunk in _chunks(list(dict.fromkeys(ids))):
+        for chunk in chunks(list(dict.fromkeys(ids))):
             marks = ",".join("?" * len(chunk))
             for row in conn.execute(
-                f"SELECT {_COLUMNS} FROM documents WHERE source_id IN ({marks}){public_clause}",
+                f"SELECT {COLUMNS} FROM documents WHERE source_id IN ({marks}){public_clause}",
                 list(chunk),
             ):
-                found.append(_row_to_doc(row))
-        return {doc.source_id: doc for doc in _with_fields(conn, found)}
+                found.append(row_to_doc(row))
+        return {doc.source_id: doc for doc in with_fields(conn, found)}
 
     def headers(
         self,
@@ -393,7 +281,7 @@ class DocumentStore:
         found: dict[str, tuple[str, str, int, str | None]] = {}
         conn = self._reader()
         where, filter_params = filter_sql(filters)
-        for chunk in _chunks(list(dict.fromkeys(ids))):
+        for chunk in chunks(list(dict.fromkeys(ids))):
             marks = ",".join("?" * len(chunk))
             for sid, title, url, language_id in conn.execute(
                 f"SELECT source_id, title, url, language_id FROM documents "
@@ -402,7 +290,7 @@ class DocumentStore:
             ):
                 found[sid] = (title, url, int(language_id), None)
         wanted = [sid for sid in with_text if sid in found]
-        for chunk in _chunks(wanted):
+        for chunk in chunks(wanted):
             marks = ",".join("?" * len(chunk))
             for sid, text in conn.execute(
                 f"SELECT source_id, text FROM documents WHERE source_id IN ({marks})",
@@ -486,7 +374,7 @@ class DocumentStore:
         conn = self._reader()
         for condition, pattern in (
             ("value_text = ? COLLATE NOCASE", value),
-            ("value_text LIKE ? ESCAPE '\\'", f"%{_like_escape(value)}%"),
+            ("value_text LIKE ? ESCAPE '\\'", f"%{like_escape(value)}%"),
         ):
             rows = conn.execute(
                 "SELECT value_text, COUNT(*) AS n FROM document_fields "
@@ -504,13 +392,13 @@ class DocumentStore:
         last = -1
         while True:
             rows = conn.execute(
-                f"SELECT {_COLUMNS}, rowid FROM documents WHERE seq > ? AND rowid > ? "
+                f"SELECT {COLUMNS}, rowid FROM documents WHERE seq > ? AND rowid > ? "
                 "ORDER BY rowid LIMIT ?",
                 (since_seq, last, batch),
             ).fetchall()
             if not rows:
                 return
-            yield from _with_fields(conn, [_row_to_doc(row) for row in rows])
+            yield from with_fields(conn, [row_to_doc(row) for row in rows])
             last = int(rows[-1][11])
 
     def tombstones_since(self, seq: int) -> list[str]:

@@ -108,3 +108,11 @@ def test_vectors_off_corpus_refuses_embeddings(fast_engine: SearchEngine) -> Non
         corpus.add(DOCS, embeddings=np.ones((3, 4), dtype=np.float32))
     assert corpus.add(DOCS).degraded == 0
     assert corpus.stats()["vectors"] == 0
+
+
+def test_delete_refuses_a_bare_string(fast_engine: SearchEngine) -> None:
+    corpus = fast_engine.create_corpus(CorpusConfig(name="food"))
+    corpus.add([Document(id="a", text="x"), Document(id="b", text="y")])
+    with pytest.raises(InvalidArgument, match="collection"):
+        corpus.delete("ab")
+    assert len(corpus) == 2

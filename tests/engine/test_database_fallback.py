@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from engine import Document
 from engine.fallback import DatabaseLikeBackend
 from engine.ingest import content_hash
 from engine.storage import DocumentStore, EmbeddingStatus, StoredDocument
-from engine import Document
 from sparse import SearchBackend, SparseDocument
 from tests.sparse.backend_contract import BackendFactory, SearchBackendContract
 

@@ -179,12 +179,6 @@ def test_full_disk_fails_the_write_and_leaves_the_corpus_readable(
         assert reopened.stats()["degraded"] == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=OSError,
-    reason="bug: DerivedIndexes.save_vectors lets OSError(ENOSPC) escape flush()/close() "
-    "unmapped (see /work/notes/concurrency.md, 'Known gaps')",
-)
 def test_flush_on_a_full_disk_raises_an_engine_error(
     engine: SearchEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -239,12 +233,6 @@ def test_keyword_index_disk_full_is_contained_and_caught_up(
     assert [h.source_id for h in corpus.search("durable")] == ["a"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gap: while the keyword index is behind (a failed index write), tantivy still "
-    "answers as 'available', so the LIKE fallback never runs and an acknowledged document "
-    "is not searchable until the next write or reopen (see /work/notes/concurrency.md)",
-)
 def test_acknowledged_document_is_searchable_while_the_keyword_index_is_behind(
     engine: SearchEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -258,12 +246,6 @@ def test_acknowledged_document_is_searchable_while_the_keyword_index_is_behind(
     assert [h.source_id for h in corpus.search("durable")] == ["a"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: DocumentStore write methods roll back only on sqlite3.Error; any other "
-    "exception leaves the transaction open and the next write fails "
-    "(see /work/notes/concurrency.md, 'Known gaps')",
-)
 def test_a_failed_write_never_poisons_the_next_one(
     engine: SearchEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -80,4 +80,4 @@ def test_catastrophic_regex_returns_within_its_budget(corpus: Corpus) -> None:
     matches = corpus.grep(r"(a+)+$")
     assert matches == [] or all(m.source_id == "aaa" for m in matches)
     # A tiny budget cuts a scan short rather than raising.
-    assert grep(corpus._store, r"(a+)+$", 10, timeout_s=0.001) == []  # noqa: SLF001
+    assert grep(corpus._store, r"(a+)+$", 10, timeout_s=0.001) == []

@@ -1,0 +1,35 @@
+"""A keyword backend that steps aside while its index is known to be behind the store.
+
+After a failed index write the tantivy index still opens and answers, but it lacks
+documents that ``add`` already acknowledged. Reporting it unavailable until it has caught
+up lets the full cascade answer from the database fallback (which sees everything) and
+turns the hybrid arm into an empty sparse arm — never a silently incomplete answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sparse import AccessContext, EvidenceSource, RetrievalQuery, SearchBackend
+
+
+class CurrentIndexBackend:
+    """Delegates to ``inner``; unavailable whenever ``is_current()`` is False."""
+
+    def __init__(self, inner: SearchBackend, is_current: Callable[[], bool]) -> None:
+        self._inner = inner
+        self._is_current = is_current
+
+    @property
+    def name(self) -> str:
+        return self._inner.name
+
+    @property
+    def priority(self) -> int:
+        return self._inner.priority
+
+    def is_available(self) -> bool:
+        return self._is_current() and self._inner.is_available()
+
+    def search(self, query: RetrievalQuery, access: AccessContext) -> list[EvidenceSource]:
+        return self._inner.search(query, access)

@@ -1,0 +1,126 @@
+"""The store's row types and the helpers that turn rows into them."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import sqlite3
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+SQL_VARS = 500  # ids per IN (...) chunk; well under SQLite's variable limit
+
+
+class EmbeddingStatus(enum.IntEnum):
+    NOT_REQUIRED = 0  # the corpus has vectors off
+    EMBEDDED = 1
+    DEGRADED = 2  # embedding failed or is pending; keyword-searchable meanwhile
+
+
+@dataclass(frozen=True, slots=True)
+class StoredDocument:
+    source_id: str
+    title: str
+    text: str
+    url: str
+    language_id: int
+    access_groups: frozenset[str]
+    page_uid: int | None
+    content_hash: str
+    embedding_status: EmbeddingStatus
+    embedding: npt.NDArray[np.float32] | None = None
+    seq: int = 0
+    fields: tuple[tuple[str, str | int], ...] = ()
+    """Encoded filterable values, sorted ``(field, value)`` pairs (see ``engine.fields``)."""
+
+    @property
+    def is_public(self) -> bool:
+        return not self.access_groups
+
+
+COLUMNS = (
+    "source_id, title, text, url, language_id, access_groups, page_uid, content_hash, "
+    "embedding_status, embedding, seq"
+)
+
+
+def like_escape(term: str) -> str:
+    return term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def row_to_doc(row: Any) -> StoredDocument:
+    blob = row[9]
+    return StoredDocument(
+        source_id=str(row[0]),
+        title=str(row[1]),
+        text=str(row[2]),
+        url=str(row[3]),
+        language_id=int(row[4]),
+        access_groups=frozenset(json.loads(str(row[5]))),
+        page_uid=None if row[6] is None else int(row[6]),
+        content_hash=str(row[7]),
+        embedding_status=EmbeddingStatus(int(row[8])),
+        embedding=None if blob is None else np.frombuffer(blob, dtype=np.float32),
+        seq=int(row[10]),
+    )
+
+
+def chunks(items: Sequence[str], size: int = SQL_VARS) -> Iterator[Sequence[str]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def field_rows(docs: Sequence[StoredDocument]) -> list[tuple[str, str, str | None, int | None]]:
+    return [
+        (d.source_id, name, value, None)
+        if isinstance(value, str)
+        else (d.source_id, name, None, value)
+        for d in docs
+        for name, value in d.fields
+    ]
+
+
+def with_fields(conn: sqlite3.Connection, docs: list[StoredDocument]) -> list[StoredDocument]:
+    """Attach each document's field values (one query per chunk of ids)."""
+    found: dict[str, list[tuple[str, str | int]]] = {}
+    for chunk in chunks([d.source_id for d in docs]):
+        marks = ",".join("?" * len(chunk))
+        for sid, name, text, number in conn.execute(
+            f"SELECT source_id, name, value_text, value_int FROM document_fields "
+            f"WHERE source_id IN ({marks})",
+            list(chunk),
+        ):
+            found.setdefault(sid, []).append(
+                (str(name), str(text) if text is not None else int(number))
+            )
+    if not found:
+        return docs
+    return [
+        dataclasses.replace(d, fields=tuple(sorted(found[d.source_id], key=repr)))
+        if d.source_id in found
+        else d
+        for d in docs
+    ]
+
+
+class ReaderHandle:
+    """One thread's read connection. Threads come and go (HTTP servers, pools): when a
+    thread ends, its thread-local handle is collected and the connection closed with it."""
+
+    __slots__ = ("__weakref__", "conn")
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn: sqlite3.Connection | None = conn
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def __del__(self) -> None:
+        self.close()
