@@ -7,6 +7,7 @@ traceback; ``main`` maps them in one place.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -15,7 +16,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, NoReturn
 
 import pydantic
 import typer
@@ -25,6 +26,7 @@ from engine import (
     Corpus,
     CorpusConfig,
     EngineError,
+    NaturalLanguage,
     OllamaEmbedding,
     SearchEngine,
     SentenceTransformerEmbedding,
@@ -36,7 +38,6 @@ from engine.surfaces.loaders import DocumentFile
 
 DEFAULT_HOME = "tandem-data"
 HOME_ENV = "TANDEM_HOME"
-NO_NL_MESSAGE = "natural-language questions are not available in this build"
 
 app = typer.Typer(
     name="tandem",
@@ -163,6 +164,13 @@ def create(
     no_vectors: Annotated[
         bool, typer.Option("--no-vectors", help="Keyword search only, no embeddings.")
     ] = False,
+    ask_model: Annotated[
+        str | None,
+        typer.Option(
+            help="Turn on `tandem ask` with this Ollama chat model: HOST/MODEL or MODEL.",
+            metavar="HOST/MODEL",
+        ),
+    ] = None,
     path: PathOpt = None,
 ) -> None:
     """Create a corpus."""
@@ -177,7 +185,11 @@ def create(
         spec = _ollama_spec(ollama)
     else:
         spec = SentenceTransformerEmbedding(model=embedder or SentenceTransformerEmbedding().model)
-    config = CorpusConfig(name=corpus, embedder=spec)
+    natural = None
+    if ask_model is not None:
+        chat = _ollama_spec(ask_model)
+        natural = NaturalLanguage(model=chat.model, host=chat.host)
+    config = CorpusConfig(name=corpus, embedder=spec, natural=natural)
     with _engine(ctx, path, create=True) as engine:
         engine.create_corpus(config)
         home = engine.path
@@ -308,14 +320,21 @@ def ask(
 ) -> None:
     """Ask a natural-language question (needs a local Ollama model)."""
     with _corpus(ctx, path, corpus) as target:
-        ask_fn: Any = getattr(target, "ask", None)
-        if ask_fn is None:
-            raise CommandError(NO_NL_MESSAGE)
-        answer = ask_fn(question)
-    passages = list(getattr(answer, "passages", answer))
+        answer = target.ask(question, user="cli")
+    passages = list(answer.passages)
+    interpretation = answer.interpretation.to_dict()
     if as_json:
-        typer.echo(render.passages_json(passages))
+        typer.echo(
+            json.dumps(
+                {
+                    "interpretation": interpretation,
+                    "passages": json.loads(render.passages_json(passages))["passages"],
+                },
+                ensure_ascii=False,
+            )
+        )
     else:
+        typer.echo(f"understood as: {json.dumps(interpretation, ensure_ascii=False)}")
         render.print_passages(_out(), passages)
 
 

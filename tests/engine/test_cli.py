@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import Corpus, CorpusConfig, Document, SearchEngine
+from engine import CorpusConfig, Document, SearchEngine
 from engine.limits import MAX_TITLE_CHARS
 from engine.surfaces.bulk import add_all
 from engine.surfaces.loaders import DocumentFile, Loaded, Rejected, document_from_json
@@ -238,12 +238,15 @@ def test_stats_and_list(built: Path) -> None:
     assert ok(tandem("list", home=built)).stdout.split() == ["help"]
 
 
-def test_ask_answers_or_says_it_is_unavailable(built: Path) -> None:
+def test_ask_is_one_clear_error_when_off_or_unreachable(built: Path, tmp_path: Path) -> None:
     result = tandem("ask", "help", "how do I reset my password?", home=built)
-    if hasattr(Corpus, "ask"):  # natural-language questions are built: Ollama is absent here
-        one_line_error(result)
-    else:
-        assert "natural-language questions are not available" in one_line_error(result)
+    assert result.returncode == 1
+    assert "natural-language questions are off" in one_line_error(result)
+    home = tmp_path / "nl"
+    ok(tandem("create", "kb", "--no-vectors", "--ask-model", "127.0.0.1:9/llama3.2", home=home))
+    result = tandem("ask", "kb", "how do I reset my password?", home=home)
+    assert result.returncode == 1
+    assert "ollama" in one_line_error(result).lower()
 
 
 def test_terminal_escapes_and_markup_in_documents_are_shown_inert(tmp_path: Path) -> None:
