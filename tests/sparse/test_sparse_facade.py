@@ -66,6 +66,7 @@ TEXT_WITH_CONTROLS = st.text(
 def test_clamp_text_trims_truncates_and_enforces_the_minimum(text: str) -> None:
     clamped = clamp_text(text)
     expected = text.strip()[:MAX_QUERY_LENGTH].strip()
+    expected = expected.encode("utf-8", "replace").decode("utf-8")  # lone surrogates -> "?"
     if len(expected) < MIN_QUERY_LENGTH:
         assert clamped is None
     else:
@@ -264,3 +265,10 @@ def test_a_missing_directory_becomes_an_empty_index(tmp_path: Path) -> None:
     assert facade.search("anything", 10) == []
     assert facade.is_available() is True
     assert missing.doc_count() == 0
+
+
+def test_lone_surrogates_are_replaced_not_fatal() -> None:
+    from sparse.clamp import clamp_text
+
+    assert clamp_text("ab\udcffcd") == "ab?cd"
+    assert clamp_text("\ud800\ud800") == "??"
