@@ -16,7 +16,8 @@ class CorpusRatios:
     """``None`` wherever a needed system did not run.
 
     - ``hybrid_over_floor``: each hybrid system's p50 / query-embedding p50 (target ≤ 1.10
-      for Tandem).
+      for Tandem), from the paired pass (search and embedding interleaved in the system's
+      own process) when it ran, else from the separate p50s.
     - ``keyword_over_tantivy``: Tandem keyword p50 / raw tantivy p50 (target ≤ 1.5).
     - ``ingest_over_encoder``: Tandem hybrid ingest with its own encoding / raw encoder
       throughput on the same subset (target ≥ 0.9).
@@ -27,6 +28,7 @@ class CorpusRatios:
     corpus: str
     floor_ms: float | None
     hybrid_over_floor: dict[str, float]
+    paired: frozenset[str]
     keyword_over_tantivy: float | None
     ingest_over_encoder: float | None
     hybrid_gain: float | None
@@ -40,9 +42,16 @@ def compute_ratios(floor: CorpusFloor, results: Sequence[SystemResult]) -> Corpu
     ok = _ok([r for r in results if r.corpus == floor.corpus])
     floor_ms = floor.floor_ms
     over_floor: dict[str, float] = {}
+    paired_systems: set[str] = set()
     for name in HYBRIDS:
         hit = ok.get(name.value)
-        if hit is not None and hit.p50_ms is not None and floor_ms:
+        if hit is None:
+            continue
+        paired = hit.extra.get("paired_over_embedding")
+        if paired is not None:
+            over_floor[name.value] = paired
+            paired_systems.add(name.value)
+        elif hit.p50_ms is not None and floor_ms:
             over_floor[name.value] = hit.p50_ms / floor_ms
 
     keyword = ok.get(SystemName.TANDEM_KEYWORD.value)
@@ -63,6 +72,7 @@ def compute_ratios(floor: CorpusFloor, results: Sequence[SystemResult]) -> Corpu
         corpus=floor.corpus,
         floor_ms=floor_ms,
         hybrid_over_floor=over_floor,
+        paired=frozenset(paired_systems),
         keyword_over_tantivy=kw_ratio,
         ingest_over_encoder=ingest,
         hybrid_gain=gain,

@@ -2,8 +2,10 @@
 
 The order is fixed so that no system sees a query twice before it is timed: index →
 warm-up on synthetic queries (loads lazy models, not counted) → latency pass over every
-query at ``k_latency``, one at a time → quality pass at ``k_quality``. Tandem hybrid also
-measures ingest with its own encoding on a subset against the raw encoder on that subset.
+query at ``k_latency``, one at a time → quality pass at ``k_quality`` → peak RSS → for
+systems that use the model, a pass interleaving each search with embedding the same query
+alone (the paired ratio to the embedding floor). Tandem hybrid also measures ingest with
+its own encoding on a subset against the raw encoder on that subset.
 """
 
 from __future__ import annotations
@@ -20,9 +22,15 @@ from bench.encoder import EncoderBackend, SentenceEncoder
 from bench.errors import SystemUnavailable
 from bench.quality import evaluate
 from bench.results import Status, SystemResult, errored, skipped
-from bench.systems.base import SystemContext, SystemName
+from bench.systems.base import BenchSystem, SystemContext, SystemName
 from bench.systems.registry import SPECS, build
-from bench.timing import LatencyStats, current_rss_bytes, peak_rss_bytes, time_calls
+from bench.timing import (
+    LatencyStats,
+    current_rss_bytes,
+    peak_rss_bytes,
+    time_calls,
+    time_paired,
+)
 from bench.vector_cache import VectorCache
 
 logger = logging.getLogger(__name__)
@@ -93,9 +101,11 @@ def _measure(job: SystemJob, dataset: BeirDataset, workdir: Path) -> SystemResul
     disk = system.disk_bytes()
     rss_after = current_rss_bytes()
     peak = peak_rss_bytes() if job.isolated else None
+    extra = {"load_average_1m": load_before}
+    if SPECS[job.system].uses_model:
+        extra.update(_paired_with_embedding(system, encoder.load(), texts, job.k_latency))
     system.close()
 
-    extra = {"load_average_1m": load_before}
     if job.system is SystemName.TANDEM_HYBRID:
         extra.update(_own_encoding_ingest(job, dataset, workdir, encoder))
     n_docs = len(dataset.documents)
@@ -119,6 +129,21 @@ def _measure(job: SystemJob, dataset: BeirDataset, workdir: Path) -> SystemResul
         disk_mib=disk / MIB,
         extra=extra,
     )
+
+
+def _paired_with_embedding(
+    system: BenchSystem, encoder: SentenceEncoder, texts: list[str], k: int
+) -> dict[str, float]:
+    """Search and query embedding interleaved, query by query, in this process (after the
+    peak-memory reading, so the extra encoder never counts against the system)."""
+    searches, embeds = time_paired(lambda q: system.search(q, k), encoder.encode_query, texts)
+    search_p50 = LatencyStats.from_seconds(searches).p50_ms
+    embed_p50 = LatencyStats.from_seconds(embeds).p50_ms
+    return {
+        "paired_p50_ms": search_p50,
+        "paired_embedding_p50_ms": embed_p50,
+        "paired_over_embedding": search_p50 / embed_p50,
+    }
 
 
 def _own_encoding_ingest(

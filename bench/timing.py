@@ -48,6 +48,26 @@ def time_calls(fn: Callable[[str], object], inputs: Sequence[str]) -> list[float
     return samples
 
 
+def time_paired(
+    first: Callable[[str], object], second: Callable[[str], object], inputs: Sequence[str]
+) -> tuple[list[float], list[float]]:
+    """``first(x)`` then ``second(x)`` for each input, timed separately.
+
+    Interleaving puts both series under the same machine load at the same moments, so
+    their ratio stays meaningful on a busy machine where separate passes would not.
+    """
+    a: list[float] = []
+    b: list[float] = []
+    for item in inputs:
+        start = time.perf_counter()
+        first(item)
+        middle = time.perf_counter()
+        second(item)
+        a.append(middle - start)
+        b.append(time.perf_counter() - middle)
+    return a, b
+
+
 def peak_rss_bytes() -> int:
     """High-water resident set size of this process.
 

@@ -33,13 +33,15 @@ class ScaleConfig:
     progress: bool = True
     hnsw_m: int = 16
     hnsw_ef_construction: int = 64
-    hnsw_ef_search: int = 64
+    hnsw_ef_search: tuple[int, ...] = (64, 256)
 
     def __post_init__(self) -> None:
         if not self.sizes or any(n < 100 for n in self.sizes):
             raise ValueError("sizes must be non-empty and each >= 100")
         if self.n_queries < 1:
             raise ValueError("n_queries must be >= 1")
+        if not self.hnsw_ef_search or min(self.hnsw_ef_search) < 1:
+            raise ValueError("hnsw_ef_search needs at least one value >= 1")
 
 
 def _spawn(job: ScaleJob) -> dict[str, float]:
@@ -116,6 +118,10 @@ def run_scale(config: ScaleConfig) -> list[dict[str, float]]:
                 "keyword (tantivy)": series("keyword_p50_ms"),
                 "dense flat": series("flat_p50_ms"),
                 "dense HNSW": series("hnsw_p50_ms"),
+                **{
+                    f"dense HNSW ef={ef}": series(f"hnsw_ef{ef}_p50_ms")
+                    for ef in config.hnsw_ef_search[1:]
+                },
                 "query embedding": series("embed_p50_ms"),
                 "Tandem hybrid": series("tandem_hybrid_p50_ms"),
                 "Tandem keyword": series("tandem_keyword_p50_ms"),
@@ -142,6 +148,8 @@ COLUMNS = (
     ("flat_p50_ms", "flat p50 ms", 2),
     ("hnsw_p50_ms", "HNSW p50 ms", 2),
     ("hnsw_recall_at_10", "HNSW R@10", 3),
+    ("hnsw_ef256_p50_ms", "HNSW ef256 p50 ms", 2),
+    ("hnsw_ef256_recall_at_10", "HNSW ef256 R@10", 3),
     ("embed_p50_ms", "embed p50 ms", 2),
     ("tandem_keyword_p50_ms", "Tandem kw p50 ms", 2),
     ("tandem_hybrid_p50_ms", "Tandem hybrid p50 ms", 2),
@@ -167,8 +175,9 @@ def render_scale(rows: list[dict[str, float]], header: dict[str, object]) -> str
         "",
         f"revision `{header['revision']}`, {header['timestamp']}; synthetic corpora "
         "(Zipfian pseudo-word text, random unit vectors, dim 384), top-10, one query at a "
-        "time. Dense arm timed alone with random query vectors; hybrid overhead = Tandem "
-        "hybrid p50 − (embedding + tantivy + cheaper dense p50).",
+        "time. Dense arm timed alone with random query vectors; HNSW M=16, efConstruction=64, "
+        "efSearch 64 (headline) and 256. Hybrid overhead = Tandem hybrid p50 − (embedding "
+        "+ tantivy + cheaper dense p50).",
         "",
         "| " + " | ".join(label for _key, label, _d in COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),

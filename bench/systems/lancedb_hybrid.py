@@ -31,8 +31,8 @@ class LanceDbHybridSystem:
 
     def index(self, documents: Sequence[BenchDocument], vectors: Vectors | None) -> None:
         # Lance logs a deprecation warning per query when columns are selected; keep the
-        # benchmark output readable (an explicit RUST_LOG from the caller still wins).
-        os.environ.setdefault("RUST_LOG", "error")
+        # benchmark output readable (an explicit LANCEDB_LOG from the caller still wins).
+        os.environ.setdefault("LANCEDB_LOG", "error")
         import lancedb
         import pyarrow as pa
         from lancedb.rerankers import RRFReranker

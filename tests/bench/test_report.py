@@ -53,6 +53,13 @@ def test_ratios_follow_the_targets_definitions() -> None:
     assert ratios.hybrid_gain == pytest.approx(0.75 - 0.70)
 
 
+def test_paired_ratio_is_preferred_over_separate_p50s() -> None:
+    paired = ok(SystemName.LANCEDB_HYBRID, 0.7, 30.0, paired_over_embedding=2.5)
+    ratios = compute_ratios(FLOOR, (*RESULTS, paired))
+    assert ratios.hybrid_over_floor["lancedb-hybrid"] == 2.5  # not 30 / 10
+    assert ratios.paired == frozenset({"lancedb-hybrid"})
+
+
 def test_ratios_are_none_when_a_needed_system_did_not_run() -> None:
     ratios = compute_ratios(FLOOR, RESULTS[:1])
     assert ratios.keyword_over_tantivy is None and ratios.hybrid_gain is None
@@ -71,7 +78,7 @@ def test_write_report_files_parse(tmp_path: Path) -> None:
     markdown = paths["markdown"].read_text()
     assert "| tandem-hybrid | 0.7500 |" in markdown
     assert "skipped: not installed: txtai" in markdown
-    assert "tandem-hybrid p50 / embedding p50: 1.10×" in markdown
+    assert "tandem-hybrid p50 / embedding p50 (separate runs): 1.10×" in markdown
     assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from bench.timing import LatencyStats, current_rss_bytes, dir_size_bytes, peak_rss_bytes, time_calls
+from bench.timing import (
+    LatencyStats,
+    current_rss_bytes,
+    dir_size_bytes,
+    peak_rss_bytes,
+    time_calls,
+    time_paired,
+)
 
 
 def test_latency_stats_from_known_samples() -> None:
@@ -43,3 +50,10 @@ def test_dir_size_counts_regular_files_recursively(tmp_path: Path) -> None:
     assert dir_size_bytes(tmp_path) == 15
     assert dir_size_bytes(tmp_path / "a") == 10
     assert dir_size_bytes(tmp_path / "missing") == 0
+
+
+def test_time_paired_interleaves_the_two_calls() -> None:
+    calls: list[str] = []
+    a, b = time_paired(lambda x: calls.append(f"a{x}"), lambda x: calls.append(f"b{x}"), "12")
+    assert calls == ["a1", "b1", "a2", "b2"]
+    assert len(a) == len(b) == 2
