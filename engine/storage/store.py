@@ -35,6 +35,9 @@ from engine.storage.records import (
 from engine.storage.schema import SCHEMA, SCHEMA_VERSION
 from sparse import FieldFilter
 
+_UNCACHED = object()
+_HEADER_CACHE_MAX = 100_000
+
 
 class DocumentStore:
     """The corpus's documents, their access groups and their embedding status."""
@@ -43,6 +46,9 @@ class DocumentStore:
         self._path = path
         self._write_lock = threading.RLock()
         self._local = threading.local()
+        self._cache_lock = threading.Lock()
+        self._generation = 0  # bumped after every committed write
+        self._header_cache: dict[str, tuple[str, str, int] | None] = {}
         self._all_readers: weakref.WeakSet[ReaderHandle] = weakref.WeakSet()
         self._readers_lock = threading.Lock()
         self._writer = self._connect()
@@ -210,6 +216,9 @@ class DocumentStore:
                 self._writer.execute("BEGIN IMMEDIATE")
                 yield
                 self._writer.execute("COMMIT")
+                with self._cache_lock:
+                    self._generation += 1
+                    self._header_cache.clear()
             except sqlite3.Error as exc:
                 self._rollback()
                 raise StorageError(f"{what}: {exc}") from exc
@@ -279,9 +288,25 @@ class DocumentStore:
 
         Text is read only for ids in ``with_text`` (a document may be a megabyte)."""
         found: dict[str, tuple[str, str, int, str | None]] = {}
+        unique = list(dict.fromkeys(ids))
+        generation = -1
+        if not filters:
+            # Every search ends here; a small cache of (title, url, language) for public
+            # ids saves an SQLite round trip. Written only if no write committed since
+            # the read began (see ``_transaction``), so it never serves stale visibility.
+            with self._cache_lock:
+                generation = self._generation
+                pending = []
+                for sid in unique:
+                    hit = self._header_cache.get(sid, _UNCACHED)
+                    if hit is _UNCACHED:
+                        pending.append(sid)
+                    elif hit is not None:
+                        found[sid] = (*hit, None)  # type: ignore[misc]
+            unique = pending
         conn = self._reader()
         where, filter_params = filter_sql(filters)
-        for chunk in chunks(list(dict.fromkeys(ids))):
+        for chunk in chunks(unique):
             marks = ",".join("?" * len(chunk))
             for sid, title, url, language_id in conn.execute(
                 f"SELECT source_id, title, url, language_id FROM documents "
@@ -289,6 +314,14 @@ class DocumentStore:
                 [*chunk, *filter_params],
             ):
                 found[sid] = (title, url, int(language_id), None)
+        if generation >= 0 and unique:
+            with self._cache_lock:
+                if generation == self._generation:
+                    if len(self._header_cache) > _HEADER_CACHE_MAX:
+                        self._header_cache.clear()
+                    for sid in unique:
+                        entry = found.get(sid)
+                        self._header_cache[sid] = None if entry is None else entry[:3]
         wanted = [sid for sid in with_text if sid in found]
         for chunk in chunks(wanted):
             marks = ",".join("?" * len(chunk))

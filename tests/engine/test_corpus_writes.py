@@ -116,3 +116,18 @@ def test_delete_refuses_a_bare_string(fast_engine: SearchEngine) -> None:
     with pytest.raises(InvalidArgument, match="collection"):
         corpus.delete("ab")
     assert len(corpus) == 2
+
+
+def test_updates_to_visibility_and_titles_are_seen_by_the_next_search(
+    fast_engine: SearchEngine,
+) -> None:
+    corpus = fast_engine.create_corpus(CorpusConfig(name="kw", embedder=None))
+    corpus.add([Document(id="a", title="Old title", text="shared marker words")])
+    assert [h.title for h in corpus.search("marker")] == ["Old title"]  # now cached
+    corpus.add([Document(id="a", title="New title", text="shared marker words")])
+    assert [h.title for h in corpus.search("marker")] == ["New title"]
+    corpus.add([Document(id="a", title="New title", text="shared marker words",
+                         access_groups=frozenset({"staff"}))])
+    assert corpus.search("marker") == []
+    corpus.add([Document(id="a", title="Public again", text="shared marker words")])
+    assert [h.title for h in corpus.search("marker")] == ["Public again"]
