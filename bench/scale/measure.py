@@ -135,12 +135,17 @@ def _tandem(job: ScaleJob, workdir: Path) -> dict[str, float]:
         matrix = vectors(corpus) if hybrid else None
         start = time.perf_counter()
         system.index(docs, matrix)
-        out[f"{label}_ingest_docs_per_s"] = job.n_docs / (time.perf_counter() - start)
+        ingest_s = time.perf_counter() - start
+        out[f"{label}_ingest_docs_per_s"] = job.n_docs / ingest_s
         del matrix
+        start = time.perf_counter()
         for text in WARMUP_QUERIES:
             system.search(text, 10)
+        out[f"{label}_first_queries_s"] = time.perf_counter() - start
         out[f"{label}_p50_ms"] = _p50(_searcher(system), texts)
+        start = time.perf_counter()
         system.close()
+        out[f"{label}_close_s"] = time.perf_counter() - start
     encoder.load()
     for text in WARMUP_QUERIES:
         encoder.encode_query(text)
