@@ -190,7 +190,10 @@ class Searcher:
     ) -> list[KeywordHit]:
         p = self._p
         started = time.perf_counter()
-        hits = p.keyword_index_backed.search(text, window, language, filters=filters)
+        # Ranked ids are all fusion needs; excerpts are cut for the final page only.
+        hits = p.keyword_index_backed.search(
+            text, window, language, filters=filters, excerpts=False
+        )
         p.metrics.arm_duration.labels(p.corpus, Arm.SPARSE.value).observe(
             time.perf_counter() - started
         )
@@ -210,9 +213,12 @@ class Searcher:
         by_id = {h.source_id: h for h in sparse_hits}
         # Defence in depth: whatever an arm returned, only ids the store confirms public
         # (still present, and eligible under the filters: an index may lag the store)
-        # become passages. Also supplies dense-only hits' text.
-        dense_only = frozenset(f.id for f in page if f.id not in by_id)
-        docs = self._p.store.headers([f.id for f in page], with_text=dense_only, filters=filters)
+        # become passages. Also supplies the text of hits that came without an excerpt
+        # (dense-only hits, and every hit of the hybrid keyword arm).
+        needs_text = frozenset(
+            f.id for f in page if f.id not in by_id or not by_id[f.id].excerpt
+        )
+        docs = self._p.store.headers([f.id for f in page], with_text=needs_text, filters=filters)
         terms: list[str] | None = None
         passages: list[Passage] = []
         for fused in page:
@@ -221,7 +227,7 @@ class Searcher:
                 continue
             title, url, doc_language, doc_text = doc
             hit = by_id.get(fused.id)
-            if hit is not None:
+            if hit is not None and hit.excerpt:
                 excerpt = hit.excerpt
             else:
                 if terms is None:

@@ -169,6 +169,8 @@ class RetrievalQuery:
     limit: int
     language_id: int | None = None
     filters: tuple[FieldFilter, ...] = ()
+    excerpts: bool = True
+    """False: the caller needs ranked ids only; backends may leave ``excerpt`` empty."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,11 +76,14 @@ class KeywordSearchFacade:
         language_id: int | None = None,
         *,
         filters: Iterable[FieldFilter] = (),
+        excerpts: bool = True,
     ) -> list[KeywordHit]:
         """Best-first public hits for ``query``; ``[]`` on short queries or any failure.
 
-        ``filters`` (keyword-only, an extension of the ``KeywordSearch`` contract): AND-ed
-        conditions on declared fields, applied inside the backend before the top ``limit``.
+        Keyword-only extensions of the ``KeywordSearch`` contract: ``filters`` are AND-ed
+        conditions on declared fields, applied inside the backend before the top
+        ``limit``; ``excerpts=False`` returns hits with an empty ``excerpt`` (a caller
+        that only fuses ranked ids — the hybrid arm — skips the cost of cutting them).
         """
         try:
             text = clamp_text(query)
@@ -94,6 +97,7 @@ class KeywordSearchFacade:
                 limit=clamp_limit(limit),
                 language_id=clamp_language(language_id),
                 filters=conditions,
+                excerpts=bool(excerpts),
             )
             result = self._service.retrieve(request, AccessContext.public_only())
             return [_to_hit(source) for source in result.sources[: request.limit]]

@@ -117,7 +117,11 @@ class TantivyBackend:
         rarest.sort(key=lambda pair: pair[0])
         excerpt_terms = list(dict.fromkeys(surface for _, surface in rarest))[:MAX_EXCERPT_TERMS]
         required = [f for f in filters if f is not None]
-        return self._run(view, clauses, query.limit, language_id, excerpt_terms, required)
+        if not query.excerpts:
+            excerpt_terms = []
+        return self._run(
+            view, clauses, query.limit, language_id, excerpt_terms, required, query.excerpts
+        )
 
     def _filter_query(self, schema: tantivy.Schema, condition: FieldFilter) -> tantivy.Query | None:
         """The tantivy clause for one filter condition; None when it matches nothing."""
@@ -167,6 +171,7 @@ class TantivyBackend:
         language_id: int | None,
         excerpt_terms: list[str],
         filters: list[tantivy.Query],
+        excerpts: bool = True,
     ) -> list[EvidenceSource]:
         schema = view.schema
         must = [
@@ -190,7 +195,7 @@ class TantivyBackend:
                     source_id=stored[F_ID][0],
                     title=_text(stored, F_TITLE),
                     url=_text(stored, F_URL),
-                    excerpt=make_excerpt(body, excerpt_terms),
+                    excerpt=make_excerpt(body, excerpt_terms) if excerpts else "",
                     language_id=int(stored[F_LANGUAGE][0]),
                     score=float(score),
                     page_uid=int(page_uid[0]) if page_uid else None,

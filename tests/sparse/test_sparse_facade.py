@@ -272,3 +272,19 @@ def test_lone_surrogates_are_replaced_not_fatal() -> None:
 
     assert clamp_text("ab\udcffcd") == "ab?cd"
     assert clamp_text("\ud800\ud800") == "??"
+
+
+def test_excerpts_off_returns_the_same_ranking_without_excerpts(tmp_path: Path) -> None:
+    from sparse import KeywordSearchFacade, SparseDocument, TantivyBackend, TantivyIndex
+
+    index = TantivyIndex(tmp_path / "idx")
+    long_text = "filler words " * 40 + "the photosynthesis chapter " + "more filler " * 40
+    index.upsert(
+        [SparseDocument(source_id=f"d{i}", title=f"Doc {i}", text=long_text) for i in range(5)]
+    )
+    facade = KeywordSearchFacade.index_backed([TantivyBackend(index)])
+    with_excerpts = facade.search("photosynthesis", 10)
+    ids_only = facade.search("photosynthesis", 10, excerpts=False)
+    assert [h.source_id for h in ids_only] == [h.source_id for h in with_excerpts]
+    assert all(h.excerpt == "" for h in ids_only)
+    assert all("photosynthesis" in h.excerpt for h in with_excerpts)
