@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +18,11 @@ def _pyplot() -> Any:
     return plt
 
 
-def plot_quality_vs_latency(results: Sequence[SystemResult], path: Path) -> Path:
-    """nDCG@10 against p50 latency (log x), one point per system, one panel per corpus."""
+def plot_quality_vs_latency(
+    results: Sequence[SystemResult], path: Path, floors: Mapping[str, float] | None = None
+) -> Path:
+    """nDCG@10 against p50 latency (log x), one point per system, one panel per corpus;
+    ``floors`` (corpus → query-embedding p50) draws the floor every hybrid system pays."""
     plt = _pyplot()
     ok = [r for r in results if r.status is Status.OK and r.p50_ms and r.ndcg_at_10 is not None]
     corpora = list(dict.fromkeys(r.corpus for r in results)) or ["(no results)"]
@@ -34,6 +37,19 @@ def plot_quality_vs_latency(results: Sequence[SystemResult], path: Path) -> Path
                 (r.p50_ms, r.ndcg_at_10),
                 fontsize=7,
                 xytext=(4, 3),
+                textcoords="offset points",
+            )
+        floor = (floors or {}).get(corpus)
+        if floor:
+            ax.axvline(floor, color="grey", linestyle="--", linewidth=1)
+            ax.annotate(
+                "query-embedding p50",
+                (floor, 0.02),
+                xycoords=("data", "axes fraction"),
+                rotation=90,
+                fontsize=7,
+                color="grey",
+                xytext=(-9, 0),
                 textcoords="offset points",
             )
         ax.set_xscale("log")

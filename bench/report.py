@@ -105,7 +105,8 @@ def write_report(report: RunReport, out_dir: Path) -> dict[str, Path]:
             }
             handle.write(json.dumps(line, sort_keys=True) + "\n")
     paths["markdown"].write_text(render_markdown(report, header), encoding="utf-8")
-    plot_quality_vs_latency(report.results, paths["plot"])
+    floor_ms = {f.corpus: f.floor_ms for f in report.floors if f.floor_ms is not None}
+    plot_quality_vs_latency(report.results, paths["plot"], floor_ms)
     return paths
 
 
