@@ -174,16 +174,19 @@ class TantivyBackend:
         excerpts: bool = True,
     ) -> list[EvidenceSource]:
         schema = view.schema
-        must = [
-            tantivy.Query.boolean_query(clauses),
-            tantivy.Query.const_score_query(tantivy.Query.term_query(schema, F_PUBLIC, True), 0.0),
-        ]
+        searcher = view.searcher
+        must = [tantivy.Query.boolean_query(clauses)]
+        # Public-only. When this snapshot holds no non-public document at all (deleted
+        # ones still count, so the check errs on the safe side) the clause would match
+        # every document and only cost a conjunction over the whole index.
+        if searcher.doc_freq(F_PUBLIC, False) > 0:
+            public = tantivy.Query.term_query(schema, F_PUBLIC, True)
+            must.append(tantivy.Query.const_score_query(public, 0.0))
         if language_id is not None:
             language = tantivy.Query.term_query(schema, F_LANGUAGE, language_id)
             must.append(tantivy.Query.const_score_query(language, 0.0))
         must.extend(tantivy.Query.const_score_query(f, 0.0) for f in filters)
         query = tantivy.Query.boolean_query([(tantivy.Occur.Must, q) for q in must])
-        searcher = view.searcher
         hits = searcher.search(query, limit, count=False).hits
         sources: list[EvidenceSource] = []
         for score, address in hits:

@@ -266,7 +266,9 @@ class DocumentStore:
     def get_many(self, ids: Sequence[str], *, public_only: bool) -> dict[str, StoredDocument]:
         found: list[StoredDocument] = []
         conn = self._reader()
-        public_clause = " AND is_public = 1" if public_only else ""
+        # ``+is_public``: keep SQLite on the source_id index for these id look-ups; left to
+        # itself it may pick the is_public index and scan every public row.
+        public_clause = " AND +is_public = 1" if public_only else ""
         for chunk in chunks(list(dict.fromkeys(ids))):
             marks = ",".join("?" * len(chunk))
             for row in conn.execute(
@@ -310,7 +312,7 @@ class DocumentStore:
             marks = ",".join("?" * len(chunk))
             for sid, title, url, language_id in conn.execute(
                 f"SELECT source_id, title, url, language_id FROM documents "
-                f"WHERE source_id IN ({marks}) AND is_public = 1 AND {where}",
+                f"WHERE source_id IN ({marks}) AND +is_public = 1 AND {where}",
                 [*chunk, *filter_params],
             ):
                 found[sid] = (title, url, int(language_id), None)
