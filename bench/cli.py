@@ -45,15 +45,26 @@ def _run_parser() -> argparse.ArgumentParser:
         default=DEFAULT_CACHE_DIR,
         help="corpus-vector cache (default: %(default)s)",
     )
-    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        help="sentence-transformers model for every system (default: %(default)s)",
+    )
     parser.add_argument(
         "--backend",
         choices=[b.value for b in EncoderBackend],
         help="query-encoding runtime for the raw arms and peers "
         "(default: the fastest measured for the floor)",
     )
-    parser.add_argument("--k-latency", type=int, default=10)
-    parser.add_argument("--k-quality", type=int, default=100)
+    parser.add_argument(
+        "--k-latency", type=int, default=10, help="top-k of the timed pass (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--k-quality",
+        type=int,
+        default=100,
+        help="top-k of the scored pass (default: %(default)s, for Recall@100)",
+    )
     parser.add_argument(
         "--encode-subset",
         type=int,
