@@ -11,7 +11,7 @@ import re
 
 from sparse.excerpt import make_excerpt
 
-__all__ = ["make_excerpt", "query_terms"]
+__all__ = ["excerpt_for", "make_excerpt", "query_terms"]
 
 _WORD = re.compile(r"\w{2,}", re.UNICODE)
 _MAX_TERMS = 16
@@ -21,3 +21,13 @@ def query_terms(query: str) -> list[str]:
     """Distinct lower-cased words of a query, longest first (better anchors), capped."""
     words = {w.lower() for w in _WORD.findall(query[:2_000])}
     return sorted(words, key=lambda w: (-len(w), w))[:_MAX_TERMS]
+
+
+def excerpt_for(text: str, terms: list[str]) -> str:
+    """An excerpt anchored on the query term that is rarest *in this text* (the keyword
+    arm anchors on the rarest term in the index; within one document, fewest occurrences
+    is the closest cheap proxy — "needle" beats "filler" that appears everywhere)."""
+    lowered = text.lower()
+    counts = {t: lowered.count(t) for t in terms}
+    ordered = sorted((t for t in terms if counts[t]), key=lambda t: (counts[t], -len(t), t))
+    return make_excerpt(text, ordered or terms)

@@ -8,7 +8,7 @@ Filters on declared fields are SQL conditions over ``document_fields``, in the s
 
 from __future__ import annotations
 
-from engine.excerpts import make_excerpt, query_terms
+from engine.excerpts import excerpt_for, query_terms
 from engine.storage import DocumentStore
 from engine.storage.field_sql import filter_sql
 from sparse import AccessContext, EvidenceSource, RetrievalQuery
@@ -76,7 +76,7 @@ class DatabaseLikeBackend:
                 source_id=str(r[0]),
                 title=str(r[1]),
                 url=str(r[2]),
-                excerpt=make_excerpt(str(r[3]), terms),
+                excerpt=excerpt_for(str(r[3]), terms),
                 language_id=int(r[4]),
                 score=float(r[6]),
                 page_uid=None if r[5] is None else int(r[5]),

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from dense import Embedder, EmbedderUnavailable
 from engine.config import CorpusConfig
 from engine.documents import ArmRanks, Passage
-from engine.excerpts import make_excerpt, query_terms
+from engine.excerpts import excerpt_for, query_terms
 from engine.indexes import DerivedIndexes
 from engine.limits import MAX_LANGUAGE_ID, MAX_OFFSET, MAX_TOP_K
 from engine.metrics import Arm, EngineMetrics, FallbackReason, Strategy
@@ -232,7 +232,7 @@ class Searcher:
             else:
                 if terms is None:
                     terms = query_terms(text)
-                excerpt = make_excerpt(doc_text or "", terms)
+                excerpt = excerpt_for(doc_text or "", terms)
             passages.append(
                 Passage(
                     source_id=fused.id,

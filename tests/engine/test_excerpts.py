@@ -1,0 +1,19 @@
+"""Engine-side excerpts anchor on the query term that is rarest in the text."""
+
+from __future__ import annotations
+
+from engine.excerpts import excerpt_for, query_terms
+from sparse import MAX_EXCERPT_LENGTH
+
+
+def test_excerpt_anchors_on_the_rarest_term_in_the_text() -> None:
+    text = " ".join(f"filler{i}" for i in range(2_000)) + " the needle is here " + "x " * 500
+    excerpt = excerpt_for(text, query_terms("needle filler7"))
+    assert "needle" in excerpt
+    assert len(excerpt) <= MAX_EXCERPT_LENGTH
+
+
+def test_no_match_gives_the_start_and_short_texts_are_whole() -> None:
+    text = "alpha " * 200
+    assert excerpt_for(text, ["zzz"]).startswith("alpha")
+    assert excerpt_for("short text", ["short"]) == "short text"
