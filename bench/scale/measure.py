@@ -3,8 +3,10 @@
 ``raw``: tantivy (keyword arm, ingest + p50), FAISS flat and HNSW over the random vectors
 (dense arm alone: random query vectors, no embedding), HNSW recall@10 against flat at each
 ``efSearch`` (the first is the headline; random 384-d vectors are HNSW's hardest case).
-``tandem``: Tandem hybrid and keyword corpora through the public API (ingest + p50; the
-hybrid corpus embeds each query with its model), and the query-embedding p50 alone.
+``tandem``: Tandem keyword and hybrid corpora through the public API (ingest + p50; the
+hybrid corpus embeds each query with its model), then the hybrid search interleaved with
+embedding the same query alone (ONNX floor path), so their difference is measured under
+the same load.
 """
 
 from __future__ import annotations
@@ -20,11 +22,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from bench.encoder import SentenceEncoder
+from bench.dataset import BenchDocument
+from bench.encoder import EncoderBackend, SentenceEncoder
+from bench.errors import BenchError
 from bench.runner import WARMUP_QUERIES
 from bench.scale.synth import make_corpus, queries, query_vectors, vectors
 from bench.systems.base import SystemContext
-from bench.timing import LatencyStats, peak_rss_bytes, time_calls
+from bench.timing import LatencyStats, peak_rss_bytes, time_calls, time_paired
+from bench.vector_cache import DEFAULT_CACHE_DIR
 
 MIB = 1024.0 * 1024.0
 
@@ -51,7 +56,7 @@ def run_stage(job: ScaleJob) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix=f"bench-scale-{job.stage.value}-") as tmp:
         stage = _raw if job.stage is Stage.RAW else _tandem
         out = stage(job, Path(tmp))
-    out[f"{job.stage.value}_peak_rss_mib"] = peak_rss_bytes() / MIB
+    out.setdefault(f"{job.stage.value}_peak_rss_mib", peak_rss_bytes() / MIB)
     return out
 
 
@@ -121,33 +126,56 @@ def _searcher(system: Any) -> Callable[[str], object]:
 
 
 def _tandem(job: ScaleJob, workdir: Path) -> dict[str, float]:
-    from bench.systems.tandem import TandemSystem
-
+    """Keyword corpus, then hybrid corpus; peak RSS is read before bench loads its own
+    encoder, which then embeds each query interleaved with the hybrid search (paired)."""
     corpus = make_corpus(job.n_docs, job.seed)
     texts = queries(corpus, job.n_queries)
     docs = corpus.documents()
     out: dict[str, float] = {}
-    encoder = SentenceEncoder(job.model)
-    for hybrid in (True, False):
-        label = "tandem_hybrid" if hybrid else "tandem_keyword"
-        ctx = SystemContext(workdir / label, job.model, lambda: encoder)
-        system = TandemSystem(ctx, hybrid=hybrid)
-        matrix = vectors(corpus) if hybrid else None
-        start = time.perf_counter()
-        system.index(docs, matrix)
-        ingest_s = time.perf_counter() - start
-        out[f"{label}_ingest_docs_per_s"] = job.n_docs / ingest_s
-        del matrix
-        start = time.perf_counter()
-        for text in WARMUP_QUERIES:
-            system.search(text, 10)
-        out[f"{label}_first_queries_s"] = time.perf_counter() - start
-        out[f"{label}_p50_ms"] = _p50(_searcher(system), texts)
-        start = time.perf_counter()
-        system.close()
-        out[f"{label}_close_s"] = time.perf_counter() - start
-    encoder.load()
+    _open_tandem(job, workdir, docs, None, texts, out).close()
+    hybrid = _open_tandem(job, workdir, docs, vectors(corpus), texts, out)
+    out["tandem_peak_rss_mib"] = peak_rss_bytes() / MIB
+    encoder = _floor_encoder(job.model)
     for text in WARMUP_QUERIES:
         encoder.encode_query(text)
-    out["embed_p50_ms"] = _p50(encoder.encode_query, texts)
+    searches, embeds = time_paired(_searcher(hybrid), encoder.encode_query, texts)
+    hybrid.close()
+    out["paired_hybrid_p50_ms"] = LatencyStats.from_seconds(searches).p50_ms
+    out["embed_p50_ms"] = LatencyStats.from_seconds(embeds).p50_ms
     return out
+
+
+def _open_tandem(
+    job: ScaleJob,
+    workdir: Path,
+    docs: list[BenchDocument],
+    matrix: npt.NDArray[np.float32] | None,
+    texts: list[str],
+    out: dict[str, float],
+) -> Any:
+    """Index one Tandem corpus (hybrid when ``matrix`` is given), record its ingest rate,
+    first-search time and p50 into ``out``, and return it still open."""
+    from bench.systems.tandem import TandemSystem
+
+    label = "tandem_keyword" if matrix is None else "tandem_hybrid"
+    system = TandemSystem(
+        SystemContext(workdir / label, job.model, _no_encoder), hybrid=matrix is not None
+    )
+    start = time.perf_counter()
+    system.index(docs, matrix)
+    out[f"{label}_ingest_docs_per_s"] = job.n_docs / (time.perf_counter() - start)
+    start = time.perf_counter()
+    for text in WARMUP_QUERIES:
+        system.search(text, 10)
+    out[f"{label}_first_queries_s"] = time.perf_counter() - start
+    out[f"{label}_p50_ms"] = _p50(_searcher(system), texts)
+    return system
+
+
+def _floor_encoder(model: str) -> SentenceEncoder:
+    """The ONNX query path the main benchmark's floor uses, torch if it cannot load."""
+    onnx = SentenceEncoder(model, EncoderBackend.ONNX, onnx_cache=DEFAULT_CACHE_DIR / "onnx")
+    try:
+        return onnx.load()
+    except BenchError:
+        return SentenceEncoder(model).load()
