@@ -16,8 +16,8 @@ class CorpusRatios:
     """``None`` wherever a needed system did not run.
 
     - ``hybrid_over_floor``: each hybrid system's p50 / query-embedding p50 (target ≤ 1.10
-      for Tandem), from the paired pass (search and embedding interleaved in the system's
-      own process) when it ran, else from the separate p50s.
+      for Tandem), from the interleaved pass (search and embedding in alternating blocks in the
+      system's own process) when it ran, else from the separate p50s.
     - ``keyword_over_tantivy``: Tandem keyword p50 / raw tantivy p50 (target ≤ 1.5).
     - ``ingest_over_encoder``: Tandem hybrid ingest with its own encoding / raw encoder
       throughput on the same subset (target ≥ 0.9).
@@ -47,7 +47,7 @@ def compute_ratios(floor: CorpusFloor, results: Sequence[SystemResult]) -> Corpu
         hit = ok.get(name.value)
         if hit is None:
             continue
-        paired = hit.extra.get("paired_over_embedding")
+        paired = hit.extra.get("over_embedding")
         if paired is not None:
             over_floor[name.value] = paired
             paired_systems.add(name.value)

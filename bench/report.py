@@ -142,7 +142,7 @@ def _row(r: SystemResult) -> str:
 def _ratio_lines(ratios: CorpusRatios) -> list[str]:
     lines = [f"- query-embedding floor p50: {_fmt(ratios.floor_ms, 2)} ms"]
     for system, value in ratios.hybrid_over_floor.items():
-        how = "paired, same process" if system in ratios.paired else "separate runs"
+        how = "interleaved, same process" if system in ratios.paired else "separate runs"
         lines.append(f"- {system} p50 / embedding p50 ({how}): {value:.2f}×")
     lines.append(f"- tandem-keyword p50 / tantivy p50: {_fmt(ratios.keyword_over_tantivy, 2)}")
     lines.append(

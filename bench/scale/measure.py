@@ -4,8 +4,8 @@
 (dense arm alone: random query vectors, no embedding), HNSW recall@10 against flat at each
 ``efSearch`` (the first is the headline; random 384-d vectors are HNSW's hardest case).
 ``tandem``: Tandem keyword and hybrid corpora through the public API (ingest + p50; the
-hybrid corpus embeds each query with its model), then the hybrid search interleaved with
-embedding the same query alone (ONNX floor path), so their difference is measured under
+hybrid corpus embeds each query with its model), then the hybrid search and the query embedding
+alone (ONNX floor path) timed in alternating blocks, so their difference is measured under
 the same load.
 """
 
@@ -28,7 +28,7 @@ from bench.errors import BenchError
 from bench.runner import WARMUP_QUERIES
 from bench.scale.synth import make_corpus, queries, query_vectors, vectors
 from bench.systems.base import SystemContext
-from bench.timing import LatencyStats, peak_rss_bytes, time_calls, time_paired
+from bench.timing import LatencyStats, peak_rss_bytes, time_calls, time_interleaved
 from bench.vector_cache import DEFAULT_CACHE_DIR
 
 MIB = 1024.0 * 1024.0
@@ -127,7 +127,8 @@ def _searcher(system: Any) -> Callable[[str], object]:
 
 def _tandem(job: ScaleJob, workdir: Path) -> dict[str, float]:
     """Keyword corpus, then hybrid corpus; peak RSS is read before bench loads its own
-    encoder, which then embeds each query interleaved with the hybrid search (paired)."""
+    encoder, whose query embedding is then timed in blocks alternating with the hybrid
+    search."""
     corpus = make_corpus(job.n_docs, job.seed)
     texts = queries(corpus, job.n_queries)
     docs = corpus.documents()
@@ -138,9 +139,9 @@ def _tandem(job: ScaleJob, workdir: Path) -> dict[str, float]:
     encoder = _floor_encoder(job.model)
     for text in WARMUP_QUERIES:
         encoder.encode_query(text)
-    searches, embeds = time_paired(_searcher(hybrid), encoder.encode_query, texts)
+    searches, embeds = time_interleaved(_searcher(hybrid), encoder.encode_query, texts)
     hybrid.close()
-    out["paired_hybrid_p50_ms"] = LatencyStats.from_seconds(searches).p50_ms
+    out["interleaved_hybrid_p50_ms"] = LatencyStats.from_seconds(searches).p50_ms
     out["embed_p50_ms"] = LatencyStats.from_seconds(embeds).p50_ms
     return out
 

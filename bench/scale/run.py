@@ -83,7 +83,7 @@ def measure_size(config: ScaleConfig, n_docs: int, tandem: bool) -> dict[str, fl
     if tandem:
         arms = row["embed_p50_ms"] + row["keyword_p50_ms"]
         arms += min(row["flat_p50_ms"], row["hnsw_p50_ms"])
-        row["hybrid_overhead_ms"] = row["paired_hybrid_p50_ms"] - arms
+        row["hybrid_overhead_ms"] = row["interleaved_hybrid_p50_ms"] - arms
     return row
 
 
@@ -153,7 +153,7 @@ COLUMNS = (
     ("embed_p50_ms", "embed p50 ms", 2),
     ("tandem_keyword_p50_ms", "Tandem kw p50 ms", 2),
     ("tandem_hybrid_p50_ms", "Tandem hybrid p50 ms", 2),
-    ("paired_hybrid_p50_ms", "Tandem hybrid p50 paired ms", 2),
+    ("interleaved_hybrid_p50_ms", "Tandem hybrid p50 interleaved ms", 2),
     ("hybrid_overhead_ms", "hybrid overhead ms", 2),
     ("keyword_ingest_docs_per_s", "tantivy docs/s", 0),
     ("hnsw_ingest_docs_per_s", "HNSW build docs/s", 0),
@@ -179,9 +179,9 @@ def render_scale(rows: list[dict[str, float]], header: dict[str, object]) -> str
         "(Zipfian pseudo-word text, random unit vectors, dim 384), top-10, one query at a "
         "time. Dense arm timed alone with random query vectors; HNSW M=16, efConstruction=64, "
         "efSearch 64 (headline) and 256. Hybrid overhead = Tandem hybrid p50 − (embedding "
-        "+ tantivy + cheaper dense p50), hybrid and embedding timed interleaved in one "
-        "process (ONNX query path). Tandem docs/s time `Corpus.add` only; index work the "
-        "engine defers to the first search shows in 'first 3 searches'.",
+        "+ tantivy + cheaper dense p50), hybrid and embedding timed in alternating "
+        "blocks in one process (ONNX query path). Tandem docs/s time `Corpus.add` only; "
+        "index work the engine defers to the first search shows in 'first 3 searches'.",
         "",
         "| " + " | ".join(label for _key, label, _d in COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),

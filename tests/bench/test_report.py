@@ -54,7 +54,7 @@ def test_ratios_follow_the_targets_definitions() -> None:
 
 
 def test_paired_ratio_is_preferred_over_separate_p50s() -> None:
-    paired = ok(SystemName.LANCEDB_HYBRID, 0.7, 30.0, paired_over_embedding=2.5)
+    paired = ok(SystemName.LANCEDB_HYBRID, 0.7, 30.0, over_embedding=2.5)
     ratios = compute_ratios(FLOOR, (*RESULTS, paired))
     assert ratios.hybrid_over_floor["lancedb-hybrid"] == 2.5  # not 30 / 10
     assert ratios.paired == frozenset({"lancedb-hybrid"})

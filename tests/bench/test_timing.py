@@ -12,7 +12,7 @@ from bench.timing import (
     dir_size_bytes,
     peak_rss_bytes,
     time_calls,
-    time_paired,
+    time_interleaved,
 )
 
 
@@ -52,8 +52,12 @@ def test_dir_size_counts_regular_files_recursively(tmp_path: Path) -> None:
     assert dir_size_bytes(tmp_path / "missing") == 0
 
 
-def test_time_paired_interleaves_the_two_calls() -> None:
+def test_time_interleaved_alternates_in_blocks() -> None:
     calls: list[str] = []
-    a, b = time_paired(lambda x: calls.append(f"a{x}"), lambda x: calls.append(f"b{x}"), "12")
-    assert calls == ["a1", "b1", "a2", "b2"]
-    assert len(a) == len(b) == 2
+    a, b = time_interleaved(
+        lambda x: calls.append(f"a{x}"), lambda x: calls.append(f"b{x}"), "12345", block=2
+    )
+    assert calls == ["a1", "a2", "b1", "b2", "a3", "a4", "b3", "b4", "a5", "b5"]
+    assert len(a) == len(b) == 5
+    with pytest.raises(ValueError):
+        time_interleaved(str, str, "x", block=0)
