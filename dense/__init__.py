@@ -1,5 +1,6 @@
 """The dense arm: embedding providers and the FAISS index."""
 
+from dense._faiss import set_search_threads
 from dense.allow_list import AllowList
 from dense.breaker import BreakerState, CircuitBreaker
 from dense.contracts import DenseError, Embedder, EmbedderUnavailable
@@ -20,4 +21,5 @@ __all__ = [
     "IndexKind",
     "OllamaEmbedder",
     "SentenceTransformerEmbedder",
+    "set_search_threads",
 ]

@@ -1,13 +1,67 @@
-"""Lazy access to the ``faiss`` module, so ``import dense`` stays light."""
+"""Lazy access to the ``faiss`` module, so ``import dense`` stays light, and the OpenMP
+thread policy every FAISS call in this package runs under.
+
+Why a policy here rather than one ``faiss.omp_set_num_threads`` call at start-up: OpenMP
+keeps the thread count per calling thread (libgomp's ``nthreads-var`` is a per-thread
+ICV), so a setting made on the thread that opened the engine does not reach searches
+issued from request threads, and a one-thread setting meant for small queries would also
+starve a graph build. Each call therefore sets the count for its own duration.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
+import os
+from collections.abc import Iterator
 from typing import Any
+
+_search_threads: int | None = None
 
 
 @functools.cache
 def faiss_module() -> Any:
     """Import ``faiss`` on first use (it pulls in OpenMP and BLAS)."""
     return importlib.import_module("faiss")
+
+
+def set_search_threads(threads: int | None) -> None:
+    """OpenMP threads for each FAISS search in this process (``None``: FAISS's default,
+    one per core). One is best for many small concurrent queries."""
+    global _search_threads
+    if threads is not None and (
+        not isinstance(threads, int) or isinstance(threads, bool) or threads < 1
+    ):
+        raise ValueError(f"threads must be a positive int or None, got {threads!r}")
+    _search_threads = threads
+
+
+def search_threads() -> int | None:
+    return _search_threads
+
+
+def build_threads() -> int:
+    """Graph builds use every core the process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@contextlib.contextmanager
+def omp_threads(threads: int | None) -> Iterator[None]:
+    """Run the block with ``threads`` OpenMP threads on this thread, then restore."""
+    if threads is None:
+        yield
+        return
+    faiss = faiss_module()
+    previous = int(faiss.omp_get_max_threads())
+    if previous == threads:
+        yield
+        return
+    faiss.omp_set_num_threads(threads)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(previous)

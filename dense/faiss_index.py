@@ -9,9 +9,11 @@ from it and can be rebuilt at any time.
 Flat or HNSW. Below ``hnsw_threshold`` vectors the index is exact
 (``IndexIDMap2(IndexFlatIP)``); at or above it, approximate (``IndexIDMap2`` over
 ``IndexHNSWFlat`` with inner-product metric, ``hnsw_m`` links per node,
-``ef_construction`` at build time and ``ef_search`` at query time). The switch happens on
-``add``; HNSW cannot delete, so a removal or an upsert marks the graph stale and the next
-search rebuilds it from the matrix (once, under the write lock).
+``ef_construction`` at build time and ``ef_search`` at query time; the defaults are
+Elasticsearch's, M=16 and efConstruction=100). Crossing the threshold, a removal or an
+upsert marks the graph stale (HNSW cannot delete) and the next search rebuilds it from the
+matrix, once, under the write lock, on every core (see ``dense._faiss``); adds to a
+current graph extend it in place.
 
 Filters. ``search(..., allow=...)`` applies the allow-list inside FAISS through an
 ``IDSelectorBitmap``, so the top-k is cut among eligible vectors only. On HNSW, small
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Self
@@ -34,7 +37,7 @@ from typing import Any, Self
 import numpy as np
 import numpy.typing as npt
 
-from dense._faiss import faiss_module
+from dense._faiss import build_threads, faiss_module, omp_threads, search_threads
 from dense._rwlock import RWLock
 from dense._vector_store import Vectors, VectorStore
 from dense.allow_list import AllowList
@@ -70,8 +73,8 @@ class FaissIndex:
         dimension: int,
         *,
         hnsw_threshold: int = 50_000,
-        hnsw_m: int = 32,
-        ef_construction: int = 200,
+        hnsw_m: int = 16,
+        ef_construction: int = 100,
         ef_search: int = 128,
         exact_filter_limit: int = 2_048,
     ) -> None:
@@ -250,11 +253,20 @@ class FaissIndex:
             return
         self._kind = self._wanted_kind()
         index = self._new_faiss(self._kind)
+        start = time.perf_counter()
         if self._store.size:
-            index.add_with_ids(self._store.matrix, self._store.labels)
+            with omp_threads(build_threads()):
+                index.add_with_ids(self._store.matrix, self._store.labels)
         self._index = index
         self._stale = False
-        logger.debug("rebuilt %s index over %d vectors", self._kind.value, self._store.size)
+        level = logging.INFO if self._kind is IndexKind.HNSW else logging.DEBUG
+        logger.log(
+            level,
+            "built %s index over %d vectors in %.1f s",
+            self._kind.value,
+            self._store.size,
+            time.perf_counter() - start,
+        )
 
     def _add_locked(self, ids: list[str], matrix: Vectors) -> None:
         labels, replaced, fresh_rows = self._store.upsert(ids, matrix)
@@ -265,7 +277,8 @@ class FaissIndex:
         elif self._kind is IndexKind.FLAT or replaced or self._stale:
             self._stale = True  # switch to HNSW, or a graph HNSW can't edit: next search
         elif fresh_rows:
-            self._index.add_with_ids(matrix[fresh_rows], labels[fresh_rows])
+            with omp_threads(build_threads()):
+                self._index.add_with_ids(matrix[fresh_rows], labels[fresh_rows])
 
     def _search_locked(
         self, query: Vectors, k: int, allow: AllowList | None
@@ -294,7 +307,8 @@ class FaissIndex:
         return hits if len(hits) >= k else store.exact_top(query, k, rows)
 
     def _faiss_hits(self, query: Vectors, k: int, params: Any) -> list[tuple[str, float]]:
-        scores, labels = self._index.search(query, k, params=params)
+        with omp_threads(search_threads()):
+            scores, labels = self._index.search(query, k, params=params)
         ids = self._store.ids
         return [
             (ids[label], score)

@@ -29,7 +29,11 @@ from sparse.analyzers import Analyzer, LanguageAnalyzers
 
 logger = logging.getLogger(__name__)
 
-_FAISS_SAVE_EVERY = 20_000  # unsaved vector changes before an eager save
+_FAISS_SAVE_EVERY = 20_000  # unsaved vector changes before an eager save ...
+_FAISS_SAVE_FRACTION = 4  # ... or a quarter of the index, whichever is larger: each save
+# rewrites every vector, so a fixed interval made bulk loads quadratic (1M vectors: ~38 GB
+# written); a geometric one keeps them linear. A crash replays at most that many from the
+# store on the next open.
 _REBUILD_BATCH = 2_000
 
 
@@ -217,7 +221,7 @@ class DerivedIndexes:
             if self.faiss is not None and (without or deleted):
                 self.faiss.remove([*without, *deleted])
             self._unsaved += len(written) + len(deleted)
-            if self._unsaved >= _FAISS_SAVE_EVERY:
+            if self._save_due():
                 self.save_vectors(seq)
 
     def _apply_keyword(
@@ -242,7 +246,7 @@ class DerivedIndexes:
             if ids:
                 self._faiss_upsert(ids, vectors)
             self._unsaved += len(ids)
-            if self._unsaved >= _FAISS_SAVE_EVERY:
+            if self._save_due():
                 self.save_vectors(seq)
 
     def drop_vectors(self, seq: int) -> None:
@@ -250,6 +254,10 @@ class DerivedIndexes:
         with self._lock:
             self.faiss = None
             self.save_vectors(seq)
+
+    def _save_due(self) -> bool:
+        held = 0 if self.faiss is None else len(self.faiss)
+        return self._unsaved >= max(_FAISS_SAVE_EVERY, held // _FAISS_SAVE_FRACTION)
 
     def save_vectors(self, seq: int) -> None:
         """Persist the vector index and its marker. The vectors are safe in the store

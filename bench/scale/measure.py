@@ -47,8 +47,8 @@ class ScaleJob:
     model: str
     stage: Stage
     hnsw_m: int = 16
-    hnsw_ef_construction: int = 64
-    hnsw_ef_search: tuple[int, ...] = (64, 256)
+    hnsw_ef_construction: int = 100
+    hnsw_ef_search: tuple[int, ...] = (128, 256)
 
 
 def run_stage(job: ScaleJob) -> dict[str, float]:

@@ -10,6 +10,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
@@ -32,8 +33,8 @@ class ScaleConfig:
     tandem: bool = True
     progress: bool = True
     hnsw_m: int = 16
-    hnsw_ef_construction: int = 64
-    hnsw_ef_search: tuple[int, ...] = (64, 256)
+    hnsw_ef_construction: int = 100
+    hnsw_ef_search: tuple[int, ...] = (128, 256)
 
     def __post_init__(self) -> None:
         if not self.sizes or any(n < 100 for n in self.sizes):
@@ -172,16 +173,21 @@ def render_scale(rows: list[dict[str, float]], header: dict[str, object]) -> str
         value = row.get(key)
         return "–" if value is None else f"{value:,.{digits}f}"
 
+    given: Any = header.get("config") or {}
+    config: dict[str, Any] = {**asdict(ScaleConfig()), **given}
     lines = [
         "# Scale results",
         "",
         f"revision `{header['revision']}`, {header['timestamp']}; synthetic corpora "
         "(Zipfian pseudo-word text, random unit vectors, dim 384), top-10, one query at a "
-        "time. Dense arm timed alone with random query vectors; HNSW M=16, efConstruction=64, "
-        "efSearch 64 (headline) and 256. Hybrid overhead = Tandem hybrid p50 − (embedding "
-        "+ tantivy + cheaper dense p50), hybrid and embedding timed in alternating "
-        "blocks in one process (ONNX query path). Tandem docs/s time `Corpus.add` only; "
-        "index work the engine defers to the first search shows in 'first 3 searches'.",
+        "time. Dense arm timed alone with random query vectors; HNSW "
+        f"M={config['hnsw_m']}, efConstruction={config['hnsw_ef_construction']}, efSearch "
+        f"{' and '.join(map(str, config['hnsw_ef_search']))} (the first is the headline; the "
+        "engine's defaults are M=16, efConstruction=100, efSearch=128). Hybrid overhead = "
+        "Tandem hybrid p50 − (embedding + tantivy + cheaper dense p50), hybrid and "
+        "embedding timed in alternating blocks in one process (ONNX query path). Tandem "
+        "docs/s time `Corpus.add` only; index work the engine defers to the first search "
+        "shows in 'first 3 searches'.",
         "",
         "| " + " | ".join(label for _key, label, _d in COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),

@@ -1,0 +1,115 @@
+"""The OpenMP thread policy: searches run with the process-wide search setting on
+whichever thread issues them; graph builds run on every core; the caller's own setting is
+restored afterwards."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+import dense
+from dense import FaissIndex, IndexKind
+from dense._faiss import build_threads, faiss_module, omp_threads, search_threads
+
+DIM = 8
+
+
+class ThreadRecorder:
+    """Wraps a FAISS index and records the OpenMP thread count each call ran under."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.search_threads: list[int] = []
+        self.add_threads: list[int] = []
+
+    def search(self, *args: Any, **kwargs: Any) -> Any:
+        self.search_threads.append(int(faiss_module().omp_get_max_threads()))
+        return self.inner.search(*args, **kwargs)
+
+    def add_with_ids(self, *args: Any, **kwargs: Any) -> Any:
+        self.add_threads.append(int(faiss_module().omp_get_max_threads()))
+        return self.inner.add_with_ids(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@pytest.fixture
+def restore_policy() -> Iterator[None]:
+    before = search_threads()
+    yield
+    dense.set_search_threads(before)
+
+
+def vectors(n: int, seed: int = 0) -> np.ndarray:
+    x = np.random.default_rng(seed).standard_normal((n, DIM)).astype(np.float32)
+    return x
+
+
+def on_new_thread(fn: Any) -> Any:
+    out: list[Any] = []
+    worker = threading.Thread(target=lambda: out.append(fn()))
+    worker.start()
+    worker.join(timeout=60)
+    assert out, "worker thread did not finish"
+    return out[0]
+
+
+def test_search_from_another_thread_uses_the_process_wide_setting(
+    restore_policy: None,
+) -> None:
+    index = FaissIndex(DIM)
+    index.add([f"d{i}" for i in range(50)], vectors(50))
+    recorder = ThreadRecorder(index._index)
+    index._index = recorder
+    dense.set_search_threads(1)
+
+    def search_and_report() -> int:
+        index.search(vectors(1, seed=1)[0], 5)
+        return int(faiss_module().omp_get_max_threads())
+
+    threads_after = on_new_thread(search_and_report)
+    assert recorder.search_threads == [1]
+    # the request thread's own OpenMP setting is left as it was
+    assert threads_after == build_threads()
+
+
+def test_hnsw_build_uses_every_core_even_when_searches_use_one(
+    restore_policy: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dense.set_search_threads(1)
+    index = FaissIndex(DIM, hnsw_threshold=0)
+    recorders: list[ThreadRecorder] = []
+    real_new = index._new_faiss
+
+    def recording_new(kind: IndexKind) -> ThreadRecorder:
+        recorders.append(ThreadRecorder(real_new(kind)))
+        return recorders[-1]
+
+    monkeypatch.setattr(index, "_new_faiss", recording_new)
+    index.add([f"d{i}" for i in range(200)], vectors(200))
+    hits = index.search(vectors(1, seed=2)[0], 3)
+    assert len(hits) == 3 and index.kind is IndexKind.HNSW
+    assert recorders[-1].add_threads == [build_threads()]
+    assert recorders[-1].search_threads == [1]
+
+
+def test_omp_threads_restores_the_previous_count() -> None:
+    faiss = faiss_module()
+    before = int(faiss.omp_get_max_threads())
+    with omp_threads(1):
+        assert faiss.omp_get_max_threads() == 1
+    assert faiss.omp_get_max_threads() == before
+    with pytest.raises(RuntimeError), omp_threads(1):
+        raise RuntimeError("boom")
+    assert faiss.omp_get_max_threads() == before
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
+def test_set_search_threads_rejects_non_positive_ints(bad: object, restore_policy: None) -> None:
+    with pytest.raises(ValueError):
+        dense.set_search_threads(bad)  # type: ignore[arg-type]
