@@ -84,7 +84,9 @@ class DerivedIndexes:
             by_language={0: Analyzer.ENGLISH}
             | {lang: Analyzer.from_str(name) for lang, name in languages.items()}
         )
-        self.tantivy = TantivyIndex(directory / "tantivy", analyzers, fields)
+        # The store holds the text: excerpts are cut there (one way for every strategy),
+        # and keyword hits read small stored documents.
+        self.tantivy = TantivyIndex(directory / "tantivy", analyzers, fields, store_text=False)
         self._tantivy_marker = directory / "tantivy.seq"
         self._vectors_enabled = vectors_enabled
         self._faiss_path = directory / "vectors.faiss"

