@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -13,36 +12,24 @@ from tqdm import tqdm
 from dense import Embedder
 from engine.config import CorpusConfig
 from engine.dimension_guard import DimensionGuard
-from engine.documents import (
-    AddResult,
-    Document,
-    GrepMatch,
-    Passage,
-    SourceText,
-    is_utf8_encodable,
-    validate_document,
-)
+from engine.documents import AddResult, Document, GrepMatch, Passage, SourceText
 from engine.errors import InvalidArgument
 from engine.fallback import DatabaseLikeBackend
-from engine.fields import encode_fields, sparse_kinds
+from engine.fields import sparse_kinds
 from engine.filters import Filter, compile_filter
 from engine.gated import CurrentIndexBackend
 from engine.indexes import DerivedIndexes
-from engine.ingest import Ingestor, checked_vectors
-from engine.limits import MAX_BATCH_SIZE, MAX_SOURCE_ID_CHARS
+from engine.ingest import Ingestor
 from engine.metrics import EngineMetrics
-from engine.natural import (
-    Answer,
-    NaturalSearch,
-    NaturalSearchUnavailable,
-    OllamaQuestionParser,
-    TokenBucketLimiter,
-)
+from engine.natural import Answer
+from engine.questions import CorpusQuestions
+from engine.reembed import check_switch, reembed_degraded, save_config
 from engine.searcher import Searcher, SearchParts
 from engine.sources import evidence_text, fetch_source, grep
 from engine.storage import DocumentStore, EmbeddingStatus
 from engine.visibility import DenseVisibility
-from sparse import MIN_QUERY_LENGTH, KeywordSearchFacade, SearchBackend, TantivyBackend
+from engine.write_batches import checked_documents, checked_ids
+from sparse import KeywordSearchFacade, SearchBackend, TantivyBackend
 
 logger = logging.getLogger(__name__)
 
@@ -103,8 +90,7 @@ class Corpus:
         self._ingestor = Ingestor(
             config.name, self._store, self._indexes, embedder, metrics, config.fields
         )
-        self._natural: NaturalSearch | None = None
-        self._natural_lock = threading.Lock()
+        self._questions = CorpusQuestions(config.name, self._store, self._searcher, metrics)
         self._refresh_gauges()
 
     # -- identity -------------------------------------------------------------------------
@@ -172,33 +158,7 @@ class Corpus:
         configured, unreachable, timed out, not pulled, malformed output). ``search`` is
         never affected by any of this.
         """
-        natural = self._natural_search()
-
-        def run(query: str, filters: Filter | None) -> list[Passage]:
-            compiled = compile_filter(filters, self._config.fields)
-            if len(query.strip()) < MIN_QUERY_LENGTH:
-                return self._searcher.browse(top_k, 0, language_id, compiled)
-            return self._searcher.search(query, top_k, 0, language_id, compiled)
-
-        return natural.ask(question, user, run)
-
-    def _natural_search(self) -> NaturalSearch:
-        settings = self._config.natural
-        if settings is None:
-            raise NaturalSearchUnavailable(
-                f"natural-language questions are off for corpus {self.name!r}; "
-                "configure CorpusConfig.natural"
-            )
-        with self._natural_lock:
-            if self._natural is None:
-                self._natural = NaturalSearch(
-                    self.name,
-                    OllamaQuestionParser(settings, self._config.fields),
-                    TokenBucketLimiter(settings.requests_per_minute, settings.bucket_size),
-                    self._store,
-                    self._metrics,
-                )
-            return self._natural
+        return self._questions.ask(self._config, question, user, top_k, language_id)
 
     def evidence(self, question: str, top_k: int = 5) -> str:
         """A text package of the best sources for an LLM prompt (empty string: none)."""
@@ -236,23 +196,9 @@ class Corpus:
         ``InvalidArgument`` names it and nothing is stored. Documents whose embedding
         fails are stored keyword-searchable and counted as degraded.
         """
-        docs = list(documents)
-        if len(docs) > MAX_BATCH_SIZE:
-            raise InvalidArgument(f"{len(docs)} documents in one add; the cap is {MAX_BATCH_SIZE}")
-        docs = [validate_document(d) for d in docs]
-        for doc in docs:  # refuse undeclared fields and wrong types before storing anything
-            encode_fields(doc.id, doc.fields, self._config.fields)
-        supplied = None
-        if embeddings is not None:
-            if self._embedder is None:
-                raise InvalidArgument("embeddings given, but this corpus has vectors off")
-            supplied = checked_vectors(embeddings, len(docs), None)
-        # Last occurrence of a repeated id wins, as it would across separate calls.
-        last = {d.id: i for i, d in enumerate(docs)}
-        keep = sorted(last.values())
-        docs = [docs[i] for i in keep]
-        if supplied is not None:
-            supplied = supplied[keep]
+        docs, supplied = checked_documents(
+            documents, self._config.fields, embeddings, vectors_enabled=self._embedder is not None
+        )
         totals = [0, 0, 0, 0]
         show = progress if progress is not None else len(docs) >= _PROGRESS_MIN
         with (
@@ -276,18 +222,7 @@ class Corpus:
 
     def delete(self, ids: Iterable[str]) -> int:
         """Delete documents by id; returns how many existed. Unknown ids are ignored."""
-        if isinstance(ids, str | bytes):
-            raise InvalidArgument("delete takes a collection of ids, not a single string")
-        wanted = list(ids)
-        if len(wanted) > MAX_BATCH_SIZE:
-            raise InvalidArgument(f"{len(wanted)} ids in one delete; the cap is {MAX_BATCH_SIZE}")
-        for sid in wanted:
-            if (
-                not isinstance(sid, str)
-                or len(sid) > MAX_SOURCE_ID_CHARS
-                or not is_utf8_encodable(sid)
-            ):
-                raise InvalidArgument("ids must be UTF-8 strings of at most 256 characters")
+        wanted = checked_ids(ids)
         with self._write_lock:
             self._visibility.invalidate()
             deleted = self._store.delete(wanted)
@@ -344,12 +279,7 @@ class Corpus:
         after each batch. Returns how many documents were re-embedded; any the provider
         failed on stay degraded and heal like other degraded documents.
         """
-        if config.name != self.name or config.embedder is None:
-            raise InvalidArgument("switch_embedder needs this corpus's config with an embedder")
-        if config.fields != self._config.fields:
-            raise InvalidArgument("switch_embedder cannot change the declared filterable fields")
-        if not 1 <= batch_size <= 10_000:
-            raise InvalidArgument("batch_size must be in 1..10000")
+        check_switch(self._config, config, batch_size)
         with self._write_lock:
             if self._embedder is None:
                 raise InvalidArgument(
@@ -361,31 +291,25 @@ class Corpus:
                 total = self._store.mark_all_degraded()
                 self._indexes.drop_vectors(self._store.seq)
                 self._visibility.invalidate()
-                _save_config(self._dir / "config.json", config)
+                save_config(self._dir / "config.json", config)
                 self._config = config
                 self._parts.config = config
-                with self._natural_lock:
-                    if self._natural is not None:
-                        self._natural.close()
-                        self._natural = None
+                self._questions.reset()
                 self._embedder = guarded
                 self._ingestor = Ingestor(
                     config.name, self._store, self._indexes, guarded, self._metrics, config.fields
                 )
                 self._refresh_gauges()
                 logger.info("switching embedder: re-embedding %d documents", total)
-                done = 0
-                show = progress if progress is not None else total >= _PROGRESS_MIN
-                with tqdm(total=total, disable=not show, desc=f"re-embed {self.name}") as bar:
-                    while done < total:
-                        n = self._ingestor.repair(batch_size)
-                        done += n
-                        bar.update(n)
-                        self._refresh_gauges()
-                        if on_progress is not None:
-                            on_progress(done, total)
-                        if n < batch_size:
-                            break
+                done = reembed_degraded(
+                    self._ingestor,
+                    total,
+                    batch_size,
+                    desc=f"re-embed {self.name}",
+                    show=progress if progress is not None else total >= _PROGRESS_MIN,
+                    after_batch=self._refresh_gauges,
+                    on_progress=on_progress,
+                )
             finally:
                 self._parts.embedder = self._embedder
                 self._visibility.invalidate()
@@ -433,27 +357,9 @@ class Corpus:
 
     def close(self) -> None:
         with self._write_lock:
-            with self._natural_lock:
-                if self._natural is not None:
-                    self._natural.close()
-                    self._natural = None
+            self._questions.reset()
             self._searcher.close()
             try:
                 self._indexes.close()
             finally:
                 self._store.close()
-
-
-def _save_config(path: Path, config: CorpusConfig) -> None:
-    """Replace ``config.json`` atomically: write a temp file, fsync, rename, fsync the dir."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(config.model_dump_json(indent=2))
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

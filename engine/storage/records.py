@@ -75,6 +75,17 @@ def chunks(items: Sequence[str], size: int = SQL_VARS) -> Iterator[Sequence[str]
         yield items[start : start + size]
 
 
+def select_by_ids(
+    conn: sqlite3.Connection, sql: str, ids: Sequence[str], params: Sequence[object] = ()
+) -> Iterator[Any]:
+    """The rows of ``sql`` for ``ids``, read a chunk of ids per statement (SQLite caps
+    bound variables). ``sql`` holds ``{ids}`` where the ``?`` marks go; ``params`` bind
+    after the ids."""
+    for chunk in chunks(ids):
+        marks = ",".join("?" * len(chunk))
+        yield from conn.execute(sql.replace("{ids}", marks), [*chunk, *params])
+
+
 def field_rows(docs: Sequence[StoredDocument]) -> list[tuple[str, str, str | None, int | None]]:
     return [
         (d.source_id, name, value, None)
@@ -88,16 +99,15 @@ def field_rows(docs: Sequence[StoredDocument]) -> list[tuple[str, str, str | Non
 def with_fields(conn: sqlite3.Connection, docs: list[StoredDocument]) -> list[StoredDocument]:
     """Attach each document's field values (one query per chunk of ids)."""
     found: dict[str, list[tuple[str, str | int]]] = {}
-    for chunk in chunks([d.source_id for d in docs]):
-        marks = ",".join("?" * len(chunk))
-        for sid, name, text, number in conn.execute(
-            f"SELECT source_id, name, value_text, value_int FROM document_fields "
-            f"WHERE source_id IN ({marks})",
-            list(chunk),
-        ):
-            found.setdefault(sid, []).append(
-                (str(name), str(text) if text is not None else int(number))
-            )
+    for sid, name, text, number in select_by_ids(
+        conn,
+        "SELECT source_id, name, value_text, value_int FROM document_fields "
+        "WHERE source_id IN ({ids})",
+        [d.source_id for d in docs],
+    ):
+        found.setdefault(sid, []).append(
+            (str(name), str(text) if text is not None else int(number))
+        )
     if not found:
         return docs
     return [

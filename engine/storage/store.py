@@ -20,7 +20,8 @@ import numpy as np
 import numpy.typing as npt
 
 from engine.errors import StorageError
-from engine.storage.field_sql import filter_sql
+from engine.storage import field_queries
+from engine.storage.header_cache import HeaderCache
 from engine.storage.records import (
     COLUMNS,
     EmbeddingStatus,
@@ -28,15 +29,12 @@ from engine.storage.records import (
     StoredDocument,
     chunks,
     field_rows,
-    like_escape,
     row_to_doc,
+    select_by_ids,
     with_fields,
 )
 from engine.storage.schema import SCHEMA, SCHEMA_VERSION
 from sparse import FieldFilter
-
-_UNCACHED = object()
-_HEADER_CACHE_MAX = 100_000
 
 
 class DocumentStore:
@@ -46,9 +44,7 @@ class DocumentStore:
         self._path = path
         self._write_lock = threading.RLock()
         self._local = threading.local()
-        self._cache_lock = threading.Lock()
-        self._generation = 0  # bumped after every committed write
-        self._header_cache: dict[str, tuple[str, str, int] | None] = {}
+        self._headers = HeaderCache()
         self._all_readers: weakref.WeakSet[ReaderHandle] = weakref.WeakSet()
         self._readers_lock = threading.Lock()
         self._writer = self._connect()
@@ -216,9 +212,7 @@ class DocumentStore:
                 self._writer.execute("BEGIN IMMEDIATE")
                 yield
                 self._writer.execute("COMMIT")
-                with self._cache_lock:
-                    self._generation += 1
-                    self._header_cache.clear()
+                self._headers.invalidate()
             except sqlite3.Error as exc:
                 self._rollback()
                 raise StorageError(f"{what}: {exc}") from exc
@@ -232,15 +226,8 @@ class DocumentStore:
 
     @staticmethod
     def _existing(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, str]:
-        found: dict[str, str] = {}
-        for chunk in chunks(list(dict.fromkeys(ids))):
-            marks = ",".join("?" * len(chunk))
-            for sid, content_hash in conn.execute(
-                f"SELECT source_id, content_hash FROM documents WHERE source_id IN ({marks})",
-                list(chunk),
-            ):
-                found[sid] = content_hash
-        return found
+        sql = "SELECT source_id, content_hash FROM documents WHERE source_id IN ({ids})"
+        return dict(select_by_ids(conn, sql, list(dict.fromkeys(ids))))
 
     # -- reads --------------------------------------------------------------------------
 
@@ -251,31 +238,24 @@ class DocumentStore:
 
     def content_state(self, ids: Sequence[str]) -> dict[str, tuple[str, bool]]:
         """For existing ids: (content hash, has a vector)."""
-        state: dict[str, tuple[str, bool]] = {}
-        conn = self._reader()
-        for chunk in chunks(list(dict.fromkeys(ids))):
-            marks = ",".join("?" * len(chunk))
-            for sid, content_hash, has_vec in conn.execute(
-                f"SELECT source_id, content_hash, embedding IS NOT NULL FROM documents "
-                f"WHERE source_id IN ({marks})",
-                list(chunk),
-            ):
-                state[sid] = (content_hash, bool(has_vec))
-        return state
+        sql = (
+            "SELECT source_id, content_hash, embedding IS NOT NULL FROM documents "
+            "WHERE source_id IN ({ids})"
+        )
+        return {
+            sid: (content_hash, bool(has_vec))
+            for sid, content_hash, has_vec in select_by_ids(
+                self._reader(), sql, list(dict.fromkeys(ids))
+            )
+        }
 
     def get_many(self, ids: Sequence[str], *, public_only: bool) -> dict[str, StoredDocument]:
-        found: list[StoredDocument] = []
         conn = self._reader()
         # ``+is_public``: keep SQLite on the source_id index for these id look-ups; left to
         # itself it may pick the is_public index and scan every public row.
         public_clause = " AND +is_public = 1" if public_only else ""
-        for chunk in chunks(list(dict.fromkeys(ids))):
-            marks = ",".join("?" * len(chunk))
-            for row in conn.execute(
-                f"SELECT {COLUMNS} FROM documents WHERE source_id IN ({marks}){public_clause}",
-                list(chunk),
-            ):
-                found.append(row_to_doc(row))
+        sql = f"SELECT {COLUMNS} FROM documents WHERE source_id IN ({{ids}}){public_clause}"
+        found = [row_to_doc(row) for row in select_by_ids(conn, sql, list(dict.fromkeys(ids)))]
         return {doc.source_id: doc for doc in with_fields(conn, found)}
 
     def headers(
@@ -292,47 +272,17 @@ class DocumentStore:
         found: dict[str, tuple[str, str, int, str | None]] = {}
         unique = list(dict.fromkeys(ids))
         generation = -1
-        if not filters:
-            # Every search ends here; a small cache of (title, url, language) for public
-            # ids saves an SQLite round trip. Written only if no write committed since
-            # the read began (see ``_transaction``), so it never serves stale visibility.
-            with self._cache_lock:
-                generation = self._generation
-                pending = []
-                for sid in unique:
-                    hit = self._header_cache.get(sid, _UNCACHED)
-                    if hit is _UNCACHED:
-                        pending.append(sid)
-                    elif hit is not None:
-                        found[sid] = (*hit, None)  # type: ignore[misc]
-            unique = pending
+        if not filters:  # every search ends here: unfiltered headers are cached
+            generation, unique = self._headers.lookup(unique, found)
         conn = self._reader()
-        where, filter_params = filter_sql(filters)
-        for chunk in chunks(unique):
-            marks = ",".join("?" * len(chunk))
-            for sid, title, url, language_id in conn.execute(
-                f"SELECT source_id, title, url, language_id FROM documents "
-                f"WHERE source_id IN ({marks}) AND +is_public = 1 AND {where}",
-                [*chunk, *filter_params],
-            ):
-                found[sid] = (title, url, int(language_id), None)
+        found.update(field_queries.public_headers(conn, unique, filters))
         if generation >= 0 and unique:
-            with self._cache_lock:
-                if generation == self._generation:
-                    if len(self._header_cache) > _HEADER_CACHE_MAX:
-                        self._header_cache.clear()
-                    for sid in unique:
-                        entry = found.get(sid)
-                        self._header_cache[sid] = None if entry is None else entry[:3]
+            self._headers.fill(generation, unique, found)
         wanted = [sid for sid in with_text if sid in found]
-        for chunk in chunks(wanted):
-            marks = ",".join("?" * len(chunk))
-            for sid, text in conn.execute(
-                f"SELECT source_id, text FROM documents WHERE source_id IN ({marks})",
-                list(chunk),
-            ):
-                title, url, language_id, _ = found[sid]
-                found[sid] = (title, url, language_id, str(text))
+        sql = "SELECT source_id, text FROM documents WHERE source_id IN ({ids})"
+        for sid, text in select_by_ids(conn, sql, wanted):
+            title, url, language_id, _ = found[sid]
+            found[sid] = (title, url, language_id, str(text))
         return found
 
     def has_public_documents(self) -> bool:
@@ -376,15 +326,7 @@ class DocumentStore:
     ) -> list[str]:
         """Ids of public documents that have a vector (the dense arm's allow-list),
         optionally of one language and satisfying ``filters``."""
-        where, params = filter_sql(filters)
-        sql = (
-            "SELECT source_id FROM documents WHERE is_public = 1 AND embedding IS NOT NULL "
-            f"AND {where}"
-        )
-        if language_id is not None:
-            sql += " AND language_id = ?"
-            params.append(language_id)
-        return [str(r[0]) for r in self._reader().execute(sql, params)]
+        return field_queries.public_vector_ids(self._reader(), language_id, filters)
 
     def public_filtered_ids(
         self,
@@ -394,32 +336,14 @@ class DocumentStore:
         offset: int = 0,
     ) -> list[str]:
         """Public documents satisfying ``filters``, in insertion order (a browse)."""
-        where, params = filter_sql(filters)
-        sql = f"SELECT source_id FROM documents WHERE is_public = 1 AND {where}"
-        if language_id is not None:
-            sql += " AND language_id = ?"
-            params.append(language_id)
-        sql += " ORDER BY rowid LIMIT ? OFFSET ?"
-        params += [limit, offset]
-        return [str(r[0]) for r in self._reader().execute(sql, params)]
+        return field_queries.public_filtered_ids(
+            self._reader(), filters, language_id, limit, offset
+        )
 
     def keyword_values(self, field: str, value: str, limit: int) -> list[str]:
         """Stored values of keyword ``field`` equal to ``value`` ignoring ASCII case, or
         else containing it; at most ``limit``, most frequent first."""
-        conn = self._reader()
-        for condition, pattern in (
-            ("value_text = ? COLLATE NOCASE", value),
-            ("value_text LIKE ? ESCAPE '\\'", f"%{like_escape(value)}%"),
-        ):
-            rows = conn.execute(
-                "SELECT value_text, COUNT(*) AS n FROM document_fields "
-                f"WHERE name = ? AND value_text IS NOT NULL AND {condition} "
-                "GROUP BY value_text ORDER BY n DESC, value_text LIMIT ?",
-                (field, pattern, limit),
-            ).fetchall()
-            if rows:
-                return [str(r[0]) for r in rows]
-        return []
+        return field_queries.keyword_values(self._reader(), field, value, limit)
 
     def iter_documents(self, *, since_seq: int = 0, batch: int = 1000) -> Iterator[StoredDocument]:
         """Documents written after ``since_seq``, in rowid order, read in batches."""

@@ -13,31 +13,37 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, NoReturn
 
 import pydantic
 import typer
-from rich.console import Console
 
 from engine import (
-    Corpus,
     CorpusConfig,
     EngineError,
     NaturalLanguage,
     OllamaEmbedding,
-    SearchEngine,
     SentenceTransformerEmbedding,
 )
-from engine.limits import MAX_GREP_MATCHES, MAX_TOP_K, is_valid_corpus_name, is_valid_source_id
+from engine.limits import MAX_GREP_MATCHES, MAX_TOP_K
 from engine.surfaces import render
 from engine.surfaces.bulk import add_all
+from engine.surfaces.cli_args import DEFAULT_HOME as DEFAULT_HOME  # still importable here
+from engine.surfaces.cli_args import (
+    HOME_ENV,
+    CommandError,
+    CorpusArg,
+    JsonOpt,
+    PathOpt,
+    check_source_id,
+    console,
+    engine_home,
+    ollama_spec,
+    open_corpus,
+    open_engine,
+)
 from engine.surfaces.loaders import DocumentFile
-
-DEFAULT_HOME = "tandem-data"
-HOME_ENV = "TANDEM_HOME"
 
 app = typer.Typer(
     name="tandem",
@@ -46,77 +52,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-
-
-class CommandError(Exception):
-    """An expected failure with a message meant for the person at the terminal."""
-
-
-# -- arguments shared by several commands --------------------------------------------------
-
-
-def _corpus_name(value: str) -> str:
-    if not is_valid_corpus_name(value):
-        raise typer.BadParameter(
-            "must be 1-64 characters of a-z, 0-9, '_' or '-', starting with a letter or digit"
-        )
-    return value
-
-
-def _source_id(value: str) -> str:
-    if not is_valid_source_id(value):
-        raise typer.BadParameter(
-            "must be 1-256 characters: an ASCII letter or digit, then letters, digits or ._:@#/+=~-"
-        )
-    return value
-
-
-PathOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--path",
-        help=f"Engine directory (default: ${HOME_ENV}, else ./{DEFAULT_HOME}).",
-        show_default=False,
-        file_okay=False,
-    ),
-]
-CorpusArg = Annotated[
-    str, typer.Argument(help="Corpus name.", metavar="CORPUS", callback=_corpus_name)
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
-
-
-def _home(ctx: typer.Context, path: Path | None) -> Path:
-    """``--path`` on the command, then on ``tandem`` itself, then $TANDEM_HOME, then default."""
-    root_path = ctx.find_root().params.get("path")
-    chosen = path or root_path or os.environ.get(HOME_ENV) or DEFAULT_HOME
-    return Path(chosen)
-
-
-@contextmanager
-def _engine(
-    ctx: typer.Context, path: Path | None, *, create: bool = False
-) -> Iterator[SearchEngine]:
-    home = _home(ctx, path)
-    if not create and not home.is_dir():
-        raise CommandError(
-            f"no Tandem engine at {home} (use --path or ${HOME_ENV}; 'tandem create' makes one)"
-        )
-    engine = SearchEngine(home)
-    try:
-        yield engine
-    finally:
-        engine.close()
-
-
-@contextmanager
-def _corpus(ctx: typer.Context, path: Path | None, name: str) -> Iterator[Corpus]:
-    with _engine(ctx, path) as engine:
-        yield engine.corpus(name)
-
-
-def _out() -> Console:
-    return Console(highlight=False, soft_wrap=False)
 
 
 @app.callback()
@@ -135,19 +70,6 @@ def _root(
 
 
 # -- corpora ------------------------------------------------------------------------------
-
-
-def _ollama_spec(value: str) -> OllamaEmbedding:
-    """``HOST/MODEL`` (``http://h:11434/nomic-embed-text``, ``h:11434/m``) or just ``MODEL``."""
-    scheme, sep, rest = value.partition("://")
-    if not sep:
-        scheme, rest = "http", value
-    host, slash, model = rest.partition("/")
-    if not slash:
-        return OllamaEmbedding(model=host)
-    if not host or not model:
-        raise typer.BadParameter("expected HOST/MODEL, e.g. 127.0.0.1:11434/nomic-embed-text")
-    return OllamaEmbedding(model=model, host=f"{scheme}://{host}")
 
 
 @app.command()
@@ -182,15 +104,15 @@ def create(
     if no_vectors:
         spec = None
     elif ollama is not None:
-        spec = _ollama_spec(ollama)
+        spec = ollama_spec(ollama)
     else:
         spec = SentenceTransformerEmbedding(model=embedder or SentenceTransformerEmbedding().model)
     natural = None
     if ask_model is not None:
-        chat = _ollama_spec(ask_model)
+        chat = ollama_spec(ask_model)
         natural = NaturalLanguage(model=chat.model, host=chat.host)
     config = CorpusConfig(name=corpus, embedder=spec, natural=natural)
-    with _engine(ctx, path, create=True) as engine:
+    with open_engine(ctx, path, create=True) as engine:
         engine.create_corpus(config)
         home = engine.path
     kind = "keyword only" if spec is None else f"hybrid, embedder {spec.kind}:{spec.model}"
@@ -200,7 +122,7 @@ def create(
 @app.command("list")
 def list_(ctx: typer.Context, path: PathOpt = None) -> None:
     """List the corpora in the engine directory."""
-    with _engine(ctx, path) as engine:
+    with open_engine(ctx, path) as engine:
         for name in engine.list_corpora():
             typer.echo(name)
 
@@ -218,7 +140,7 @@ def add(
     """Add or update documents from a JSON Lines file; bad lines are rejected one by one."""
     source = DocumentFile(file)
     with (
-        _corpus(ctx, path, corpus) as target,
+        open_corpus(ctx, path, corpus) as target,
         typer.progressbar(length=source.size, label=f"adding to {corpus}", file=sys.stderr) as bar,
     ):
         done = [0]
@@ -259,12 +181,12 @@ def search(
     path: PathOpt = None,
 ) -> None:
     """Search a corpus: the best passages for QUERY."""
-    with _corpus(ctx, path, corpus) as target:
+    with open_corpus(ctx, path, corpus) as target:
         passages = target.search(query, top_k=top_k, language_id=language)
     if as_json:
         typer.echo(render.passages_json(passages))
     else:
-        render.print_passages(_out(), passages)
+        render.print_passages(console(), passages)
 
 
 @app.command()
@@ -272,13 +194,13 @@ def fetch(
     ctx: typer.Context,
     corpus: CorpusArg,
     source_id: Annotated[
-        str, typer.Argument(help="Source id.", metavar="SOURCE_ID", callback=_source_id)
+        str, typer.Argument(help="Source id.", metavar="SOURCE_ID", callback=check_source_id)
     ],
     as_json: JsonOpt = False,
     path: PathOpt = None,
 ) -> None:
     """Print the full text of one source (capped)."""
-    with _corpus(ctx, path, corpus) as target:
+    with open_corpus(ctx, path, corpus) as target:
         source = target.fetch_source(source_id)
     typer.echo(render.source_json(source) if as_json else render.source_text(source))
     if source.truncated and not as_json:
@@ -300,7 +222,7 @@ def grep(
     path: PathOpt = None,
 ) -> None:
     """Exact or regex matches in the stored text (unranked; for scripts and agents)."""
-    with _corpus(ctx, path, corpus) as target:
+    with open_corpus(ctx, path, corpus) as target:
         matches = target.grep(pattern, limit, fixed=fixed)
     if as_json:
         typer.echo(render.grep_json(matches))
@@ -319,7 +241,7 @@ def ask(
     path: PathOpt = None,
 ) -> None:
     """Ask a natural-language question (needs a local Ollama model)."""
-    with _corpus(ctx, path, corpus) as target:
+    with open_corpus(ctx, path, corpus) as target:
         answer = target.ask(question, user="cli")
     passages = list(answer.passages)
     interpretation = answer.interpretation.to_dict()
@@ -335,7 +257,7 @@ def ask(
         )
     else:
         typer.echo(f"understood as: {json.dumps(interpretation, ensure_ascii=False)}")
-        render.print_passages(_out(), passages)
+        render.print_passages(console(), passages)
 
 
 # -- housekeeping ---------------------------------------------------------------------------
@@ -346,7 +268,7 @@ def stats(
     ctx: typer.Context, corpus: CorpusArg, as_json: JsonOpt = False, path: PathOpt = None
 ) -> None:
     """Documents, degraded documents, embedder status and index sizes."""
-    with _corpus(ctx, path, corpus) as target:
+    with open_corpus(ctx, path, corpus) as target:
         numbers = target.stats()
     if as_json:
         typer.echo(render.to_json({"corpus": corpus, **numbers}))
@@ -357,7 +279,7 @@ def stats(
 @app.command()
 def repair(ctx: typer.Context, corpus: CorpusArg, path: PathOpt = None) -> None:
     """Re-embed degraded documents (while the embedder answers)."""
-    with _corpus(ctx, path, corpus) as target:
+    with open_corpus(ctx, path, corpus) as target:
         healed = target.repair()
         left = target.stats().get("degraded", 0)
     typer.echo(f"re-embedded {healed} documents; {left} still degraded")
@@ -371,7 +293,7 @@ def serve_metrics(
     path: PathOpt = None,
 ) -> None:
     """Serve Prometheus metrics over HTTP until Ctrl-C or SIGTERM."""
-    with _engine(ctx, path) as engine:
+    with open_engine(ctx, path) as engine:
         for name in engine.list_corpora():
             engine.corpus(name)  # opening a corpus publishes its gauges
         handle = engine.serve_metrics(host=host, port=port)
@@ -400,7 +322,7 @@ def mcp(ctx: typer.Context, path: PathOpt = None) -> None:
     """Serve the corpora to an agent over MCP (stdio)."""
     from engine.surfaces.mcp_server import serve_stdio  # lazy: the SDK is heavy
 
-    home = _home(ctx, path)
+    home = engine_home(ctx, path)
     if not home.is_dir():
         raise CommandError(f"no Tandem engine at {home} (use --path or ${HOME_ENV})")
     serve_stdio(home)

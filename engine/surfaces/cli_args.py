@@ -1,0 +1,103 @@
+"""The arguments and engine plumbing the ``tandem`` commands share.
+
+Each command takes ``--path`` (the engine directory) and most a corpus name; both are
+checked here, before any engine opens, so a bad value is a usage error (exit 2).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from engine import Corpus, OllamaEmbedding, SearchEngine
+from engine.limits import is_valid_corpus_name, is_valid_source_id
+
+DEFAULT_HOME = "tandem-data"
+HOME_ENV = "TANDEM_HOME"
+
+
+class CommandError(Exception):
+    """An expected failure with a message meant for the person at the terminal."""
+
+
+def check_corpus_name(value: str) -> str:
+    if not is_valid_corpus_name(value):
+        raise typer.BadParameter(
+            "must be 1-64 characters of a-z, 0-9, '_' or '-', starting with a letter or digit"
+        )
+    return value
+
+
+def check_source_id(value: str) -> str:
+    if not is_valid_source_id(value):
+        raise typer.BadParameter(
+            "must be 1-256 characters: an ASCII letter or digit, then letters, digits or ._:@#/+=~-"
+        )
+    return value
+
+
+PathOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--path",
+        help=f"Engine directory (default: ${HOME_ENV}, else ./{DEFAULT_HOME}).",
+        show_default=False,
+        file_okay=False,
+    ),
+]
+CorpusArg = Annotated[
+    str, typer.Argument(help="Corpus name.", metavar="CORPUS", callback=check_corpus_name)
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+
+def engine_home(ctx: typer.Context, path: Path | None) -> Path:
+    """``--path`` on the command, then on ``tandem`` itself, then $TANDEM_HOME, then default."""
+    root_path = ctx.find_root().params.get("path")
+    chosen = path or root_path or os.environ.get(HOME_ENV) or DEFAULT_HOME
+    return Path(chosen)
+
+
+@contextmanager
+def open_engine(
+    ctx: typer.Context, path: Path | None, *, create: bool = False
+) -> Iterator[SearchEngine]:
+    home = engine_home(ctx, path)
+    if not create and not home.is_dir():
+        raise CommandError(
+            f"no Tandem engine at {home} (use --path or ${HOME_ENV}; 'tandem create' makes one)"
+        )
+    engine = SearchEngine(home)
+    try:
+        yield engine
+    finally:
+        engine.close()
+
+
+@contextmanager
+def open_corpus(ctx: typer.Context, path: Path | None, name: str) -> Iterator[Corpus]:
+    with open_engine(ctx, path) as engine:
+        yield engine.corpus(name)
+
+
+def console() -> Console:
+    return Console(highlight=False, soft_wrap=False)
+
+
+def ollama_spec(value: str) -> OllamaEmbedding:
+    """``HOST/MODEL`` (``http://h:11434/nomic-embed-text``, ``h:11434/m``) or just ``MODEL``."""
+    scheme, sep, rest = value.partition("://")
+    if not sep:
+        scheme, rest = "http", value
+    host, slash, model = rest.partition("/")
+    if not slash:
+        return OllamaEmbedding(model=host)
+    if not host or not model:
+        raise typer.BadParameter("expected HOST/MODEL, e.g. 127.0.0.1:11434/nomic-embed-text")
+    return OllamaEmbedding(model=model, host=f"{scheme}://{host}")
