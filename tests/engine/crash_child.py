@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import Any, TypeVar
 if __package__ in (None, ""):  # run as a script: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.engine.reliability_support import POISON, WordHashEmbedder, factory_for
+from tests.engine.fakes import POISON, WordHashEmbedder, factory_for
 
 BATCH_SIZE = 30
 CORPUS = "c"
@@ -131,14 +130,6 @@ def _instrument(embedder_cls: type | None) -> None:
         embedder_cls.embed = _announce("embed", embedder_cls.embed)  # type: ignore[attr-defined]
 
 
-class _SlowFake(WordHashEmbedder):
-    """The fake, with a model-like pause so a kill can land inside ``embed``."""
-
-    def embed(self, texts: Any) -> Any:
-        time.sleep(0.004)
-        return super().embed(texts)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("root", type=Path)
@@ -160,10 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     factory = None
     embedder_cls: type | None = None
     if args.kind == "hybrid":
-        fake = _SlowFake()
+        fake = WordHashEmbedder(delay_s=0.004)  # a model-like pause a kill can land in
         fake.refuse_poison = True
         factory = factory_for(fake)
-        embedder_cls = _SlowFake
+        embedder_cls = WordHashEmbedder
     elif args.kind == "real":
         from dense import SentenceTransformerEmbedder
 

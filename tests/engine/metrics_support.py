@@ -1,68 +1,20 @@
-"""Helpers for the metrics and degradation tests: a recording fake embedder, scraping.
+"""Helpers for the metrics and degradation tests: documents, scraping, an Ollama embedder.
 
-``RecordingEmbedder`` is deterministic (hashlib), remembers every text it embedded (so a
-test can prove nothing is embedded twice), and fails on demand: ``down`` (unavailable,
-no call made) or ``failing`` (``embed`` raises ``EmbedderUnavailable``).
 ``scrape`` reads ``/metrics`` over real HTTP and parses it with prometheus_client's parser.
+Their fake embedder is ``tests.engine.fakes.RecordingEmbedder``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import threading
 import urllib.error
 import urllib.request
-from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-import numpy.typing as npt
 from prometheus_client.parser import text_string_to_metric_families
 
-from dense import EmbedderUnavailable
 from dense.breaker import CircuitBreaker
 from dense.ollama import OllamaEmbedder
 from engine import Document
-
-
-class RecordingEmbedder:
-    def __init__(self, dimension: int = 16, name: str = "recording") -> None:
-        self._dimension = dimension
-        self._name = name
-        self.down = False
-        self.failing = False
-        self.embedded: Counter[str] = Counter()
-        self.calls = 0
-        self.availability_checks = 0
-        self._lock = threading.Lock()
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def dimension(self) -> int:
-        return self._dimension
-
-    def is_available(self) -> bool:
-        with self._lock:
-            self.availability_checks += 1
-        return not self.down
-
-    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        with self._lock:
-            self.calls += 1
-            if self.down or self.failing:
-                raise EmbedderUnavailable("recording embedder: switched off")
-            self.embedded.update(texts)
-        out = np.empty((len(texts), self._dimension), dtype=np.float32)
-        for i, text in enumerate(texts):
-            digest = hashlib.sha256(text.encode()).digest()
-            seed = int.from_bytes(digest[:8], "little")
-            out[i] = np.random.default_rng(seed).standard_normal(self._dimension)
-        out /= np.linalg.norm(out, axis=1, keepdims=True)
-        return out
 
 
 def docs(n: int, prefix: str = "d", start: int = 0) -> list[Document]:

@@ -1,15 +1,13 @@
 """Shared pieces of the reliability suite (crash, concurrency, hostile input, leaks, bounds).
 
-- ``WordHashEmbedder``: a cheap, deterministic fake embedder (hashlib, not ``hash()``) that
-  tolerates any ``str`` (lone surrogates included), can be switched down
-  (``is_available()`` False) or failing (``embed`` raises ``EmbedderUnavailable``), and
-  can refuse texts containing a poison marker — the ways a real provider dies.
 - ``store_snapshot``: row count + digest of a corpus's SQLite store, read through a
   separate read-only connection, to prove a call changed nothing.
 - ``exposed``: every (source id, text) a read surface hands back, so the leak and
   hostile-input harnesses treat ``search``, ``evidence``, ``fetch_source`` and ``grep``
   alike. ``READ_SURFACES`` is the one table to extend when a new read surface (``ask``,
   filtered search) lands.
+
+The suite's fake embedder is ``tests.engine.fakes.WordHashEmbedder``.
 """
 
 from __future__ import annotations
@@ -17,74 +15,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import sqlite3
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-import numpy.typing as npt
-
-from dense import EmbedderUnavailable
 from engine import Corpus, GrepMatch, Passage, SourceText
-from engine.config import EmbedderSpec
-
-DIMENSION = 32
-POISON = "zzpoisonzz"
-
-
-class WordHashEmbedder:
-    """Bag of hashed words → unit vector. Shares vocabulary ⇒ close vectors."""
-
-    def __init__(self, dimension: int = DIMENSION, name: str = "word-hash") -> None:
-        self._dimension = dimension
-        self._name = name
-        self.down = False  # is_available() answers False
-        self.failing = False  # embed() raises EmbedderUnavailable
-        self.refuse_poison = False  # embed() raises when any text holds POISON
-        self.calls = 0
-        self._lock = threading.Lock()
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def dimension(self) -> int:
-        return self._dimension
-
-    def is_available(self) -> bool:
-        return not self.down
-
-    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        with self._lock:
-            self.calls += 1
-        if self.down or self.failing:
-            raise EmbedderUnavailable("injected fault")
-        if self.refuse_poison and any(POISON in t for t in texts):
-            raise EmbedderUnavailable("injected fault (poison)")
-        out = np.zeros((len(texts), self._dimension), dtype=np.float32)
-        for i, text in enumerate(texts):
-            for word in text.lower().split()[:256]:
-                digest = hashlib.blake2b(
-                    word.encode("utf-8", "surrogatepass"), digest_size=8
-                ).digest()
-                out[i, digest[0] % self._dimension] += 1.0
-                out[i, digest[1] % self._dimension] += 0.5
-            out[i, self._dimension - 1] += 0.01  # never all-zero
-        out /= np.linalg.norm(out, axis=1, keepdims=True)
-        return out
-
-
-def factory_for(embedder: WordHashEmbedder) -> Callable[[EmbedderSpec], WordHashEmbedder]:
-    """An ``embedder_factory`` handing every spec the same fake (so tests can switch it)."""
-
-    def build(spec: EmbedderSpec) -> WordHashEmbedder:
-        del spec
-        return embedder
-
-    return build
-
 
 # -- the stored data, seen from outside the engine ------------------------------------------
 

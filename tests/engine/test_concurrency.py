@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 
 from engine import CorpusConfig, Document, EngineLocked, SearchEngine, SentenceTransformerEmbedding
-from tests.engine.reliability_support import WordHashEmbedder, factory_for, faiss_threads
+from tests.engine.fakes import WordHashEmbedder, factory_for
+from tests.engine.reliability_support import faiss_threads
 
 SOAK = os.environ.get("TANDEM_SOAK") == "1"
 DURATION_S = float(os.environ.get("TANDEM_CONCURRENCY_S", "60" if SOAK else "5"))

@@ -41,12 +41,8 @@ from tests.engine.crash_child import (
     replay,
     unique_token,
 )
-from tests.engine.reliability_support import (
-    WordHashEmbedder,
-    factory_for,
-    faiss_threads,
-    stored_rows,
-)
+from tests.engine.fakes import WordHashEmbedder, factory_for
+from tests.engine.reliability_support import faiss_threads, stored_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).with_name("crash_child.py")

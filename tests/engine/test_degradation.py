@@ -20,14 +20,8 @@ from engine import CorpusConfig, Document, InvalidArgument, SearchEngine
 from engine.config import EmbedderSpec, SentenceTransformerEmbedding
 from engine.repairer import BackgroundRepairer
 from engine.surfaces.metrics_http import MetricsServer
-from tests.engine.metrics_support import (
-    RecordingEmbedder,
-    docs,
-    embed_text,
-    scrape,
-    scrape_text,
-    value,
-)
+from tests.engine.fakes import RecordingEmbedder
+from tests.engine.metrics_support import docs, embed_text, scrape, scrape_text, value
 
 DEGRADED = "tandem_documents_degraded"
 

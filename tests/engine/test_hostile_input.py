@@ -37,6 +37,7 @@ from engine import (
 )
 from engine.limits import MAX_GREP_MATCHES, MAX_TOP_K, is_valid_corpus_name
 from sparse import MAX_EXCERPT_LENGTH
+from tests.engine.fakes import WordHashEmbedder, factory_for
 from tests.engine.hostile_strategies import (
     BROKEN_REGEXES,
     CATASTROPHIC_REGEXES,
@@ -53,8 +54,6 @@ from tests.engine.hostile_strategies import (
 )
 from tests.engine.reliability_support import (
     StoreSnapshot,
-    WordHashEmbedder,
-    factory_for,
     faiss_threads,
     store_snapshot,
     stored_rows,

@@ -17,15 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from engine import CorpusConfig, InvalidArgument, SearchEngine
 from engine.config import EmbedderSpec, SentenceTransformerEmbedding
 from engine.surfaces.metrics_http import serve_metrics
-from tests.engine.metrics_support import (
-    RecordingEmbedder,
-    docs,
-    fetch,
-    parse,
-    scrape,
-    scrape_text,
-    value,
-)
+from tests.engine.fakes import RecordingEmbedder
+from tests.engine.metrics_support import docs, fetch, parse, scrape, scrape_text, value
 
 EXPECTED_FAMILIES = {
     "tandem_documents": "gauge",

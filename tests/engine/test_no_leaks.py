@@ -33,15 +33,8 @@ from engine import (
     SentenceTransformerEmbedding,
     SourceNotFound,
 )
-from tests.engine.reliability_support import (
-    EVIDENCE_ID,
-    POISON,
-    READ_SURFACES,
-    ReadCall,
-    WordHashEmbedder,
-    factory_for,
-    faiss_threads,
-)
+from tests.engine.fakes import POISON, WordHashEmbedder, factory_for
+from tests.engine.reliability_support import EVIDENCE_ID, READ_SURFACES, ReadCall, faiss_threads
 
 QUERIES = int(os.environ.get("TANDEM_LEAK_QUERIES", "10200"))
 SEED = 8

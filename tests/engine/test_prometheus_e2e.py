@@ -22,7 +22,8 @@ import pytest
 
 from engine import CorpusConfig, SearchEngine
 from engine.config import SentenceTransformerEmbedding
-from tests.engine.metrics_support import RecordingEmbedder, docs, fetch
+from tests.engine.fakes import RecordingEmbedder
+from tests.engine.metrics_support import docs, fetch
 
 POLL_TIMEOUT_S = 60.0
 
