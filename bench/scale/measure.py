@@ -47,7 +47,7 @@ class ScaleJob:
     model: str
     stage: Stage
     hnsw_m: int = 16
-    hnsw_ef_construction: int = 100
+    hnsw_ef_construction: int = 40
     hnsw_ef_search: tuple[int, ...] = (128, 256)
 
 

@@ -33,7 +33,7 @@ class ScaleConfig:
     tandem: bool = True
     progress: bool = True
     hnsw_m: int = 16
-    hnsw_ef_construction: int = 100
+    hnsw_ef_construction: int = 40
     hnsw_ef_search: tuple[int, ...] = (128, 256)
 
     def __post_init__(self) -> None:
@@ -183,7 +183,7 @@ def render_scale(rows: list[dict[str, float]], header: dict[str, object]) -> str
         "time. Dense arm timed alone with random query vectors; HNSW "
         f"M={config['hnsw_m']}, efConstruction={config['hnsw_ef_construction']}, efSearch "
         f"{' and '.join(map(str, config['hnsw_ef_search']))} (the first is the headline; the "
-        "engine's defaults are M=16, efConstruction=100, efSearch=128). Hybrid overhead = "
+        "engine's defaults are M=16, efConstruction=40, efSearch=128). Hybrid overhead = "
         "Tandem hybrid p50 − (embedding + tantivy + cheaper dense p50), hybrid and "
         "embedding timed in alternating blocks in one process (ONNX query path). Tandem "
         "docs/s time `Corpus.add` only; index work the engine defers to the first search "
