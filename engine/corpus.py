@@ -203,6 +203,7 @@ class Corpus:
         show = progress if progress is not None else len(docs) >= _PROGRESS_MIN
         with (
             self._write_lock,
+            self._indexes.bulk_writes(),
             tqdm(total=len(docs), disable=not show, desc=f"add {self.name}", unit="doc") as bar,
         ):
             for start in range(0, len(docs), _CHUNK):

@@ -26,6 +26,7 @@ rebuilds it with ``clear()`` followed by ``upsert``.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -44,7 +45,9 @@ logger = logging.getLogger(__name__)
 
 _INT64_MAX = 2**63 - 1
 _INT64_MIN = -(2**63)
-_WRITER_HEAP_BYTES = 64_000_000
+_WRITER_HEAP_BYTES = 64_000_000  # per indexing thread
+_BULK_DOCS = 5_000  # from this many documents a write indexes on several threads
+_MAX_WRITER_THREADS = 4  # (small writes stay on one: every thread makes its own segment)
 
 F_ID = "source_id"
 F_TITLE = "title"
@@ -181,7 +184,8 @@ class TantivyIndex:
         """Add or replace (by ``source_id``) ``docs``, then commit; later ids win ties."""
         prepared = [self._to_tantivy(doc) for doc in docs]
         if prepared:
-            self._write(lambda writer: _add_all(writer, prepared))
+            threads = _bulk_threads() if len(prepared) >= _BULK_DOCS else 1
+            self._write(lambda writer: _add_all(writer, prepared), threads)
 
     def delete(self, source_ids: Iterable[str]) -> None:
         """Delete the documents with these source ids (unknown ids are ignored), commit."""
@@ -242,13 +246,13 @@ class TantivyIndex:
             index.register_tokenizer(analyzer.tokenizer_name, analyzer.build())
         return index
 
-    def _write(self, action: Callable[[tantivy.IndexWriter], None]) -> None:
+    def _write(self, action: Callable[[tantivy.IndexWriter], None], threads: int = 1) -> None:
         with self._lock:
             index = self._open()
             if not (self._path / "meta.json").is_file():
                 raise SparseIndexCorruptError(f"index directory is gone: {self._path}")
             try:
-                writer = index.writer(_WRITER_HEAP_BYTES, 1)
+                writer = index.writer(_WRITER_HEAP_BYTES * threads, threads)
             except ValueError as exc:
                 if "LockBusy" in str(exc) or "lock" in str(exc).lower():
                     raise SparseIndexLockedError(f"writer lock held on {self._path}") from exc
@@ -306,6 +310,14 @@ def _add_all(writer: tantivy.IndexWriter, docs: Sequence[tantivy.Document]) -> N
 def _delete_all(writer: tantivy.IndexWriter, source_ids: Sequence[str]) -> None:
     for source_id in source_ids:
         writer.delete_documents_by_term(F_ID, source_id)
+
+
+def _bulk_threads() -> int:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(_MAX_WRITER_THREADS, cores))
 
 
 def _is_int64(value: object) -> bool:
