@@ -3,7 +3,13 @@
 from dense._faiss import set_search_threads
 from dense.allow_list import AllowList
 from dense.breaker import BreakerState, CircuitBreaker
-from dense.contracts import DenseError, Embedder, EmbedderUnavailable
+from dense.contracts import (
+    DenseError,
+    Embedder,
+    EmbedderUnavailable,
+    QueryEmbedder,
+    embed_query,
+)
 from dense.faiss_index import FaissIndex, IndexKind
 from dense.index_file import FaissIndexCorrupt
 from dense.local import SentenceTransformerEmbedder
@@ -20,6 +26,8 @@ __all__ = [
     "FaissIndexCorrupt",
     "IndexKind",
     "OllamaEmbedder",
+    "QueryEmbedder",
     "SentenceTransformerEmbedder",
+    "embed_query",
     "set_search_threads",
 ]

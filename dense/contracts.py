@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -43,3 +43,32 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]: ...
 
     def is_available(self) -> bool: ...
+
+
+@runtime_checkable
+class QueryEmbedder(Protocol):
+    """An ``Embedder`` that can say when its model is about to run on a query.
+
+    ``embed_query(text, before_model=hook)`` returns one unit row of shape
+    ``(dimension,)`` and calls ``hook`` exactly once, after the cheap Python-side work
+    (tokenising) and right before the model call, which releases the GIL. A caller that
+    starts concurrent Python work from the hook gets it to run *during* the model call
+    instead of competing with the tokeniser for the GIL.
+    """
+
+    def embed_query(
+        self, text: str, *, before_model: Callable[[], object] | None = None
+    ) -> npt.NDArray[np.float32]: ...
+
+
+def embed_query(
+    embedder: Embedder, text: str, *, before_model: Callable[[], object] | None = None
+) -> npt.NDArray[np.float32]:
+    """One query's unit row through any ``Embedder``; ``before_model`` runs exactly once,
+    as late as the embedder allows (first thing, for embedders without the hook)."""
+    if isinstance(embedder, QueryEmbedder):
+        return embedder.embed_query(text, before_model=before_model)
+    if before_model is not None:
+        before_model()
+    row: npt.NDArray[np.float32] = embedder.embed([text])[0]
+    return row

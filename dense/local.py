@@ -22,7 +22,7 @@ import logging
 import os
 import shutil
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +150,27 @@ class SentenceTransformerEmbedder:
             return np.zeros((0, self.dimension), dtype=np.float32)
         return self.embed_torch(texts)
 
+    def embed_query(
+        self, text: str, *, before_model: Callable[[], object] | None = None
+    ) -> npt.NDArray[np.float32]:
+        """One query's unit row (shape ``(dimension,)``); ``before_model`` runs once,
+        right before the model call (``dense.QueryEmbedder``)."""
+        if not isinstance(text, str):
+            raise ValueError("embed_query takes a string")
+        hook = _Once(before_model)
+        if self._onnx_queries:
+            onnx = self._onnx_encoder(allow_export=True)
+            if onnx is not None:
+                try:
+                    row: npt.NDArray[np.float32] = onnx.embed_one(text, before_run=hook)[0]
+                    return row
+                except onnx_errors() as exc:
+                    logger.warning("ONNX query path failed, switching to torch: %s", exc)
+                    self._onnx = None
+        hook()
+        torch_row: npt.NDArray[np.float32] = self.embed_torch([text])[0]
+        return torch_row
+
     def embed_torch(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """Encode through torch regardless of size (the document path)."""
         model = self._torch()
@@ -229,3 +250,15 @@ class SentenceTransformerEmbedder:
     def _onnx_dir(self) -> Path:
         source, _ = resolve_model(self._name)
         return self._cache_dir / "onnx" / cache_key(self._name, source, int8=self._onnx_int8)
+
+
+class _Once:
+    """Calls ``fn`` on the first call only (a query hook survives an ONNX fallback)."""
+
+    def __init__(self, fn: Callable[[], object] | None) -> None:
+        self._fn = fn
+
+    def __call__(self) -> None:
+        fn, self._fn = self._fn, None
+        if fn is not None:
+            fn()

@@ -24,7 +24,7 @@ import os
 import shutil
 import tempfile
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -142,13 +142,19 @@ class OnnxQueryEncoder:
     def dimension(self) -> int:
         return self.manifest.dimension
 
-    def embed_one(self, text: str) -> npt.NDArray[np.float32]:
-        """One text -> a (1, dimension) float32 row; the lean query path (no padding)."""
+    def embed_one(
+        self, text: str, before_run: Callable[[], object] | None = None
+    ) -> npt.NDArray[np.float32]:
+        """One text -> a (1, dimension) float32 row; the lean query path (no padding).
+        ``before_run`` is called once, right before the model runs (see
+        ``dense.QueryEmbedder``)."""
         enc = self._tokenizer.encode(text)
         ids = np.array([enc.ids], dtype=np.int64)
         feed = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
         if "token_type_ids" in self.manifest.inputs:
             feed["token_type_ids"] = np.array([enc.type_ids], dtype=np.int64)
+        if before_run is not None:
+            before_run()
         hidden = self._session.run(self._output, feed)[0][0]
         vector = hidden.mean(axis=0) if self._mean else hidden[0]
         return self._finish(vector.reshape(1, -1))

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from dense import Embedder, EmbedderUnavailable
+from dense import Embedder, EmbedderUnavailable, embed_query
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,16 @@ class DimensionGuard:
         return self._inner.is_available()
 
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        vectors = self._inner.embed(texts)
+        return self._checked(self._inner.embed(texts))
+
+    def embed_query(
+        self, text: str, *, before_model: Callable[[], object] | None = None
+    ) -> npt.NDArray[np.float32]:
+        vector = embed_query(self._inner, text, before_model=before_model)
+        row: npt.NDArray[np.float32] = self._checked(vector[None, :])[0]
+        return row
+
+    def _checked(self, vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         expected = self._expected()
         got = int(vectors.shape[1]) if vectors.ndim == 2 else -1
         if expected is not None and got != expected and len(vectors):

@@ -11,10 +11,10 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from dense import Embedder, EmbedderUnavailable
+from dense import Embedder, EmbedderUnavailable, embed_query
 from engine.config import CorpusConfig
 from engine.documents import ArmRanks, Passage
 from engine.excerpts import excerpt_for, query_terms
@@ -154,10 +154,18 @@ class Searcher:
         p = self._p
         assert p.embedder is not None
         window = min(max(p.config.window, need), MAX_SOURCES)
-        sparse_arm = self._workers().submit(self._sparse_arm, text, window, language, filters)
+        sparse_arm: list[Future[list[KeywordHit]]] = []
+
+        def start_sparse_arm() -> None:
+            # Called by the embedder right before its model runs and releases the GIL:
+            # submitted earlier, the worker's Python would hold up the tokeniser.
+            sparse_arm.append(
+                self._workers().submit(self._sparse_arm, text, window, language, filters)
+            )
+
         try:
             t0 = time.perf_counter()
-            vector = p.embedder.embed([text])[0]
+            vector = embed_query(p.embedder, text, before_model=start_sparse_arm)
             t1 = time.perf_counter()
             p.metrics.embed_duration.labels(p.corpus, "query").observe(t1 - t0)
             dense_ids: list[str] = []
@@ -173,7 +181,10 @@ class Searcher:
                 time.perf_counter() - t1
             )
         finally:
-            sparse_hits = sparse_arm.result()
+            # Never leave the arm running behind a failed query.
+            done = [arm.result() for arm in sparse_arm]
+        # (an embedder that never called the hook gets the arm run here)
+        sparse_hits = done[0] if done else self._sparse_arm(text, window, language, filters)
         if not sparse_hits and p.store.has_public_documents():
             p.metrics.sparse_arm_empty.labels(p.corpus).inc()
         weights = (p.config.weights.sparse, p.config.weights.dense)
@@ -215,9 +226,7 @@ class Searcher:
         # (still present, and eligible under the filters: an index may lag the store)
         # become passages. Also supplies the text of hits that came without an excerpt
         # (dense-only hits, and every hit of the hybrid keyword arm).
-        needs_text = frozenset(
-            f.id for f in page if f.id not in by_id or not by_id[f.id].excerpt
-        )
+        needs_text = frozenset(f.id for f in page if f.id not in by_id or not by_id[f.id].excerpt)
         docs = self._p.store.headers([f.id for f in page], with_text=needs_text, filters=filters)
         terms: list[str] | None = None
         passages: list[Passage] = []
