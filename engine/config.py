@@ -10,6 +10,8 @@ questions (``Corpus.ask``) through a local Ollama model.
 from __future__ import annotations
 
 import enum
+import os
+from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -154,3 +156,18 @@ class CorpusConfig(_Frozen):
     @property
     def vectors_enabled(self) -> bool:
         return self.embedder is not None
+
+
+def save_config(path: Path, config: CorpusConfig) -> None:
+    """Replace ``config.json`` atomically: write a temp file, fsync, rename, fsync the dir."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(config.model_dump_json(indent=2))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

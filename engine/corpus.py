@@ -10,7 +10,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from dense import Embedder
-from engine.config import CorpusConfig
+from engine.config import CorpusConfig, save_config
 from engine.dimension_guard import DimensionGuard
 from engine.documents import AddResult, Document, GrepMatch, Passage, SourceText
 from engine.errors import InvalidArgument
@@ -23,7 +23,7 @@ from engine.ingest import Ingestor
 from engine.metrics import EngineMetrics
 from engine.natural import Answer
 from engine.questions import CorpusQuestions
-from engine.reembed import check_switch, reembed_degraded, save_config
+from engine.reembed import check_switch, reembed_degraded
 from engine.searcher import Searcher, SearchParts
 from engine.sources import evidence_text, fetch_source, grep
 from engine.storage import DocumentStore, EmbeddingStatus

@@ -23,7 +23,7 @@ from typing import IO, TYPE_CHECKING
 from prometheus_client import CollectorRegistry
 
 from dense import set_search_threads
-from engine.config import CorpusConfig, EmbedderSpec
+from engine.config import CorpusConfig, EmbedderSpec, save_config
 from engine.corpus import Corpus
 from engine.embedders import EmbedderFactory, EmbedderPool
 from engine.errors import (
@@ -139,11 +139,7 @@ class SearchEngine:
             if (directory / "config.json").exists():
                 raise CorpusExists(f"corpus {config.name!r} already exists")
             directory.mkdir(parents=True, exist_ok=True)
-            tmp = directory / "config.json.tmp"
-            tmp.write_text(config.model_dump_json(indent=2), encoding="utf-8")
-            with open(tmp, "rb") as fh:
-                os.fsync(fh.fileno())
-            os.replace(tmp, directory / "config.json")
+            save_config(directory / "config.json", config)
             return self._open(config, directory)
 
     def corpus(self, name: str) -> Corpus:

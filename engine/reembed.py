@@ -1,16 +1,14 @@
 """The parts of ``Corpus.switch_embedder`` that need no corpus state.
 
 The corpus swaps its own config, embedder and ingestor under its write lock; this module
-holds what is left: the argument checks, the atomic write of the new ``config.json`` (it
-must be on disk before re-embedding starts, so a crash part-way leaves a corpus that
-``repair`` finishes) and the batch loop that re-embeds every degraded document.
+holds what is left: the argument checks and the batch loop that re-embeds every degraded
+document. (The new ``config.json`` is written first, with ``engine.config.save_config``,
+so a crash part-way leaves a corpus that ``repair`` finishes.)
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from pathlib import Path
 
 from tqdm import tqdm
 
@@ -28,21 +26,6 @@ def check_switch(current: CorpusConfig, config: CorpusConfig, batch_size: int) -
         raise InvalidArgument("switch_embedder cannot change the declared filterable fields")
     if not 1 <= batch_size <= 10_000:
         raise InvalidArgument("batch_size must be in 1..10000")
-
-
-def save_config(path: Path, config: CorpusConfig) -> None:
-    """Replace ``config.json`` atomically: write a temp file, fsync, rename, fsync the dir."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(config.model_dump_json(indent=2))
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def reembed_degraded(
