@@ -182,20 +182,24 @@ class FaissIndex:
 
     # --------------------------------------------------------------- persistence
     def save(self, path: str | Path) -> None:
-        """Write the index to ``path`` atomically (temp file, fsync, rename, fsync dir)."""
+        """Write the index to ``path`` atomically (temp file, fsync, rename, fsync dir).
+
+        Written from the live arrays under the read lock (searches go on; writers wait):
+        copying them first would double the memory a large index needs to save.
+        """
         with self._lock.read():
             faiss_bytes = None
             if self._kind is IndexKind.HNSW and not self._stale:
-                faiss_bytes = faiss_module().serialize_index(self._index).tobytes()
+                faiss_bytes = faiss_module().serialize_index(self._index)
             snap = IndexSnapshot(
                 dimension=self.dimension,
-                ids=list(self._store.ids),
-                labels=self._store.labels.copy(),
-                vectors=self._store.matrix.copy(),
+                ids=self._store.ids,
+                labels=self._store.labels,
+                vectors=self._store.matrix,
                 params=self._params(),
                 faiss_bytes=faiss_bytes,
             )
-        write_snapshot(Path(path), snap)
+            write_snapshot(Path(path), snap)
 
     @classmethod
     def load(cls, path: str | Path) -> Self:

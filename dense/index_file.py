@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import mmap
 import os
 import struct
 import tempfile
@@ -35,51 +36,72 @@ from dense.contracts import DenseError
 MAGIC = b"TNDMFAIS"
 FORMAT_VERSION = 1
 _PREAMBLE = struct.Struct("<8sIQQ32s")
+_CHUNK_BYTES = 16 << 20  # hash and write in 16 MiB pieces
 
 
 class FaissIndexCorrupt(DenseError):
     """A saved index file is truncated, damaged or of an unknown format."""
 
 
+Buffer = bytes | memoryview | npt.NDArray[np.uint8]
+
+
 @dataclass(frozen=True)
 class IndexSnapshot:
-    """Everything a ``FaissIndex`` needs to come back exactly as it was saved."""
+    """Everything a ``FaissIndex`` needs to come back exactly as it was saved.
+
+    The arrays may be views (of the live index while saving, of the mapped file while
+    loading): a snapshot is consumed at once, never kept.
+    """
 
     dimension: int
     ids: list[str]  # position = int64 label; includes removed ids (labels stay stable)
     labels: npt.NDArray[np.int64]  # label of each stored row
     vectors: npt.NDArray[np.float32]  # (rows, dimension)
     params: dict[str, Any] = field(default_factory=dict)
-    faiss_bytes: bytes | None = None
+    faiss_bytes: Buffer | None = None
 
 
 def write_snapshot(path: Path, snap: IndexSnapshot) -> None:
-    """Write ``snap`` to ``path`` atomically: temp file in the same dir, fsync, rename."""
+    """Write ``snap`` to ``path`` atomically: temp file in the same dir, fsync, rename.
+
+    Streams: the parts are written and hashed one by one, and the preamble (which holds
+    the digest) is written last, over a placeholder. Nothing is concatenated in memory,
+    so saving a million 384-d vectors costs no extra gigabytes.
+    """
     labels = np.ascontiguousarray(snap.labels, dtype="<i8")
     vectors = np.ascontiguousarray(snap.vectors, dtype="<f4")
-    faiss_bytes = snap.faiss_bytes or b""
+    faiss_view = _byte_view(snap.faiss_bytes) if snap.faiss_bytes is not None else None
     header = json.dumps(
         {
             "dimension": snap.dimension,
             "ids": snap.ids,
             "rows": int(labels.shape[0]),
             "params": snap.params,
-            "faiss_len": len(faiss_bytes) if snap.faiss_bytes is not None else None,
+            "faiss_len": faiss_view.nbytes if faiss_view is not None else None,
         },
         separators=(",", ":"),
     ).encode("utf-8")
-    body = labels.tobytes() + vectors.tobytes() + faiss_bytes
-    digest = hashlib.sha256(header + body).digest()
-    preamble = _PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(header), len(body), digest)
+    parts = [_byte_view(labels), _byte_view(vectors)]
+    if faiss_view is not None:
+        parts.append(faiss_view)
+    body_len = sum(part.nbytes for part in parts)
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(preamble)
+            fh.write(b"\0" * _PREAMBLE.size)
+            digest = hashlib.sha256(header)
             fh.write(header)
-            fh.write(body)
+            for part in parts:
+                for start in range(0, part.nbytes, _CHUNK_BYTES):
+                    chunk = part[start : start + _CHUNK_BYTES]
+                    digest.update(chunk)
+                    fh.write(chunk)
+            fh.seek(0)
+            fh.write(_PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(header), body_len, digest.digest()))
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp_name, path)
@@ -91,8 +113,19 @@ def write_snapshot(path: Path, snap: IndexSnapshot) -> None:
 
 
 def read_snapshot(path: Path) -> IndexSnapshot:
-    """Read and verify a snapshot; raise ``FaissIndexCorrupt`` on any damage."""
-    data = Path(path).read_bytes()
+    """Read and verify a snapshot; raise ``FaissIndexCorrupt`` on any damage.
+
+    The file is memory-mapped, not read into a bytes object: the returned arrays are
+    views of the mapping (the caller copies what it keeps).
+    """
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            data: mmap.mmap | bytes = (
+                mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+            )
+    except (OSError, ValueError) as exc:
+        raise FaissIndexCorrupt(f"{path}: unreadable ({exc})") from exc
     if len(data) < _PREAMBLE.size:
         raise FaissIndexCorrupt(f"{path}: truncated ({len(data)} bytes, no complete header)")
     magic, version, header_len, body_len, digest = _PREAMBLE.unpack_from(data)
@@ -107,7 +140,10 @@ def read_snapshot(path: Path) -> IndexSnapshot:
             f"expected {start + header_len + body_len})"
         )
     payload = memoryview(data)[start:]
-    if hashlib.sha256(payload).digest() != digest:
+    hasher = hashlib.sha256()
+    for offset in range(0, len(payload), _CHUNK_BYTES):
+        hasher.update(payload[offset : offset + _CHUNK_BYTES])
+    if hasher.digest() != digest:
         raise FaissIndexCorrupt(f"{path}: checksum mismatch")
     try:
         return _decode(bytes(payload[:header_len]), payload[header_len:])
@@ -137,10 +173,16 @@ def _decode(header_bytes: bytes, body: memoryview) -> IndexSnapshot:
         dimension=dim,
         ids=[str(i) for i in ids],
         labels=labels,
-        vectors=vectors.astype(np.float32),
+        vectors=vectors,
         params=dict(header["params"]),
-        faiss_bytes=bytes(body[vectors_end:]) if faiss_len is not None else None,
+        faiss_bytes=body[vectors_end:] if faiss_len is not None else None,
     )
+
+
+def _byte_view(buffer: Buffer | npt.NDArray[Any]) -> memoryview:
+    """A flat byte view of ``buffer`` without copying (empty arrays included)."""
+    array = np.frombuffer(buffer, dtype=np.uint8) if not isinstance(buffer, np.ndarray) else buffer
+    return np.ascontiguousarray(array).reshape(-1).view(np.uint8).data
 
 
 def _fsync_dir(directory: Path) -> None:
