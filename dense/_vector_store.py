@@ -105,9 +105,14 @@ class VectorStore:
             raise ValueError("duplicate ids in the id table")
         self.ids, self.label_of = list(ids), label_of
         rows = labels.shape[0]
-        self._reserve(rows)
-        self._labels[:rows] = labels
-        self._matrix[:rows] = vectors
+        if _adoptable(vectors, rows, self.dimension):
+            self._matrix = vectors  # a fresh array from the loader: no second copy
+            self._labels = np.array(labels, dtype=np.int64)
+            self._reserve(rows)  # sizes the label -> row table (the matrix fits already)
+        else:
+            self._reserve(rows)
+            self._labels[:rows] = labels
+            self._matrix[:rows] = vectors
         self._row_of_label[labels] = np.arange(rows, dtype=np.int64)
         self.size = rows
 
@@ -123,3 +128,13 @@ class VectorStore:
             grown = np.full(max(len(self.ids), 2 * self._row_of_label.shape[0]), -1, np.int64)
             grown[: self._row_of_label.shape[0]] = self._row_of_label
             self._row_of_label = grown
+
+
+def _adoptable(vectors: Vectors, rows: int, dimension: int) -> bool:
+    return (
+        vectors.dtype == np.float32
+        and vectors.shape == (rows, dimension)
+        and vectors.flags.c_contiguous
+        and vectors.flags.writeable
+        and vectors.flags.owndata
+    )

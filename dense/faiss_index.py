@@ -188,16 +188,14 @@ class FaissIndex:
         copying them first would double the memory a large index needs to save.
         """
         with self._lock.read():
-            faiss_bytes = None
-            if self._kind is IndexKind.HNSW and not self._stale:
-                faiss_bytes = faiss_module().serialize_index(self._index)
+            graph = self._index if self._kind is IndexKind.HNSW and not self._stale else None
             snap = IndexSnapshot(
                 dimension=self.dimension,
                 ids=self._store.ids,
                 labels=self._store.labels,
                 vectors=self._store.matrix,
                 params=self._params(),
-                faiss_bytes=faiss_bytes,
+                faiss_index=graph,
             )
             write_snapshot(Path(path), snap)
 
@@ -229,12 +227,8 @@ class FaissIndex:
             raise FaissIndexCorrupt(str(exc)) from exc
         rows = self._store.size
         self._kind = self._wanted_kind()
-        if self._kind is IndexKind.HNSW and snap.faiss_bytes:
-            try:
-                buf = np.frombuffer(snap.faiss_bytes, dtype=np.uint8)
-                self._index = faiss_module().deserialize_index(buf)
-            except RuntimeError as exc:
-                raise FaissIndexCorrupt(f"unreadable HNSW structure ({exc})") from exc
+        if self._kind is IndexKind.HNSW and snap.faiss_index is not None:
+            self._index = snap.faiss_index
             if self._index.ntotal != rows:
                 raise FaissIndexCorrupt("HNSW structure does not match the stored vectors")
         else:

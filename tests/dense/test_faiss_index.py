@@ -181,7 +181,7 @@ def test_save_overwrites_atomically(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 @KINDS
-@pytest.mark.parametrize("damage", ["truncate", "flip", "empty", "magic", "append"])
+@pytest.mark.parametrize("damage", ["truncate", "flip", "flip_tail", "empty", "magic", "append"])
 def test_corrupt_files_are_detected(params: dict[str, int], damage: str, tmp_path: Path) -> None:
     index, _ = build(params, n=100)
     path = tmp_path / "dense.idx"
@@ -191,6 +191,8 @@ def test_corrupt_files_are_detected(params: dict[str, int], damage: str, tmp_pat
         data = data[: len(data) // 2]
     elif damage == "flip":
         data[len(data) // 2] ^= 0xFF
+    elif damage == "flip_tail":  # inside the HNSW structure, when there is one
+        data[-20] ^= 0xFF
     elif damage == "empty":
         data = bytearray()
     elif damage == "magic":
