@@ -14,13 +14,22 @@ from sparse.excerpt import make_excerpt
 __all__ = ["excerpt_for", "make_excerpt", "query_terms"]
 
 _WORD = re.compile(r"\w{2,}", re.UNICODE)
-_MAX_TERMS = 16
+_MAX_TERMS = 8  # each is one scan of the document text
+# Never good anchors, and counting them costs a scan each (long questions are full of them).
+_FUNCTION_WORDS = (
+    "an and are as at be but by can do does for from had has have how if in into is it "
+    "its of on or that the their there these they this to was what when where which who "
+    "why will with"
+)
+_STOP_WORDS = frozenset(_FUNCTION_WORDS.split())
 
 
 def query_terms(query: str) -> list[str]:
-    """Distinct lower-cased words of a query, longest first (better anchors), capped."""
+    """Distinct lower-cased words of a query, longest first (better anchors), common
+    English function words dropped unless nothing else is left, capped."""
     words = {w.lower() for w in _WORD.findall(query[:2_000])}
-    return sorted(words, key=lambda w: (-len(w), w))[:_MAX_TERMS]
+    content = {w for w in words if w not in _STOP_WORDS} or words
+    return sorted(content, key=lambda w: (-len(w), w))[:_MAX_TERMS]
 
 
 def excerpt_for(text: str, terms: list[str]) -> str:

@@ -144,7 +144,8 @@ class Searcher:
     ) -> tuple[list[FusedHit], list[KeywordHit]]:
         p = self._p
         t0 = time.perf_counter()
-        hits = p.keyword_full.search(text, need, language, filters=filters)
+        # The index keeps no text: excerpts are cut from the store in ``_passages``.
+        hits = p.keyword_full.search(text, need, language, filters=filters, excerpts=False)
         p.metrics.arm_duration.labels(p.corpus, Arm.SPARSE.value).observe(time.perf_counter() - t0)
         return rrf([[h.source_id for h in hits]], k=p.config.rrf_k, limit=need), hits
 

@@ -107,8 +107,9 @@ class TantivyBackend:
                         tantivy.Query.term_query(view.schema, field, term, index_option="freq"),
                     )
                 )
-                for surface in terms[term]:
-                    rarest.append((view.searcher.doc_freq(field, term), surface))
+                if query.excerpts:  # anchor excerpts on the rarest term in the index
+                    for surface in terms[term]:
+                        rarest.append((view.searcher.doc_freq(field, term), surface))
         if not clauses:
             return []
         filters = [self._filter_query(view.schema, f) for f in query.filters]

@@ -17,3 +17,17 @@ def test_no_match_gives_the_start_and_short_texts_are_whole() -> None:
     text = "alpha " * 200
     assert excerpt_for(text, ["zzz"]).startswith("alpha")
     assert excerpt_for("short text", ["short"]) == "short text"
+
+
+def test_query_terms_skip_function_words_and_keep_the_longest_content_words() -> None:
+    terms = query_terms("What is the effect of the boundary layer on the heat transfer?")
+    assert terms == ["boundary", "transfer", "effect", "layer", "heat"]
+    assert query_terms("what is it") == ["what", "is", "it"]  # nothing else to anchor on
+    many = " ".join(f"word{i:02d}" for i in range(30))
+    assert len(query_terms(many)) == 8
+
+
+def test_function_words_never_anchor_an_excerpt() -> None:
+    text = "the " * 200 + "A rare anomaly in the wake region. " + "the filler " * 100
+    excerpt = excerpt_for(text, query_terms("the anomaly"))
+    assert "anomaly" in excerpt
