@@ -22,6 +22,7 @@ from engine.indexes import DerivedIndexes
 from engine.limits import MAX_LANGUAGE_ID, MAX_OFFSET, MAX_TOP_K
 from engine.metrics import Arm, EngineMetrics, FallbackReason, Strategy
 from engine.router import resolve_strategy
+from engine.search_gate import SEARCH_GATE
 from engine.storage import DocumentStore
 from engine.visibility import DenseVisibility
 from fusion import FusedHit, rrf
@@ -120,9 +121,10 @@ class Searcher:
             except EmbedderUnavailable:
                 p.metrics.fallbacks.labels(p.corpus, FallbackReason.EMBEDDER_ERROR.value).inc()
                 strategy = Strategy.KEYWORD
-        if fused is None:
-            fused, sparse_hits = self._keyword(text, need, language, filters)
-        passages = self._passages(fused[skip:need], sparse_hits, text, filters)
+        with SEARCH_GATE:  # see engine.search_gate: the Python part, one search at a time
+            if fused is None:
+                fused, sparse_hits = self._keyword(text, need, language, filters)
+            passages = self._passages(fused[skip:need], sparse_hits, text, filters)
         p.metrics.searches.labels(p.corpus, strategy.value).inc()
         p.metrics.search_duration.labels(p.corpus).observe(time.perf_counter() - started)
         return passages
@@ -203,9 +205,10 @@ class Searcher:
         p = self._p
         started = time.perf_counter()
         # Ranked ids are all fusion needs; excerpts are cut for the final page only.
-        hits = p.keyword_index_backed.search(
-            text, window, language, filters=filters, excerpts=False
-        )
+        with SEARCH_GATE:
+            hits = p.keyword_index_backed.search(
+                text, window, language, filters=filters, excerpts=False
+            )
         p.metrics.arm_duration.labels(p.corpus, Arm.SPARSE.value).observe(
             time.perf_counter() - started
         )
