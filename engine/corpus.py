@@ -14,21 +14,21 @@ from engine.config import CorpusConfig, save_config
 from engine.dimension_guard import DimensionGuard
 from engine.documents import AddResult, Document, GrepMatch, Passage, SourceText
 from engine.errors import InvalidArgument
-from engine.fallback import DatabaseLikeBackend
 from engine.fields import sparse_kinds
 from engine.filters import Filter, compile_filter
-from engine.gated import CurrentIndexBackend
-from engine.indexes import DerivedIndexes
-from engine.ingest import Ingestor
 from engine.metrics import EngineMetrics
 from engine.natural import Answer
-from engine.questions import CorpusQuestions
-from engine.reembed import check_switch, reembed_degraded
-from engine.searcher import Searcher, SearchParts
-from engine.sources import evidence_text, fetch_source, grep
+from engine.natural.questions import CorpusQuestions
+from engine.search.current_index import CurrentIndexBackend
+from engine.search.searcher import Searcher, SearchParts
+from engine.search.sources import evidence_text, fetch_source, grep
+from engine.search.visibility import DenseVisibility
 from engine.storage import DocumentStore, EmbeddingStatus
-from engine.visibility import DenseVisibility
-from engine.write_batches import checked_documents, checked_ids
+from engine.storage.like_backend import DatabaseLikeBackend
+from engine.write.batches import checked_documents, checked_ids
+from engine.write.indexes import DerivedIndexes
+from engine.write.ingest import Ingestor
+from engine.write.reembed import check_switch, reembed_degraded
 from sparse import KeywordSearchFacade, SearchBackend, TantivyBackend
 
 logger = logging.getLogger(__name__)

@@ -35,7 +35,7 @@ from engine.errors import (
 )
 from engine.limits import is_valid_corpus_name
 from engine.metrics import EngineMetrics
-from engine.repairer import BackgroundRepairer
+from engine.write.repairer import BackgroundRepairer
 
 if TYPE_CHECKING:
     from engine.surfaces.metrics_http import MetricsServer

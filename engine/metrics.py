@@ -24,6 +24,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics_core import Metric
 
+from engine.search.strategy import Arm, FallbackReason, Strategy
+
 logger = logging.getLogger(__name__)
 
 Refresher = Callable[[], None]
@@ -50,23 +52,6 @@ _LATENCY_BUCKETS = (
     5.0,
     10.0,
 )
-
-
-class Strategy(enum.Enum):
-    """How one search was answered (internal; visible only in metrics)."""
-
-    HYBRID = "hybrid"
-    KEYWORD = "keyword"
-
-
-class FallbackReason(enum.Enum):
-    EMBEDDER_DOWN = "embedder_down"
-    EMBEDDER_ERROR = "embedder_error"
-
-
-class Arm(enum.Enum):
-    SPARSE = "sparse"
-    DENSE = "dense"
 
 
 class NlOutcome(enum.Enum):

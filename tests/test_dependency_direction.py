@@ -153,7 +153,9 @@ def clean_tree(tmp_path: Path) -> Path:
     for package in PACKAGES:
         write(tmp_path, f"{package}/__init__.py", '"""ok."""\n')
     write(
-        tmp_path, "engine/router.py", "import fusion\nfrom sparse import x\nfrom dense.a import b\n"
+        tmp_path,
+        "engine/search/router.py",
+        "import fusion\nfrom sparse import x\nfrom dense.a import b\n",
     )
     write(tmp_path, "bench/run.py", "import engine\nfrom engine.core import Corpus\n")
     write(tmp_path, "sparse/deep/mod.py", "from . import sibling\nfrom ..contracts import K\n")

@@ -9,19 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dense.breaker import BreakerState, CircuitBreaker
-
-
-class FakeClock:
-    """A clock the test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+from tests.support.clock import FakeClock
 
 
 def state_of(breaker: CircuitBreaker) -> BreakerState:

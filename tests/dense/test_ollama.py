@@ -1,4 +1,4 @@
-"""OllamaEmbedder against the Ollama stand-in (tests/ollama_standin.py), never real Ollama.
+"""OllamaEmbedder against the Ollama stand-in (tests/support/ollama_standin.py), never real Ollama.
 
 Every failure mode ends in ``EmbedderUnavailable`` or ``is_available() == False`` within
 the configured timeout, and the circuit breaker keeps a dead or broken server from being
@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 from dense.breaker import BreakerState, CircuitBreaker
 from dense.contracts import Embedder, EmbedderUnavailable
 from dense.ollama import OllamaEmbedder
-from tests.ollama_standin import (
+from tests.support.clock import FakeClock
+from tests.support.ollama_standin import (
     Behaviour,
     OllamaStandIn,
     Reply,
@@ -37,15 +38,6 @@ TIMEOUT_S = 0.5
 GENEROUS_S = 4.0  # the stand-in sleeps longer than this when slow; we must return sooner
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 500.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from engine import SearchEngine
-from tests.engine.fakes import HashEmbedder, SwitchableEmbedder
+from tests.support.fakes import HashEmbedder, SwitchableEmbedder
 
 
 @pytest.fixture

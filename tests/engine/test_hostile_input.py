@@ -37,8 +37,8 @@ from engine import (
 )
 from engine.limits import MAX_GREP_MATCHES, MAX_TOP_K, is_valid_corpus_name
 from sparse import MAX_EXCERPT_LENGTH
-from tests.engine.fakes import WordHashEmbedder, factory_for
-from tests.engine.hostile_strategies import (
+from tests.support.fakes import WordHashEmbedder, factory_for
+from tests.support.hostile_strategies import (
     BROKEN_REGEXES,
     CATASTROPHIC_REGEXES,
     PATHS,
@@ -52,7 +52,7 @@ from tests.engine.hostile_strategies import (
     hostile_number,
     hostile_text,
 )
-from tests.engine.reliability_support import (
+from tests.support.reliability_support import (
     StoreSnapshot,
     faiss_threads,
     store_snapshot,

@@ -37,8 +37,8 @@ from engine.limits import (
 )
 from engine.storage import DocumentStore
 from sparse import MAX_EXCERPT_LENGTH, TantivyIndex
-from tests.engine.fakes import WordHashEmbedder, factory_for
-from tests.engine.reliability_support import store_snapshot
+from tests.support.fakes import WordHashEmbedder, factory_for
+from tests.support.reliability_support import store_snapshot
 
 FAKE = SentenceTransformerEmbedding(model="fake")
 

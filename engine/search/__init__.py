@@ -1,0 +1,1 @@
+"""The read path: router, searcher, visibility, excerpts, sources (fetch, grep, evidence)."""

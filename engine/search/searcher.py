@@ -1,0 +1,265 @@
+"""One search, end to end: clamp, route, run the arms, fuse, build passages.
+
+Every answer is built the same way whichever strategy ran — fused with ``fusion.rrf``
+(one arm alone yields its own order) and checked against the store for visibility — so
+nothing in a ``Passage`` reveals the strategy.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+from dense import Embedder, EmbedderUnavailable, embed_query
+from engine.config import CorpusConfig
+from engine.documents import ArmRanks, Passage
+from engine.limits import MAX_LANGUAGE_ID, MAX_OFFSET, MAX_TOP_K
+from engine.metrics import EngineMetrics
+from engine.search.excerpts import excerpt_for, query_terms
+from engine.search.gate import SEARCH_GATE
+from engine.search.router import resolve_strategy
+from engine.search.strategy import Arm, FallbackReason, Strategy
+from engine.search.visibility import DenseVisibility
+from engine.storage import DocumentStore
+from engine.write.indexes import DerivedIndexes
+from fusion import FusedHit, rrf
+from sparse import MAX_SOURCES, FieldFilter, KeywordHit, KeywordSearchFacade
+from sparse.clamp import clamp_language, clamp_text
+
+logger = logging.getLogger(__name__)
+
+
+def clamp_int(value: object, low: int, high: int, default: int) -> int:
+    """Clamp a caller's number into ``low..high``; non-numbers and NaN become ``default``."""
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, float):
+        if value != value:  # NaN
+            return default
+        if value in (float("inf"), float("-inf")):
+            return high if value > 0 else low
+        value = int(value)
+    if not isinstance(value, int):
+        return default
+    return min(max(value, low), high)
+
+
+@dataclass
+class SearchParts:
+    """Everything one corpus's searches need, owned by the corpus."""
+
+    corpus: str
+    config: CorpusConfig
+    store: DocumentStore
+    indexes: DerivedIndexes
+    embedder: Embedder | None
+    keyword_full: KeywordSearchFacade
+    keyword_index_backed: KeywordSearchFacade
+    visibility: DenseVisibility
+    metrics: EngineMetrics
+
+
+class Searcher:
+    """Runs searches for one corpus.
+
+    In a hybrid search the keyword arm runs on a worker thread while the calling thread
+    embeds the query: the model call releases the GIL, so the keyword arm's cost hides
+    behind the one model call that every hybrid search must pay anyway.
+    """
+
+    def __init__(self, parts: SearchParts) -> None:
+        self._p = parts
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    def _workers(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            with self._pool_lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(
+                        max_workers=8, thread_name_prefix=f"tandem-{self._p.corpus}"
+                    )
+        return self._pool
+
+    def close(self) -> None:
+        with self._pool_lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
+
+    def search(
+        self,
+        query: object,
+        top_k: object,
+        offset: object,
+        language_id: object,
+        filters: tuple[FieldFilter, ...] = (),
+    ) -> list[Passage]:
+        """``filters`` (already validated) apply inside both arms, before the top k."""
+        p = self._p
+        started = time.perf_counter()
+        text = clamp_text(query)
+        if text is None:
+            return []
+        k = clamp_int(top_k, 1, MAX_TOP_K, 10)
+        skip = clamp_int(offset, 0, MAX_OFFSET, 0)
+        language = clamp_language(language_id)
+        if language is not None and language > MAX_LANGUAGE_ID:
+            return []  # no document has such a language (and SQLite ints stop at 2**63)
+        need = skip + k
+        strategy = resolve_strategy(p.corpus, p.embedder, p.metrics)
+        if strategy is Strategy.KEYWORD and p.embedder is not None:
+            p.metrics.fallbacks.labels(p.corpus, FallbackReason.EMBEDDER_DOWN.value).inc()
+        fused: list[FusedHit] | None = None
+        sparse_hits: list[KeywordHit] = []
+        if strategy is Strategy.HYBRID:
+            try:
+                fused, sparse_hits = self._hybrid(text, need, language, filters)
+            except EmbedderUnavailable:
+                p.metrics.fallbacks.labels(p.corpus, FallbackReason.EMBEDDER_ERROR.value).inc()
+                strategy = Strategy.KEYWORD
+        with SEARCH_GATE:  # see engine.search.gate: the Python part, one search at a time
+            if fused is None:
+                fused, sparse_hits = self._keyword(text, need, language, filters)
+            passages = self._passages(fused[skip:need], sparse_hits, text, filters)
+        p.metrics.searches.labels(p.corpus, strategy.value).inc()
+        p.metrics.search_duration.labels(p.corpus).observe(time.perf_counter() - started)
+        return passages
+
+    # -- strategies -----------------------------------------------------------------------
+
+    def browse(
+        self, top_k: object, offset: object, language_id: object, filters: tuple[FieldFilter, ...]
+    ) -> list[Passage]:
+        """Public documents satisfying ``filters``, in insertion order (no query text)."""
+        k = clamp_int(top_k, 1, MAX_TOP_K, 10)
+        skip = clamp_int(offset, 0, MAX_OFFSET, 0)
+        ids = self._p.store.public_filtered_ids(filters, clamp_language(language_id), k, skip)
+        page = [FusedHit(id=sid, score=0.0, ranks=(None, None)) for sid in ids]
+        return self._passages(page, [], "", filters)
+
+    def _keyword(
+        self, text: str, need: int, language: int | None, filters: tuple[FieldFilter, ...]
+    ) -> tuple[list[FusedHit], list[KeywordHit]]:
+        p = self._p
+        t0 = time.perf_counter()
+        # The index keeps no text: excerpts are cut from the store in ``_passages``.
+        hits = p.keyword_full.search(text, need, language, filters=filters, excerpts=False)
+        p.metrics.arm_duration.labels(p.corpus, Arm.SPARSE.value).observe(time.perf_counter() - t0)
+        return rrf([[h.source_id for h in hits]], k=p.config.rrf_k, limit=need), hits
+
+    def _hybrid(
+        self, text: str, need: int, language: int | None, filters: tuple[FieldFilter, ...]
+    ) -> tuple[list[FusedHit], list[KeywordHit]]:
+        p = self._p
+        assert p.embedder is not None
+        window = min(max(p.config.window, need), MAX_SOURCES)
+        sparse_arm: list[Future[list[KeywordHit]]] = []
+
+        def start_sparse_arm() -> None:
+            # Called by the embedder right before its model runs and releases the GIL:
+            # submitted earlier, the worker's Python would hold up the tokeniser.
+            sparse_arm.append(
+                self._workers().submit(self._sparse_arm, text, window, language, filters)
+            )
+
+        try:
+            t0 = time.perf_counter()
+            vector = embed_query(p.embedder, text, before_model=start_sparse_arm)
+            t1 = time.perf_counter()
+            p.metrics.embed_duration.labels(p.corpus, "query").observe(t1 - t0)
+            dense_ids: list[str] = []
+            index = p.indexes.faiss
+            if index is not None and vector.shape[-1] != index.dimension:
+                # The provider changed under us (a model switch in progress): this query
+                # is answered from keywords rather than failing.
+                raise EmbedderUnavailable("query vector dimension differs from the index")
+            if index is not None and len(index) > 0:
+                allow = p.visibility.allow_list(index, language, filters)
+                dense_ids = [doc_id for doc_id, _ in index.search(vector, window, allow=allow)]
+            p.metrics.arm_duration.labels(p.corpus, Arm.DENSE.value).observe(
+                time.perf_counter() - t1
+            )
+        finally:
+            # Never leave the arm running behind a failed query.
+            done = [arm.result() for arm in sparse_arm]
+        # (an embedder that never called the hook gets the arm run here)
+        sparse_hits = done[0] if done else self._sparse_arm(text, window, language, filters)
+        if not sparse_hits and p.store.has_public_documents():
+            p.metrics.sparse_arm_empty.labels(p.corpus).inc()
+        weights = (p.config.weights.sparse, p.config.weights.dense)
+        fused = rrf(
+            [[h.source_id for h in sparse_hits], dense_ids],
+            k=p.config.rrf_k,
+            weights=weights,
+            limit=need,
+        )
+        return fused, sparse_hits
+
+    def _sparse_arm(
+        self, text: str, window: int, language: int | None, filters: tuple[FieldFilter, ...]
+    ) -> list[KeywordHit]:
+        p = self._p
+        started = time.perf_counter()
+        # Ranked ids are all fusion needs; excerpts are cut for the final page only.
+        with SEARCH_GATE:
+            hits = p.keyword_index_backed.search(
+                text, window, language, filters=filters, excerpts=False
+            )
+        p.metrics.arm_duration.labels(p.corpus, Arm.SPARSE.value).observe(
+            time.perf_counter() - started
+        )
+        return hits
+
+    # -- answers ----------------------------------------------------------------------------
+
+    def _passages(
+        self,
+        page: Sequence[FusedHit],
+        sparse_hits: Sequence[KeywordHit],
+        text: str,
+        filters: tuple[FieldFilter, ...] = (),
+    ) -> list[Passage]:
+        if not page:
+            return []
+        by_id = {h.source_id: h for h in sparse_hits}
+        # Defence in depth: whatever an arm returned, only ids the store confirms public
+        # (still present, and eligible under the filters: an index may lag the store)
+        # become passages. Also supplies the text of hits that came without an excerpt
+        # (dense-only hits, and every hit of the hybrid keyword arm).
+        needs_text = frozenset(f.id for f in page if f.id not in by_id or not by_id[f.id].excerpt)
+        docs = self._p.store.headers([f.id for f in page], with_text=needs_text, filters=filters)
+        terms: list[str] | None = None
+        passages: list[Passage] = []
+        for fused in page:
+            doc = docs.get(fused.id)
+            if doc is None:
+                continue
+            title, url, doc_language, doc_text = doc
+            hit = by_id.get(fused.id)
+            if hit is not None and hit.excerpt:
+                excerpt = hit.excerpt
+            else:
+                if terms is None:
+                    terms = query_terms(text)
+                excerpt = excerpt_for(doc_text or "", terms)
+            passages.append(
+                Passage(
+                    source_id=fused.id,
+                    title=title,
+                    url=url,
+                    excerpt=excerpt,
+                    language_id=doc_language,
+                    score=fused.score,
+                    ranks=_arm_ranks(fused.ranks),
+                )
+            )
+        return passages
+
+
+def _arm_ranks(ranks: tuple[int | None, ...]) -> ArmRanks:
+    return ArmRanks(sparse=ranks[0], dense=ranks[1] if len(ranks) > 1 else None)

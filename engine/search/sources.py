@@ -1,0 +1,116 @@
+"""Reading sources directly: ``fetch_source``, ``evidence`` text and ``grep``.
+
+All three see public documents only. ``grep`` runs the caller's pattern through the
+``regex`` module's per-call timeout so that no pattern can hang it, and stops at a wall
+clock budget and a match cap, returning what it found so far.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import regex
+
+from engine.documents import GrepMatch, Passage, SourceText
+from engine.errors import InvalidArgument, SourceNotFound
+from engine.limits import (
+    GREP_TIMEOUT_S,
+    MAX_FETCH_CHARS,
+    MAX_GREP_MATCHES,
+    MAX_GREP_PATTERN,
+    is_valid_source_id,
+)
+from engine.search.searcher import clamp_int
+from engine.storage import DocumentStore
+
+_LINE_CONTEXT = 120
+_SCAN_BATCH = 200
+
+
+def fetch_source(store: DocumentStore, source_id: object) -> SourceText:
+    if not is_valid_source_id(source_id):
+        raise InvalidArgument(
+            "source id must be 1-256 characters: an ASCII letter or digit, then letters, "
+            "digits or ._:@#/+=~-"
+        )
+    assert isinstance(source_id, str)
+    doc = store.get_many([source_id], public_only=True).get(source_id)
+    if doc is None:
+        raise SourceNotFound(f"source {source_id!r} not found")
+    return SourceText(
+        source_id=doc.source_id,
+        title=doc.title,
+        url=doc.url,
+        text=doc.text[:MAX_FETCH_CHARS],
+        language_id=doc.language_id,
+        truncated=len(doc.text) > MAX_FETCH_CHARS,
+    )
+
+
+def evidence_text(passages: Sequence[Passage]) -> str:
+    """Numbered sources for an LLM prompt: ``[n] source_id · title · url`` then excerpt."""
+    blocks = []
+    for n, p in enumerate(passages, start=1):
+        header = f"[{n}] {p.source_id} · {p.title} · {p.url}".rstrip(" ·")
+        blocks.append(f"{header}\n{p.excerpt}")
+    return "\n\n".join(blocks)
+
+
+def compile_pattern(pattern: object, *, fixed: bool) -> regex.Pattern[str]:
+    if not isinstance(pattern, str) or not pattern:
+        raise InvalidArgument("grep pattern must be a non-empty string")
+    if len(pattern) > MAX_GREP_PATTERN:
+        raise InvalidArgument(f"grep pattern is longer than {MAX_GREP_PATTERN} characters")
+    if "\x00" in pattern:
+        raise InvalidArgument("grep pattern contains a NUL character")
+    try:
+        return regex.compile(regex.escape(pattern) if fixed else pattern, regex.MULTILINE)
+    except (regex.error, OverflowError, RecursionError, ValueError) as exc:
+        raise InvalidArgument(f"invalid regular expression: {exc}") from exc
+
+
+def grep(
+    store: DocumentStore,
+    pattern: object,
+    limit: object,
+    *,
+    fixed: bool = False,
+    timeout_s: float = GREP_TIMEOUT_S,
+) -> list[GrepMatch]:
+    compiled = compile_pattern(pattern, fixed=fixed)
+    cap = clamp_int(limit, 1, MAX_GREP_MATCHES, 20)
+    deadline = time.monotonic() + timeout_s
+    matches: list[GrepMatch] = []
+    cursor = store.connection().execute(
+        "SELECT source_id, title, url, text FROM documents WHERE is_public = 1 ORDER BY rowid"
+    )
+    try:
+        while True:
+            rows = cursor.fetchmany(_SCAN_BATCH)
+            if not rows:
+                return matches
+            for source_id, title, url, text in rows:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return matches
+                try:
+                    for m in compiled.finditer(text, timeout=remaining):
+                        matches.append(_match(source_id, title, url, text, m.start(), m.end()))
+                        if len(matches) >= cap:
+                            return matches
+                except TimeoutError:
+                    return matches
+    finally:
+        cursor.close()
+
+
+def _match(source_id: str, title: str, url: str, text: str, start: int, end: int) -> GrepMatch:
+    line_start = text.rfind("\n", 0, start) + 1
+    line_end = text.find("\n", end)
+    line_end = len(text) if line_end < 0 else line_end
+    lo = max(line_start, start - _LINE_CONTEXT)
+    hi = min(line_end, end + _LINE_CONTEXT)
+    return GrepMatch(
+        source_id=source_id, title=title, url=url, line=text[lo:hi], start=start, end=end
+    )

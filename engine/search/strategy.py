@@ -1,0 +1,27 @@
+"""The closed sets a search is described by internally: strategy, keyword-fallback reason, arm.
+
+They label metrics and nothing else; no answer ever carries one.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Strategy(enum.Enum):
+    """How one search was answered (internal; visible only in metrics)."""
+
+    HYBRID = "hybrid"
+    KEYWORD = "keyword"
+
+
+class FallbackReason(enum.Enum):
+    """Why a hybrid corpus answered one search from keywords (the embedder, not the index)."""
+
+    EMBEDDER_DOWN = "embedder_down"
+    EMBEDDER_ERROR = "embedder_error"
+
+
+class Arm(enum.Enum):
+    SPARSE = "sparse"
+    DENSE = "dense"

@@ -1,0 +1,1 @@
+"""The write path: ingest, write batches, re-embedding, repair, derived-index catch-up."""

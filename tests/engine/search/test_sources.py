@@ -1,0 +1,83 @@
+"""fetch_source, evidence and grep: validation, caps, public-only."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import (
+    Corpus,
+    CorpusConfig,
+    Document,
+    InvalidArgument,
+    SearchEngine,
+    SourceNotFound,
+)
+from engine.limits import GREP_TIMEOUT_S, MAX_FETCH_CHARS, MAX_GREP_PATTERN
+
+
+@pytest.fixture
+def corpus(fast_engine: SearchEngine) -> Corpus:
+    corpus = fast_engine.create_corpus(CorpusConfig(name="docs", embedder=None))
+    corpus.add(
+        [
+            Document(id="guide/1", title="Install guide", text="Run setup.exe\nThen reboot.",
+                     url="/guide"),
+            Document(id="long", title="Long", text="word " * (MAX_FETCH_CHARS // 4)),
+            Document(id="hidden", title="Hidden", text="Run the secret setup",
+                     access_groups=frozenset({"ops"})),
+            Document(id="aaa", title="Many a", text="a" * 5_000 + "b"),
+        ]
+    )
+    return corpus
+
+
+def test_fetch_source(corpus: Corpus) -> None:
+    source = corpus.fetch_source("guide/1")
+    assert (source.title, source.url, source.truncated) == ("Install guide", "/guide", False)
+    assert source.text == "Run setup.exe\nThen reboot."
+    long = corpus.fetch_source("long")
+    assert long.truncated and len(long.text) == MAX_FETCH_CHARS
+
+
+@pytest.mark.parametrize("bad", ["", "../../etc/passwd", "a b", "x" * 300, "id';--", "\x00"])
+def test_fetch_source_rejects_ids_outside_the_grammar(corpus: Corpus, bad: str) -> None:
+    with pytest.raises(InvalidArgument):
+        corpus.fetch_source(bad)
+
+
+@pytest.mark.parametrize("missing", ["unknown", "hidden"])
+def test_unknown_and_non_public_look_the_same(corpus: Corpus, missing: str) -> None:
+    with pytest.raises(SourceNotFound, match="not found"):
+        corpus.fetch_source(missing)
+
+
+def test_evidence_package(corpus: Corpus) -> None:
+    text = corpus.evidence("install setup", top_k=3)
+    assert text.startswith("[1] guide/1 · Install guide · /guide\n")
+    assert "Hidden" not in text and "secret" not in text
+    assert corpus.evidence("zzqx") == ""  # nothing found: an empty package
+
+
+def test_grep_regex_and_fixed(corpus: Corpus) -> None:
+    matches = corpus.grep(r"setup\.\w+")
+    assert [(m.source_id, m.line) for m in matches] == [("guide/1", "Run setup.exe")]
+    assert corpus.grep("setup.exe", fixed=True)[0].start == 4
+    assert corpus.grep("secret") == []  # non-public text is never grepped
+    assert len(corpus.grep("word", limit=5)) == 5
+
+
+def test_grep_validation(corpus: Corpus) -> None:
+    for bad in ("", "(", "x" * (MAX_GREP_PATTERN + 1), "a\x00"):
+        with pytest.raises(InvalidArgument):
+            corpus.grep(bad)
+
+
+@pytest.mark.timeout(60)  # without the engine's budget this pattern runs for ages
+def test_catastrophic_regex_returns_within_its_budget(corpus: Corpus) -> None:
+    from engine.search.sources import grep
+
+    assert GREP_TIMEOUT_S < 60
+    matches = corpus.grep(r"(a+)+$")
+    assert matches == [] or all(m.source_id == "aaa" for m in matches)
+    # A tiny budget cuts a scan short rather than raising.
+    assert grep(corpus._store, r"(a+)+$", 10, timeout_s=0.001) == []

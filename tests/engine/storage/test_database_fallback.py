@@ -1,0 +1,46 @@
+"""The priority-0 database LIKE fallback honours the SearchBackend contract."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from engine import Document
+from engine.storage import DocumentStore, EmbeddingStatus, StoredDocument
+from engine.storage.like_backend import DatabaseLikeBackend
+from engine.write.ingest import content_hash
+from sparse import SearchBackend, SparseDocument
+from tests.sparse.backend_contract import BackendFactory, SearchBackendContract
+
+
+def _stored(doc: SparseDocument) -> StoredDocument:
+    return StoredDocument(
+        source_id=doc.source_id,
+        title=doc.title,
+        text=doc.text,
+        url=doc.url,
+        language_id=doc.language_id,
+        access_groups=frozenset() if doc.public else frozenset({"staff"}),
+        page_uid=doc.page_uid,
+        content_hash=content_hash(Document(id=doc.source_id, title=doc.title, text=doc.text)),
+        embedding_status=EmbeddingStatus.NOT_REQUIRED,
+    )
+
+
+class TestDatabaseLikeBackend(SearchBackendContract):
+    @pytest.fixture
+    def make_backend(self, tmp_path: Path) -> BackendFactory:
+        counter = iter(range(1_000_000))
+
+        def build(docs: Sequence[SparseDocument]) -> SearchBackend:
+            store = DocumentStore(tmp_path / f"store-{next(counter)}.sqlite3")
+            store.upsert([_stored(d) for d in docs], None)
+            return DatabaseLikeBackend(store)
+
+        return build
+
+    def test_priority_zero(self, make_backend: BackendFactory) -> None:
+        backend = make_backend([])
+        assert backend.priority == 0 and backend.is_available()

@@ -1,0 +1,79 @@
+"""Bulk adds commit the keyword index once per ``_KEYWORD_BATCH`` documents instead of once
+per store chunk, and what the store committed is indexed even when the add fails."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+import engine.write.indexes
+from engine import CorpusConfig, Document, SearchEngine, StorageError
+from engine.storage import DocumentStore, StoredDocument
+from sparse import SparseDocument, TantivyIndex
+
+N_DOCS = 1_300  # three store chunks of 512
+
+
+def _docs(n: int = N_DOCS) -> list[Document]:
+    return [Document(id=f"d{i}", title=f"Item {i}", text=f"marker{i} shared") for i in range(n)]
+
+
+@pytest.fixture
+def upsert_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    sizes: list[int] = []
+    real = TantivyIndex.upsert
+
+    def counting(self: TantivyIndex, docs: Sequence[SparseDocument]) -> None:
+        sizes.append(len(docs))
+        real(self, docs)
+
+    monkeypatch.setattr(TantivyIndex, "upsert", counting)
+    return sizes
+
+
+def test_one_add_is_one_keyword_commit(tmp_path: Path, upsert_sizes: list[int]) -> None:
+    with SearchEngine(tmp_path) as eng:
+        corpus = eng.create_corpus(CorpusConfig(name="c", embedder=None))
+        corpus.add(_docs())
+        assert upsert_sizes == [N_DOCS]
+        assert corpus.search("marker1299")[0].source_id == "d1299"
+        corpus.add(_docs(3))  # a later add commits its own documents
+        assert upsert_sizes == [N_DOCS, 3]
+
+
+def test_large_adds_commit_every_batch(
+    tmp_path: Path, upsert_sizes: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(engine.write.indexes, "_KEYWORD_BATCH", 600)
+    with SearchEngine(tmp_path) as eng:
+        corpus = eng.create_corpus(CorpusConfig(name="c", embedder=None))
+        corpus.add(_docs())
+        assert upsert_sizes == [1_024, N_DOCS - 1_024]
+        assert corpus.stats()["documents"] == N_DOCS
+
+
+def test_a_failing_add_still_indexes_what_the_store_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = DocumentStore.upsert
+    calls = {"n": 0}
+
+    def failing_third(
+        self: DocumentStore, docs: Sequence[StoredDocument], model: str | None
+    ) -> tuple[int, int]:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise StorageError("disk full (injected)")
+        return real(self, docs, model)
+
+    with SearchEngine(tmp_path) as eng:
+        corpus = eng.create_corpus(CorpusConfig(name="c", embedder=None))
+        monkeypatch.setattr(DocumentStore, "upsert", failing_third)
+        with pytest.raises(StorageError):
+            corpus.add(_docs())
+        monkeypatch.undo()
+        assert corpus.search("marker1023")[0].source_id == "d1023"  # chunk 2: indexed
+        assert corpus.search("marker1024") == []  # chunk 3: never stored
+        assert corpus.stats()["documents"] == 1_024

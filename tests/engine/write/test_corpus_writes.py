@@ -1,0 +1,133 @@
+"""Corpus writes: upsert semantics, vector re-use, deletes, validation, degradation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine import CorpusConfig, Document, InvalidArgument, SearchEngine
+from engine.limits import MAX_DOCUMENT_CHARS
+from tests.support.fakes import SwitchableEmbedder
+
+DOCS = [
+    Document(id="a", title="Apple pie", text="Bake apples with cinnamon and butter."),
+    Document(id="b", title="Banana bread", text="Ripe bananas make a moist loaf."),
+    Document(id="c", title="Cherry tart", text="Sour cherries on shortcrust pastry."),
+]
+
+
+def test_add_counts_and_upsert(fast_engine: SearchEngine) -> None:
+    corpus = fast_engine.create_corpus(CorpusConfig(name="food"))
+    result = corpus.add(DOCS)
+    assert (result.added, result.updated, result.degraded) == (3, 0, 0)
+    changed = Document(id="b", title="Banana bread", text="Overripe bananas and walnuts.")
+    result = corpus.add([changed, DOCS[0]])
+    assert (result.added, result.updated, result.unchanged) == (0, 2, 1)
+    assert len(corpus) == 3
+    assert corpus.fetch_source("b").text == "Overripe bananas and walnuts."
+    assert corpus.search("walnuts")[0].source_id == "b"
+
+
+def test_unchanged_text_is_not_re_embedded(
+    fast_engine: SearchEngine, hash_embedder: SwitchableEmbedder
+) -> None:
+    corpus = fast_engine.create_corpus(CorpusConfig(name="food"))
+    corpus.add(DOCS)
+    calls = hash_embedder.embed_calls
+    corpus.add([Document(id="a", title="Apple pie", text=DOCS[0].text, url="/new-url")])
+    assert hash_embedder.embed_calls == calls  # only the URL changed: vector re-used
+    assert corpus.fetch_source("a").url == "/new-url"
+    assert corpus.stats()["vectors"] == 3
+
+
+def test_repeated_id_in_one_batch_last_wins(fast_engine: SearchEngine) -> None:
+    corpus = fast_engine.create_corpus(CorpusConfig(name="food"))
+    corpus.add([Document(id="x", text="first version"), Document(id="x", text="second version")])
+    assert len(corpus) == 1
+    assert corpus.fetch_source("x").text == "second version"
+
+
+def test_delete(fast_engine: SearchEngine) -> None:
+    corpus = fast_engine.create_corpus(CorpusConfig(name="food"))
+    corpus.add(DOCS)
+    assert corpus.delete(["a", "nope"]) == 1
+    assert len(corpus) == 2
+    assert all(h.source_id != "a" for h in corpus.search("apple cinnamon", top_k=10))
+    assert corpus.stats()["vectors"] == 2
+
+
+def test_invalid_document_stores_nothing(fast_engine: SearchEngine) -> None:
+    corpus = fast_engine.create_corpus(CorpusConfig(name="food"))
+    too_big = Document(id="big", text="x" * (MAX_DOCUMENT_CHARS + 1))
+    with pytest.raises(InvalidArgument, match="text"):
+        corpus.add([DOCS[0], too_big])
+    for bad in (
+        Document(id="../etc/passwd"),
+        Document(id=""),
+        Document(id="ok", title="nul\x00"),
+        Document(id="ok", language_id=-1),
+    ):
+        with pytest.raises(InvalidArgument):
+            corpus.add([bad])
+    assert len(corpus) == 0
+
+
+def test_precomputed_embeddings_are_used(
+    fast_engine: SearchEngine, hash_embedder: SwitchableEmbedder
+) -> None:
+    corpus = fast_engine.create_corpus(CorpusConfig(name="food"))
+    vectors = hash_embedder.inner.embed([f"{d.title}\n{d.text}" for d in DOCS])
+    calls = hash_embedder.embed_calls
+    corpus.add(DOCS, embeddings=vectors)
+    assert hash_embedder.embed_calls == calls
+    assert corpus.stats()["vectors"] == 3
+    with pytest.raises(InvalidArgument, match="shape"):
+        corpus.add(DOCS, embeddings=vectors[:2])
+    with pytest.raises(InvalidArgument, match="NaN"):
+        corpus.add(DOCS, embeddings=np.full_like(vectors, np.nan))
+
+
+def test_failed_embedding_is_stored_degraded_and_healed(
+    fast_engine: SearchEngine, hash_embedder: SwitchableEmbedder
+) -> None:
+    corpus = fast_engine.create_corpus(CorpusConfig(name="food"))
+    hash_embedder.failing = True
+    result = corpus.add(DOCS)
+    assert result.degraded == 3
+    assert corpus.stats()["degraded"] == 3 and corpus.stats()["vectors"] == 0
+    assert corpus.search("cherries pastry")[0].source_id == "c"  # keyword-searchable
+    hash_embedder.failing = False
+    assert corpus.repair() == 3
+    assert corpus.stats()["degraded"] == 0 and corpus.stats()["vectors"] == 3
+    assert corpus.repair() == 0
+
+
+def test_vectors_off_corpus_refuses_embeddings(fast_engine: SearchEngine) -> None:
+    corpus = fast_engine.create_corpus(CorpusConfig(name="kw", embedder=None))
+    with pytest.raises(InvalidArgument):
+        corpus.add(DOCS, embeddings=np.ones((3, 4), dtype=np.float32))
+    assert corpus.add(DOCS).degraded == 0
+    assert corpus.stats()["vectors"] == 0
+
+
+def test_delete_refuses_a_bare_string(fast_engine: SearchEngine) -> None:
+    corpus = fast_engine.create_corpus(CorpusConfig(name="food"))
+    corpus.add([Document(id="a", text="x"), Document(id="b", text="y")])
+    with pytest.raises(InvalidArgument, match="collection"):
+        corpus.delete("ab")
+    assert len(corpus) == 2
+
+
+def test_updates_to_visibility_and_titles_are_seen_by_the_next_search(
+    fast_engine: SearchEngine,
+) -> None:
+    corpus = fast_engine.create_corpus(CorpusConfig(name="kw", embedder=None))
+    corpus.add([Document(id="a", title="Old title", text="shared marker words")])
+    assert [h.title for h in corpus.search("marker")] == ["Old title"]  # now cached
+    corpus.add([Document(id="a", title="New title", text="shared marker words")])
+    assert [h.title for h in corpus.search("marker")] == ["New title"]
+    corpus.add([Document(id="a", title="New title", text="shared marker words",
+                         access_groups=frozenset({"staff"}))])
+    assert corpus.search("marker") == []
+    corpus.add([Document(id="a", title="Public again", text="shared marker words")])
+    assert [h.title for h in corpus.search("marker")] == ["Public again"]

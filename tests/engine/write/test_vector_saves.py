@@ -1,0 +1,58 @@
+"""Eager vector-index saves during bulk loads grow geometrically (each save rewrites every
+vector, so a fixed interval would make a bulk load quadratic), and what a crash leaves
+unsaved is replayed from the store on the next open."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+import engine.write.indexes
+from dense import FaissIndex
+from engine import CorpusConfig, Document, SearchEngine
+from tests.support.fakes import SwitchableEmbedder
+
+BATCH = 10
+BATCHES = 40
+
+
+def test_bulk_load_saves_a_logarithmic_number_of_times_and_loses_nothing(
+    tmp_path: Path, hash_embedder: SwitchableEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(engine.write.indexes, "_FAISS_SAVE_EVERY", BATCH)
+    saved_sizes: list[int] = []
+    real_save = FaissIndex.save
+
+    def counting_save(self: FaissIndex, path: str | Path) -> None:
+        saved_sizes.append(len(self))
+        real_save(self, path)
+
+    monkeypatch.setattr(FaissIndex, "save", counting_save)
+    with SearchEngine(tmp_path, embedder_factory=lambda spec: hash_embedder) as eng:
+        corpus = eng.create_corpus(CorpusConfig(name="c"))
+        for b in range(BATCHES):
+            corpus.add(
+                [
+                    Document(id=f"d{b}-{i}", title=f"t{b}", text=f"word{b}x{i} common")
+                    for i in range(BATCH)
+                ]
+            )
+        during_load = list(saved_sizes)
+        last_saved = saved_sizes[-1]
+        # Simulate a crash: the engine's own close would save; drop its handle instead.
+        directory = tmp_path / "corpora" / "c"
+        vectors_marker = (directory / "vectors.seq").read_text()
+        vectors_file = (directory / "vectors.faiss").read_bytes()
+    (directory / "vectors.seq").write_text(vectors_marker)
+    (directory / "vectors.faiss").write_bytes(vectors_file)
+
+    # A fixed interval of BATCH would have saved BATCHES times.
+    assert 3 <= len(during_load) <= 12, during_load
+    assert all(b >= a for a, b in itertools.pairwise(during_load))
+    assert last_saved < BATCH * BATCHES  # the tail really was left unsaved
+    with SearchEngine(tmp_path, embedder_factory=lambda spec: hash_embedder) as eng:
+        corpus = eng.corpus("c")
+        assert corpus.stats()["vectors"] == BATCH * BATCHES
+        assert corpus.search("word39x7")[0].source_id == "d39-7"
