@@ -10,6 +10,10 @@ Commit semantics - what is visible when:
   holds it, the call raises ``SparseIndexLockedError``; searching keeps working.
 - ``commit()`` exists for callers that batch: everything is committed already, so it only
   reloads the reader to pick up commits made by another process.
+- ``create_missing=False``: opening never creates an index (only ``clear()`` does), for
+  owners that share the directory with other processes and rebuild it under their own
+  lock. ``read_only=True``: never writes; a directory this process may not write to is
+  read through a ``ShadowDirectory`` (tantivy locks a file even to read).
 
 Schema: ``source_id`` (raw term, for update/delete by id), stored-only ``title``,
 ``body`` (unless ``store_text=False``) and ``url``, ``language_id``, ``public``,
@@ -40,6 +44,7 @@ import tantivy
 from sparse.analyzers import Analyzer, LanguageAnalyzers
 from sparse.contracts import FieldKind, SparseDocument, is_field_name
 from sparse.errors import SparseError, SparseIndexCorruptError, SparseIndexLockedError
+from sparse.shadow_dir import ShadowDirectory
 
 logger = logging.getLogger(__name__)
 
@@ -121,6 +126,8 @@ class TantivyIndex:
         fields: Mapping[str, FieldKind] | None = None,
         *,
         store_text: bool = True,
+        create_missing: bool = True,
+        read_only: bool = False,
     ) -> None:
         declared = dict(fields or {})
         for name, kind in declared.items():
@@ -136,6 +143,9 @@ class TantivyIndex:
         self._analyzers = analyzers
         self._lock = threading.RLock()
         self._index: tantivy.Index | None = None
+        self._create_missing = bool(create_missing) and not read_only
+        self._read_only = bool(read_only)
+        self._shadow: ShadowDirectory | None = None
 
     @property
     def path(self) -> Path:
@@ -198,10 +208,15 @@ class TantivyIndex:
 
     def commit(self) -> None:
         """Everything is committed already; reload to see other processes' commits."""
-        self._open().reload()
+        index = self._open()
+        if self._shadow is not None:
+            self._shadow.sync()
+        index.reload()
 
     def clear(self) -> None:
         """Delete the whole directory and start an empty index (the rebuild path)."""
+        if self._read_only:
+            raise SparseError(f"index at {self._path} is open read-only")
         with self._lock:
             self._index = None
             try:
@@ -211,12 +226,15 @@ class TantivyIndex:
                     self._path.unlink()
             except OSError as exc:
                 raise SparseError(f"cannot clear index at {self._path}") from exc
-            self._open()
+            self._index = self._open_locked(create=True)
 
     def close(self) -> None:
         """Release the index; a later call reopens it."""
         with self._lock:
             self._index = None
+            if self._shadow is not None:
+                self._shadow.close()
+                self._shadow = None
 
     def _open(self) -> tantivy.Index:
         index = self._index
@@ -225,18 +243,24 @@ class TantivyIndex:
         with self._lock:
             index = self._index
             if index is None:
-                index = self._index = self._open_locked()
+                index = self._index = self._open_locked(create=self._create_missing)
             return index
 
-    def _open_locked(self) -> tantivy.Index:
+    def _open_locked(self, *, create: bool) -> tantivy.Index:
         path = self._path
         try:
+            if not create and not (path / "meta.json").is_file():
+                raise SparseIndexCorruptError(f"no index at {path}")
             if not path.exists():
                 path.mkdir(parents=True)
             if not path.is_dir():
                 raise SparseIndexCorruptError(f"index path is not a directory: {path}")
             if not (path / "meta.json").exists() and any(path.iterdir()):
                 raise SparseIndexCorruptError(f"not a tantivy index, not overwriting: {path}")
+            if self._read_only and not os.access(path, os.W_OK):
+                if self._shadow is None:
+                    self._shadow = ShadowDirectory(path)
+                path = self._shadow.sync()
             index = tantivy.Index(self.schema, str(path), reuse=True)
         except SparseIndexCorruptError:
             raise
@@ -247,6 +271,8 @@ class TantivyIndex:
         return index
 
     def _write(self, action: Callable[[tantivy.IndexWriter], None], threads: int = 1) -> None:
+        if self._read_only:
+            raise SparseError(f"index at {self._path} is open read-only")
         with self._lock:
             index = self._open()
             if not (self._path / "meta.json").is_file():

@@ -122,10 +122,11 @@ class ReaderHandle:
     """One thread's read connection. Threads come and go (HTTP servers, pools): when a
     thread ends, its thread-local handle is collected and the connection closed with it."""
 
-    __slots__ = ("__weakref__", "conn")
+    __slots__ = ("__weakref__", "conn", "data_version")
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn: sqlite3.Connection | None = conn
+        self.data_version = -1  # SQLite's ``PRAGMA data_version`` when last looked at
 
     def close(self) -> None:
         if self.conn is not None:

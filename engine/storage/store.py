@@ -4,6 +4,14 @@ Writes go through one connection under a lock, each call one transaction, and bu
 monotonically increasing ``seq``; when a write method returns, the data is durable
 (``synchronous=FULL``). Reads use one connection per thread, so readers never wait for
 each other (WAL lets them run beside the writer). Every statement is parameterised.
+
+Several processes may open one store (SQLite's own locking keeps it whole; the engine
+serialises writers with its write lock). ``changed()`` tells a thread cheaply whether any
+connection, in any process, committed since it last asked (``PRAGMA data_version``), and
+``state()`` / ``read_snapshot()`` say what: the ``seq``, and an ``epoch`` that an
+embedder switch bumps. ``read_only=True`` opens without a writer, through a ``mode=ro``
+URI, or — when the directory cannot hold SQLite's shared-memory file and no write-ahead
+log is pending — ``immutable=1``.
 """
 
 from __future__ import annotations
@@ -34,27 +42,46 @@ from engine.storage.records import (
     with_fields,
 )
 from engine.storage.schema import SCHEMA, SCHEMA_VERSION
+from engine.storage.state import StoreState
 from sparse import FieldFilter
 
 
 class DocumentStore:
     """The corpus's documents, their access groups and their embedding status."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self._path = path
+        self._read_only = read_only
+        self._immutable = False  # read-only and nobody can write: SQLite's immutable=1
         self._write_lock = threading.RLock()
         self._local = threading.local()
         self._headers = HeaderCache()
         self._all_readers: weakref.WeakSet[ReaderHandle] = weakref.WeakSet()
         self._readers_lock = threading.Lock()
-        self._writer = self._connect()
-        with self._writer:
-            self._writer.executescript(SCHEMA)
-            self._writer.execute(
+        self._writer_conn: sqlite3.Connection | None = None
+        if read_only:
+            self.state()  # fails now, clearly, if there is no readable store
+            return
+        self._writer_conn = self._connect()
+        with self._writer_conn:
+            self._writer_conn.executescript(SCHEMA)
+            self._writer_conn.execute(
                 "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
                 (str(SCHEMA_VERSION),),
             )
-            self._writer.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('seq', '0')")
+            self._writer_conn.execute(
+                "INSERT OR IGNORE INTO meta(key, value) VALUES ('seq', '0')"
+            )
+
+    @property
+    def read_only(self) -> bool:
+        return self._read_only
+
+    @property
+    def _writer(self) -> sqlite3.Connection:
+        if self._writer_conn is None:
+            raise StorageError(f"{self._path} is open read-only")
+        return self._writer_conn
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
@@ -63,12 +90,36 @@ class DocumentStore:
         conn.execute("PRAGMA busy_timeout=10000")
         return conn
 
+    def _connect_read_only(self) -> sqlite3.Connection:
+        uri = self._path.resolve().as_uri()
+        if not self._immutable:
+            conn = sqlite3.connect(
+                f"{uri}?mode=ro", uri=True, check_same_thread=False, isolation_level=None
+            )
+            try:
+                conn.execute("PRAGMA busy_timeout=10000")
+                conn.execute("SELECT value FROM meta WHERE key = 'seq'").fetchone()
+                return conn
+            except sqlite3.Error as exc:
+                conn.close()
+                wal = self._path.with_name(self._path.name + "-wal")
+                if not self._path.is_file() or (wal.exists() and wal.stat().st_size > 0):
+                    # A pending log must not be skipped: immutable=1 would ignore it.
+                    raise StorageError(f"cannot open {self._path} read-only: {exc}") from exc
+                self._immutable = True
+        return sqlite3.connect(
+            f"{uri}?immutable=1", uri=True, check_same_thread=False, isolation_level=None
+        )
+
     def _reader(self) -> sqlite3.Connection:
         handle: ReaderHandle | None = getattr(self._local, "reader", None)
         conn = None if handle is None else handle.conn
         if conn is None:
-            conn = self._connect()
-            conn.execute("PRAGMA query_only=1")
+            if self._read_only:
+                conn = self._connect_read_only()
+            else:
+                conn = self._connect()
+                conn.execute("PRAGMA query_only=1")
             handle = ReaderHandle(conn)
             self._local.reader = handle
             with self._readers_lock:
@@ -81,7 +132,53 @@ class DocumentStore:
                 handle.close()
             self._all_readers.clear()
         with self._write_lock:
-            self._writer.close()
+            if self._writer_conn is not None:
+                self._writer_conn.close()
+
+    # -- change detection (other connections, other processes) ---------------------------
+
+    def changed(self) -> bool:
+        """True when any connection — this process's writer or another process's —
+        committed since this thread last asked (first call: True). One ``PRAGMA``."""
+        conn = self._reader()
+        handle: ReaderHandle = self._local.reader
+        version = int(conn.execute("PRAGMA data_version").fetchone()[0])
+        if version == handle.data_version:
+            return False
+        handle.data_version = version
+        return True
+
+    def state(self) -> StoreState:
+        """The change counters as committed now (see ``StoreState``)."""
+        rows = dict(
+            self._reader()
+            .execute("SELECT key, value FROM meta WHERE key IN ('seq', 'epoch', 'dropped')")
+            .fetchall()
+        )
+        return StoreState(
+            seq=int(rows.get("seq", 0)),
+            epoch=int(rows.get("epoch", 0)),
+            dropped=rows.get("dropped") == "1",
+        )
+
+    @contextlib.contextmanager
+    def read_snapshot(self) -> Iterator[StoreState]:
+        """Run this thread's reads in one read transaction: everything read inside sees
+        the store exactly as of the yielded state (writers go on meanwhile)."""
+        conn = self._reader()
+        if conn.in_transaction:  # nested: the outer snapshot holds
+            yield self.state()
+            return
+        conn.execute("BEGIN")
+        try:
+            yield self.state()
+        finally:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("COMMIT")
+
+    def invalidate_caches(self) -> None:
+        """Forget cached reads (call when ``changed()`` reports another writer's commit)."""
+        self._headers.invalidate()
 
     # -- writes -------------------------------------------------------------------------
 
@@ -177,7 +274,21 @@ class DocumentStore:
                 "embedding_status = ?, seq = ?",
                 (int(EmbeddingStatus.DEGRADED), seq),
             )
+            # Other processes drop their vectors and re-read the config on a new epoch.
+            self._writer.execute(
+                "INSERT INTO meta(key, value) VALUES ('epoch', '1') ON CONFLICT(key) "
+                "DO UPDATE SET value = CAST(value AS INTEGER) + 1"
+            )
         return cur.rowcount
+
+    def mark_dropped(self) -> None:
+        """Record that the corpus is being dropped, for processes that still have it open."""
+        with self._transaction("could not mark the corpus dropped"):
+            self._next_seq(self._writer)
+            self._writer.execute(
+                "INSERT INTO meta(key, value) VALUES ('dropped', '1') ON CONFLICT(key) "
+                "DO UPDATE SET value = '1'"
+            )
 
     def delete(self, ids: Sequence[str]) -> list[str]:
         """Delete documents; returns the ids that existed."""

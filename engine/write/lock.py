@@ -1,0 +1,156 @@
+"""The write lock: one writer at a time across threads and processes, with a bounded wait.
+
+Like SQLite's: any number of processes open one engine directory; a write takes the lock,
+and waits at most ``busy_timeout`` seconds for the write in progress to finish. Two
+layers make it up:
+
+- a re-entrant ``threading.RLock`` for the threads of this process (``flock`` belongs to
+  an open file, so threads sharing one descriptor would not exclude each other), and
+- an exclusive ``fcntl.flock`` on a lock file, held only while a write runs. The kernel
+  drops it when its process dies, even under SIGKILL: no stale lock to clean up.
+
+``flock`` has no timeout, so the wait polls (0.5 ms, doubling to 20 ms). Readers never
+take this lock. On NFS, CIFS and other network filesystems ``flock`` may not exclude
+processes on other machines; ``network_filesystem`` names such a filesystem so the
+engine can warn.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+__all__ = ["WriteLock", "network_filesystem"]
+
+_FIRST_SLEEP_S = 0.0005
+_MAX_SLEEP_S = 0.02
+
+_NETWORK_FILESYSTEMS = frozenset(
+    {
+        "nfs",
+        "nfs4",
+        "cifs",
+        "smb3",
+        "smbfs",
+        "9p",
+        "afs",
+        "ceph",
+        "glusterfs",
+        "lustre",
+        "gpfs",
+        "fuse.sshfs",
+        "fuse.s3fs",
+        "fuse.gcsfuse",
+        "fuse.rclone",
+        "virtiofs",
+    }
+)
+
+
+class WriteLock:
+    """An exclusive, re-entrant, cross-process lock on ``path`` (created on first use).
+
+    ``acquire(timeout)`` returns False when the lock stayed busy for ``timeout`` seconds;
+    the same thread may acquire again (each acquire needs its release). ``held`` is True
+    while any thread of this process holds it.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._mutex = threading.RLock()
+        self._depth = 0
+        self._fd: int | None = None
+        self._closed = False
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def held(self) -> bool:
+        """True while a thread of this process holds the lock (any thread)."""
+        return self._depth > 0
+
+    def acquire(self, timeout: float) -> bool:
+        deadline = time.monotonic() + max(0.0, timeout)
+        if not self._mutex.acquire(timeout=max(0.0, timeout)):
+            return False
+        try:
+            if self._depth == 0 and not self._flock(deadline):
+                self._mutex.release()
+                return False
+        except BaseException:
+            self._mutex.release()
+            raise
+        self._depth += 1
+        return True
+
+    def release(self) -> None:
+        self._depth -= 1
+        try:
+            if self._depth == 0 and self._fd is not None:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+        finally:
+            self._mutex.release()
+
+    @contextlib.contextmanager
+    def holding(self, timeout: float) -> Iterator[bool]:
+        """``with lock.holding(t) as got:`` — ``got`` says whether it was acquired."""
+        got = self.acquire(timeout)
+        try:
+            yield got
+        finally:
+            if got:
+                self.release()
+
+    def close(self) -> None:
+        """Close the lock file (waits for a holder in this process to finish)."""
+        with self._mutex:
+            self._closed = True
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    def _flock(self, deadline: float) -> bool:
+        if self._closed:
+            raise OSError(f"the lock {self._path} is closed")
+        if self._fd is None:
+            self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        sleep = _FIRST_SLEEP_S
+        while True:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                pass
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            time.sleep(min(sleep, remaining))
+            sleep = min(sleep * 2, _MAX_SLEEP_S)
+
+
+def network_filesystem(path: Path) -> str | None:
+    """The type of the network filesystem ``path`` lives on, or None (local, or unknown:
+    only Linux's ``/proc/self/mountinfo`` is consulted)."""
+    try:
+        lines = Path("/proc/self/mountinfo").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    target = str(path.resolve())
+    best, best_type = "", ""
+    for line in lines:
+        left, sep, right = line.partition(" - ")
+        fields = left.split()
+        if not sep or len(fields) < 5 or not right.split():
+            continue
+        mount = fields[4].replace("\\040", " ")
+        inside = target == mount or target.startswith(mount.rstrip("/") + "/")
+        if inside and len(mount) >= len(best):
+            best, best_type = mount, right.split()[0]
+    return best_type if best_type in _NETWORK_FILESYSTEMS else None
