@@ -1,6 +1,5 @@
 """The dense arm: embedding providers and the FAISS index."""
 
-from dense._faiss import set_search_threads
 from dense.allow_list import AllowList
 from dense.breaker import BreakerState, CircuitBreaker
 from dense.contracts import (
@@ -29,5 +28,4 @@ __all__ = [
     "QueryEmbedder",
     "SentenceTransformerEmbedder",
     "embed_query",
-    "set_search_threads",
 ]

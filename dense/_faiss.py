@@ -1,5 +1,6 @@
 """Lazy access to the ``faiss`` module, so ``import dense`` stays light, and the OpenMP
-thread policy every FAISS call in this package runs under.
+thread policy every FAISS call in this package runs under (each ``FaissIndex`` carries
+its own search thread count; nothing here is process-wide state).
 
 Why a policy here rather than one ``faiss.omp_set_num_threads`` call at start-up: OpenMP
 keeps the thread count per calling thread (libgomp's ``nthreads-var`` is a per-thread
@@ -17,28 +18,11 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-_search_threads: int | None = None
-
 
 @functools.cache
 def faiss_module() -> Any:
     """Import ``faiss`` on first use (it pulls in OpenMP and BLAS)."""
     return importlib.import_module("faiss")
-
-
-def set_search_threads(threads: int | None) -> None:
-    """OpenMP threads for each FAISS search in this process (``None``: FAISS's default,
-    one per core). One is best for many small concurrent queries."""
-    global _search_threads
-    if threads is not None and (
-        not isinstance(threads, int) or isinstance(threads, bool) or threads < 1
-    ):
-        raise ValueError(f"threads must be a positive int or None, got {threads!r}")
-    _search_threads = threads
-
-
-def search_threads() -> int | None:
-    return _search_threads
 
 
 def build_threads() -> int:

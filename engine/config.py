@@ -11,16 +11,60 @@ from __future__ import annotations
 
 import enum
 import os
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainSerializer, field_validator
 
 from engine.limits import CORPUS_NAME_PATTERN, MAX_LANGUAGE_ID
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 MAX_FIELDS = 32
 """A corpus declares at most this many filterable fields."""
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class FrozenMap(Mapping[K, V], Generic[K, V]):
+    """A read-only, hashable mapping: a frozen config's dict fields cannot change after
+    validation, and the config stays hashable."""
+
+    __slots__ = ("_data", "_hash")
+
+    def __init__(self, data: Mapping[K, V]) -> None:
+        self._data = dict(data)
+        self._hash: int | None = None
+
+    def __getitem__(self, key: K) -> V:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(frozenset(self._data.items()))
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Mapping) and self._data == dict(other)
+
+    def __repr__(self) -> str:
+        return f"FrozenMap({self._data!r})"
+
+
+def _frozen_map(value: Mapping[K, V]) -> FrozenMap[K, V]:
+    return value if isinstance(value, FrozenMap) else FrozenMap(value)
+
+
+def _plain_dict(value: Mapping[K, V]) -> dict[K, V]:
+    return dict(value)
 
 
 class _Frozen(BaseModel):
@@ -101,8 +145,12 @@ class CorpusConfig(_Frozen):
     rrf_k: Annotated[float, Field(gt=0, le=10_000, allow_inf_nan=False)] = 60.0
     weights: FusionWeights = FusionWeights()
     window: Annotated[int, Field(ge=1, le=500)] = 100
-    languages: dict[int, str] = Field(default_factory=dict)
-    fields: dict[str, FieldType] = Field(default_factory=dict)
+    languages: Annotated[
+        Mapping[int, str], AfterValidator(_frozen_map), PlainSerializer(_plain_dict)
+    ] = FrozenMap({})
+    fields: Annotated[
+        Mapping[str, FieldType], AfterValidator(_frozen_map), PlainSerializer(_plain_dict)
+    ] = FrozenMap({})
     natural: NaturalLanguage | None = None
 
     @field_validator("name")
@@ -124,7 +172,7 @@ class CorpusConfig(_Frozen):
 
     @field_validator("languages")
     @classmethod
-    def _known_analyzers(cls, value: dict[int, str]) -> dict[int, str]:
+    def _known_analyzers(cls, value: Mapping[int, str]) -> Mapping[int, str]:
         from sparse import Analyzer  # lazy: keeps config import light
 
         valid = {a.value for a in Analyzer}
@@ -140,7 +188,7 @@ class CorpusConfig(_Frozen):
 
     @field_validator("fields")
     @classmethod
-    def _field_names(cls, value: dict[str, FieldType]) -> dict[str, FieldType]:
+    def _field_names(cls, value: Mapping[str, FieldType]) -> Mapping[str, FieldType]:
         from sparse.contracts import is_field_name  # lazy: keeps config import light
 
         if len(value) > MAX_FIELDS:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -20,7 +22,7 @@ from engine.metrics import EngineMetrics
 from engine.natural import Answer
 from engine.natural.questions import CorpusQuestions
 from engine.search.current_index import CurrentIndexBackend
-from engine.search.searcher import Searcher, SearchParts
+from engine.search.searcher import Searcher, SearchState
 from engine.search.sources import evidence_text, fetch_source, grep
 from engine.search.visibility import DenseVisibility
 from engine.storage import DocumentStore, EmbeddingStatus
@@ -51,8 +53,11 @@ class Corpus:
         config: CorpusConfig,
         embedder: Embedder | None,
         metrics: EngineMetrics,
+        gate: contextlib.AbstractContextManager[None] | None = None,
+        search_threads: int | None = 1,
     ) -> None:
         self._dir = directory
+        self._gate = gate if gate is not None else contextlib.nullcontext()
         self._config = config
         self._metrics = metrics
         self._write_lock = threading.RLock()
@@ -63,6 +68,7 @@ class Corpus:
             config.languages,
             vectors_enabled=embedder is not None,
             fields=sparse_kinds(config.fields),
+            search_threads=search_threads,
         )
         self._indexes.open()
         self._embedder = None if embedder is None else self._guard(embedder)
@@ -72,21 +78,24 @@ class Corpus:
             CurrentIndexBackend(
                 TantivyBackend(self._indexes.tantivy),
                 lambda: self._indexes.keyword_index_current,
+                self._gate,
             ),
             DatabaseLikeBackend(self._store),
         ]
-        self._parts = SearchParts(
-            corpus=config.name,
-            config=config,
-            store=self._store,
-            indexes=self._indexes,
-            embedder=embedder,
-            keyword_full=KeywordSearchFacade.full_cascade(backends),
-            keyword_index_backed=KeywordSearchFacade.index_backed(backends),
-            visibility=self._visibility,
-            metrics=metrics,
+        self._searcher = Searcher(
+            SearchState(
+                corpus=config.name,
+                config=config,
+                store=self._store,
+                indexes=self._indexes,
+                embedder=embedder,
+                keyword_full=KeywordSearchFacade.full_cascade(backends),
+                keyword_index_backed=KeywordSearchFacade.index_backed(backends),
+                visibility=self._visibility,
+                metrics=metrics,
+                gate=self._gate,
+            )
         )
-        self._searcher = Searcher(self._parts)
         self._ingestor = Ingestor(
             config.name, self._store, self._indexes, embedder, metrics, config.fields
         )
@@ -286,7 +295,8 @@ class Corpus:
                 raise InvalidArgument(
                     f"corpus {self.name!r} has vectors off; create a new corpus to turn them on"
                 )
-            self._parts.embedder = None  # keyword search from here until the pass ends
+            # Keyword search from here until the pass ends: one new snapshot, installed whole.
+            self._searcher.install(dataclasses.replace(self._searcher.state, embedder=None))
             guarded = self._guard(embedder)
             try:
                 total = self._store.mark_all_degraded()
@@ -294,7 +304,7 @@ class Corpus:
                 self._visibility.invalidate()
                 save_config(self._dir / "config.json", config)
                 self._config = config
-                self._parts.config = config
+                self._searcher.install(dataclasses.replace(self._searcher.state, config=config))
                 self._questions.reset()
                 self._embedder = guarded
                 self._ingestor = Ingestor(
@@ -312,7 +322,9 @@ class Corpus:
                     on_progress=on_progress,
                 )
             finally:
-                self._parts.embedder = self._embedder
+                self._searcher.install(
+                    dataclasses.replace(self._searcher.state, embedder=self._embedder)
+                )
                 self._visibility.invalidate()
                 self._refresh_gauges()
         logger.info("embedder switched: %d re-embedded, %d left degraded", done, total - done)

@@ -8,17 +8,29 @@ turns the hybrid arm into an empty sparse arm — never a silently incomplete an
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 from sparse import AccessContext, EvidenceSource, RetrievalQuery, SearchBackend
 
 
 class CurrentIndexBackend:
-    """Delegates to ``inner``; unavailable whenever ``is_current()`` is False."""
+    """Delegates to ``inner``; unavailable whenever ``is_current()`` is False.
 
-    def __init__(self, inner: SearchBackend, is_current: Callable[[], bool]) -> None:
+    ``gate`` (the engine's search gate) is held around the index search only: that is
+    CPU-bound Python over a short native call, while the database fallback's scans, which
+    release the interpreter, stay outside it.
+    """
+
+    def __init__(
+        self,
+        inner: SearchBackend,
+        is_current: Callable[[], bool],
+        gate: contextlib.AbstractContextManager[None] | None = None,
+    ) -> None:
         self._inner = inner
         self._is_current = is_current
+        self._gate = gate if gate is not None else contextlib.nullcontext()
 
     @property
     def name(self) -> str:
@@ -32,4 +44,5 @@ class CurrentIndexBackend:
         return self._is_current() and self._inner.is_available()
 
     def search(self, query: RetrievalQuery, access: AccessContext) -> list[EvidenceSource]:
-        return self._inner.search(query, access)
+        with self._gate:
+            return self._inner.search(query, access)

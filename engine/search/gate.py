@@ -9,12 +9,19 @@ time, each search keeps the interpreter for its ~0.3 ms and the others wait in l
 Why FIFO: a plain ``threading.Lock`` wakes an arbitrary waiter, so some searches starve
 (the same prototype kept a 14 ms p95). Here each waiter parks on its own event and the
 releaser hands the gate to the oldest one. Model calls (which release the GIL for
-milliseconds) stay outside the gate, so concurrent hybrid searches still overlap there.
+milliseconds) and database scans stay outside the gate.
+
+Ownership: each ``SearchEngine`` owns one gate (``SearchEngine(serialize_searches=...)``)
+and passes it to its corpora; nothing is process-wide. A waiter interrupted while it
+waits (KeyboardInterrupt, an exception raised by a signal handler) leaves the queue — and
+passes the gate on if it had just been handed it — so an interruption never strands the
+gate.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
 from types import TracebackType
 
@@ -34,7 +41,18 @@ class SearchGate:
                 return
             turn = threading.Event()
             self._waiting.append(turn)
-        turn.wait()  # the releaser hands the gate over: _busy stays True
+        try:
+            turn.wait()  # the releaser hands the gate over: _busy stays True
+        except BaseException:
+            with self._lock:
+                if turn.is_set():
+                    handed_over = True  # we own the gate now: pass it on below
+                else:
+                    handed_over = False
+                    self._waiting.remove(turn)
+            if handed_over:
+                self._release()
+            raise
 
     def __exit__(
         self,
@@ -42,6 +60,9 @@ class SearchGate:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        self._release()
+
+    def _release(self) -> None:
         with self._lock:
             if self._waiting:
                 self._waiting.popleft().set()
@@ -49,5 +70,6 @@ class SearchGate:
                 self._busy = False
 
 
-SEARCH_GATE = SearchGate()
-"""One per process: the interpreter lock it stands in front of is per process too."""
+def open_gate() -> contextlib.AbstractContextManager[None]:
+    """The gate of an engine that does not serialise searches: entering it never waits."""
+    return contextlib.nullcontext()

@@ -7,6 +7,7 @@ nothing in a ``Passage`` reveals the strategy.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -20,7 +21,6 @@ from engine.documents import ArmRanks, Passage
 from engine.limits import MAX_LANGUAGE_ID, MAX_OFFSET, MAX_TOP_K
 from engine.metrics import EngineMetrics
 from engine.search.excerpts import excerpt_for, query_terms
-from engine.search.gate import SEARCH_GATE
 from engine.search.router import resolve_strategy
 from engine.search.strategy import Arm, FallbackReason, Strategy
 from engine.search.visibility import DenseVisibility
@@ -48,9 +48,14 @@ def clamp_int(value: object, low: int, high: int, default: int) -> int:
     return min(max(value, low), high)
 
 
-@dataclass
-class SearchParts:
-    """Everything one corpus's searches need, owned by the corpus."""
+@dataclass(frozen=True)
+class SearchState:
+    """Everything one corpus's searches need, as one immutable snapshot.
+
+    A search reads the corpus's current state once and uses only that snapshot; a
+    switch of embedder or config builds a new state and installs it in one assignment
+    (``Searcher.install``), so a search in flight never sees half of a change.
+    """
 
     corpus: str
     config: CorpusConfig
@@ -61,6 +66,7 @@ class SearchParts:
     keyword_index_backed: KeywordSearchFacade
     visibility: DenseVisibility
     metrics: EngineMetrics
+    gate: contextlib.AbstractContextManager[None]
 
 
 class Searcher:
@@ -71,17 +77,25 @@ class Searcher:
     behind the one model call that every hybrid search must pay anyway.
     """
 
-    def __init__(self, parts: SearchParts) -> None:
-        self._p = parts
+    def __init__(self, state: SearchState) -> None:
+        self._state = state
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
+
+    @property
+    def state(self) -> SearchState:
+        return self._state
+
+    def install(self, state: SearchState) -> None:
+        """Replace the snapshot later searches use (one reference assignment: atomic)."""
+        self._state = state
 
     def _workers(self) -> ThreadPoolExecutor:
         if self._pool is None:
             with self._pool_lock:
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(
-                        max_workers=8, thread_name_prefix=f"tandem-{self._p.corpus}"
+                        max_workers=8, thread_name_prefix=f"tandem-{self._state.corpus}"
                     )
         return self._pool
 
@@ -100,7 +114,7 @@ class Searcher:
         filters: tuple[FieldFilter, ...] = (),
     ) -> list[Passage]:
         """``filters`` (already validated) apply inside both arms, before the top k."""
-        p = self._p
+        p = self._state  # read once: a concurrent switch installs a new state
         started = time.perf_counter()
         text = clamp_text(query)
         if text is None:
@@ -116,16 +130,16 @@ class Searcher:
             p.metrics.fallbacks.labels(p.corpus, FallbackReason.EMBEDDER_DOWN.value).inc()
         fused: list[FusedHit] | None = None
         sparse_hits: list[KeywordHit] = []
-        if strategy is Strategy.HYBRID:
+        if strategy is Strategy.HYBRID and p.embedder is not None:
             try:
-                fused, sparse_hits = self._hybrid(text, need, language, filters)
+                fused, sparse_hits = self._hybrid(p, p.embedder, text, need, language, filters)
             except EmbedderUnavailable:
                 p.metrics.fallbacks.labels(p.corpus, FallbackReason.EMBEDDER_ERROR.value).inc()
                 strategy = Strategy.KEYWORD
-        with SEARCH_GATE:  # see engine.search.gate: the Python part, one search at a time
-            if fused is None:
-                fused, sparse_hits = self._keyword(text, need, language, filters)
-            passages = self._passages(fused[skip:need], sparse_hits, text, filters)
+        if fused is None:
+            fused, sparse_hits = self._keyword(p, text, need, language, filters)
+        with p.gate:  # see engine.search.gate: the Python part, one search at a time
+            passages = self._passages(p, fused[skip:need], sparse_hits, text, filters)
         p.metrics.searches.labels(p.corpus, strategy.value).inc()
         p.metrics.search_duration.labels(p.corpus).observe(time.perf_counter() - started)
         return passages
@@ -138,14 +152,19 @@ class Searcher:
         """Public documents satisfying ``filters``, in insertion order (no query text)."""
         k = clamp_int(top_k, 1, MAX_TOP_K, 10)
         skip = clamp_int(offset, 0, MAX_OFFSET, 0)
-        ids = self._p.store.public_filtered_ids(filters, clamp_language(language_id), k, skip)
+        state = self._state
+        ids = state.store.public_filtered_ids(filters, clamp_language(language_id), k, skip)
         page = [FusedHit(id=sid, score=0.0, ranks=(None, None)) for sid in ids]
-        return self._passages(page, [], "", filters)
+        return self._passages(state, page, [], "", filters)
 
     def _keyword(
-        self, text: str, need: int, language: int | None, filters: tuple[FieldFilter, ...]
+        self,
+        p: SearchState,
+        text: str,
+        need: int,
+        language: int | None,
+        filters: tuple[FieldFilter, ...],
     ) -> tuple[list[FusedHit], list[KeywordHit]]:
-        p = self._p
         t0 = time.perf_counter()
         # The index keeps no text: excerpts are cut from the store in ``_passages``.
         hits = p.keyword_full.search(text, need, language, filters=filters, excerpts=False)
@@ -153,10 +172,14 @@ class Searcher:
         return rrf([[h.source_id for h in hits]], k=p.config.rrf_k, limit=need), hits
 
     def _hybrid(
-        self, text: str, need: int, language: int | None, filters: tuple[FieldFilter, ...]
+        self,
+        p: SearchState,
+        embedder: Embedder,
+        text: str,
+        need: int,
+        language: int | None,
+        filters: tuple[FieldFilter, ...],
     ) -> tuple[list[FusedHit], list[KeywordHit]]:
-        p = self._p
-        assert p.embedder is not None
         window = min(max(p.config.window, need), MAX_SOURCES)
         sparse_arm: list[Future[list[KeywordHit]]] = []
 
@@ -164,12 +187,12 @@ class Searcher:
             # Called by the embedder right before its model runs and releases the GIL:
             # submitted earlier, the worker's Python would hold up the tokeniser.
             sparse_arm.append(
-                self._workers().submit(self._sparse_arm, text, window, language, filters)
+                self._workers().submit(self._sparse_arm, p, text, window, language, filters)
             )
 
         try:
             t0 = time.perf_counter()
-            vector = embed_query(p.embedder, text, before_model=start_sparse_arm)
+            vector = embed_query(embedder, text, before_model=start_sparse_arm)
             t1 = time.perf_counter()
             p.metrics.embed_duration.labels(p.corpus, "query").observe(t1 - t0)
             dense_ids: list[str] = []
@@ -188,7 +211,7 @@ class Searcher:
             # Never leave the arm running behind a failed query.
             done = [arm.result() for arm in sparse_arm]
         # (an embedder that never called the hook gets the arm run here)
-        sparse_hits = done[0] if done else self._sparse_arm(text, window, language, filters)
+        sparse_hits = done[0] if done else self._sparse_arm(p, text, window, language, filters)
         if not sparse_hits and p.store.has_public_documents():
             p.metrics.sparse_arm_empty.labels(p.corpus).inc()
         weights = (p.config.weights.sparse, p.config.weights.dense)
@@ -201,15 +224,19 @@ class Searcher:
         return fused, sparse_hits
 
     def _sparse_arm(
-        self, text: str, window: int, language: int | None, filters: tuple[FieldFilter, ...]
+        self,
+        p: SearchState,
+        text: str,
+        window: int,
+        language: int | None,
+        filters: tuple[FieldFilter, ...],
     ) -> list[KeywordHit]:
-        p = self._p
         started = time.perf_counter()
         # Ranked ids are all fusion needs; excerpts are cut for the final page only.
-        with SEARCH_GATE:
-            hits = p.keyword_index_backed.search(
-                text, window, language, filters=filters, excerpts=False
-            )
+        # (The tantivy backend enters the search gate itself; see CurrentIndexBackend.)
+        hits = p.keyword_index_backed.search(
+            text, window, language, filters=filters, excerpts=False
+        )
         p.metrics.arm_duration.labels(p.corpus, Arm.SPARSE.value).observe(
             time.perf_counter() - started
         )
@@ -219,6 +246,7 @@ class Searcher:
 
     def _passages(
         self,
+        p: SearchState,
         page: Sequence[FusedHit],
         sparse_hits: Sequence[KeywordHit],
         text: str,
@@ -232,7 +260,7 @@ class Searcher:
         # become passages. Also supplies the text of hits that came without an excerpt
         # (dense-only hits, and every hit of the hybrid keyword arm).
         needs_text = frozenset(f.id for f in page if f.id not in by_id or not by_id[f.id].excerpt)
-        docs = self._p.store.headers([f.id for f in page], with_text=needs_text, filters=filters)
+        docs = p.store.headers([f.id for f in page], with_text=needs_text, filters=filters)
         terms: list[str] | None = None
         passages: list[Passage] = []
         for fused in page:

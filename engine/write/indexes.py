@@ -77,12 +77,14 @@ class DerivedIndexes:
         self,
         directory: Path,
         store: DocumentStore,
-        languages: dict[int, str],
+        languages: Mapping[int, str],
         *,
         vectors_enabled: bool,
         fields: Mapping[str, FieldKind] | None = None,
+        search_threads: int | None = 1,
     ) -> None:
         self._dir = directory
+        self._search_threads = search_threads
         self._store = store
         analyzers = LanguageAnalyzers(
             by_language={0: Analyzer.ENGLISH}
@@ -161,7 +163,7 @@ class DerivedIndexes:
         index: FaissIndex | None = None
         if marker >= 0 and self._faiss_path.exists():
             try:
-                index = FaissIndex.load(self._faiss_path)
+                index = FaissIndex.load(self._faiss_path, search_threads=self._search_threads)
             except (FaissIndexCorrupt, OSError):
                 logger.warning("vector index file is damaged; rebuilding from stored vectors")
                 index, marker = None, -1
@@ -203,7 +205,7 @@ class DerivedIndexes:
 
     def _faiss_upsert(self, ids: Sequence[str], vectors: np.ndarray) -> None:
         if self.faiss is None:
-            self.faiss = FaissIndex(int(vectors.shape[1]))
+            self.faiss = FaissIndex(int(vectors.shape[1]), search_threads=self._search_threads)
         self.faiss.add(list(ids), vectors)
 
     # -- writes (called after the store committed) -------------------------------------------

@@ -1,19 +1,17 @@
-"""The OpenMP thread policy: searches run with the process-wide search setting on
-whichever thread issues them; graph builds run on every core; the caller's own setting is
-restored afterwards."""
+"""The OpenMP thread policy: searches run with their index's search setting on whichever
+thread issues them; graph builds run on every core; the caller's own setting is restored
+afterwards; two indexes with different settings never affect each other."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
-import dense
 from dense import FaissIndex, IndexKind
-from dense._faiss import build_threads, faiss_module, omp_threads, search_threads
+from dense._faiss import build_threads, faiss_module, omp_threads
 
 DIM = 8
 
@@ -38,13 +36,6 @@ class ThreadRecorder:
         return getattr(self.inner, name)
 
 
-@pytest.fixture
-def restore_policy() -> Iterator[None]:
-    before = search_threads()
-    yield
-    dense.set_search_threads(before)
-
-
 def vectors(n: int, seed: int = 0) -> np.ndarray:
     x = np.random.default_rng(seed).standard_normal((n, DIM)).astype(np.float32)
     return x
@@ -59,14 +50,11 @@ def on_new_thread(fn: Any) -> Any:
     return out[0]
 
 
-def test_search_from_another_thread_uses_the_process_wide_setting(
-    restore_policy: None,
-) -> None:
-    index = FaissIndex(DIM)
+def test_search_from_another_thread_uses_the_index_setting() -> None:
+    index = FaissIndex(DIM, search_threads=1)
     index.add([f"d{i}" for i in range(50)], vectors(50))
     recorder = ThreadRecorder(index._index)
     index._index = recorder
-    dense.set_search_threads(1)
 
     def search_and_report() -> int:
         index.search(vectors(1, seed=1)[0], 5)
@@ -79,10 +67,9 @@ def test_search_from_another_thread_uses_the_process_wide_setting(
 
 
 def test_hnsw_build_uses_every_core_even_when_searches_use_one(
-    restore_policy: None, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    dense.set_search_threads(1)
-    index = FaissIndex(DIM, hnsw_threshold=0)
+    index = FaissIndex(DIM, hnsw_threshold=0, search_threads=1)
     recorders: list[ThreadRecorder] = []
     real_new = index._new_faiss
 
@@ -109,7 +96,30 @@ def test_omp_threads_restores_the_previous_count() -> None:
     assert faiss.omp_get_max_threads() == before
 
 
+def test_two_indexes_keep_their_own_search_threads() -> None:
+    one = FaissIndex(DIM, search_threads=1)
+    default = FaissIndex(DIM, search_threads=None)
+    recorders = []
+    for index in (one, default):
+        index.add([f"d{i}" for i in range(20)], vectors(20))
+        recorders.append(ThreadRecorder(index._index))
+        index._index = recorders[-1]
+    with omp_threads(2):  # the caller's own setting, which the None index keeps
+        one.search(vectors(1, seed=3)[0], 3)
+        default.search(vectors(1, seed=3)[0], 3)
+    assert recorders[0].search_threads == [1]
+    assert recorders[1].search_threads == [2]
+
+
+def test_reloading_keeps_the_callers_search_threads(tmp_path: Any) -> None:
+    index = FaissIndex(DIM, search_threads=1)
+    index.add([f"d{i}" for i in range(20)], vectors(20))
+    index.save(tmp_path / "v.faiss")
+    assert FaissIndex.load(tmp_path / "v.faiss", search_threads=None).search_threads is None
+    assert FaissIndex.load(tmp_path / "v.faiss").search_threads == 1
+
+
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
-def test_set_search_threads_rejects_non_positive_ints(bad: object, restore_policy: None) -> None:
+def test_search_threads_rejects_non_positive_ints(bad: object) -> None:
     with pytest.raises(ValueError):
-        dense.set_search_threads(bad)  # type: ignore[arg-type]
+        FaissIndex(DIM, search_threads=bad)  # type: ignore[arg-type]

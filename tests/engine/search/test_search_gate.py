@@ -82,3 +82,97 @@ def test_an_error_inside_releases_the_gate() -> None:
     thread.start()
     assert entered.wait(timeout=30)
     thread.join(timeout=30)
+
+
+class _Interrupted(Exception):
+    """What a signal handler raises into a waiting thread (like a timeout decorator)."""
+
+
+def _held_gate() -> tuple[SearchGate, threading.Event, threading.Thread]:
+    """A gate held by a background thread until the returned event is set."""
+    gate = SearchGate()
+    entered = threading.Event()
+    release = threading.Event()
+
+    def holder() -> None:
+        with gate:
+            entered.set()
+            release.wait(timeout=60)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    assert entered.wait(timeout=30)
+    return gate, release, thread
+
+
+def _enters_within(gate: SearchGate, timeout_s: float = 30.0) -> bool:
+    entered = threading.Event()
+
+    def worker() -> None:
+        with gate:
+            entered.set()
+
+    thread = threading.Thread(target=worker, daemon=True)  # a hung one must not block exit
+    thread.start()
+    return entered.wait(timeout=timeout_s)
+
+
+def test_a_waiter_interrupted_by_a_signal_leaves_the_queue() -> None:
+    """Regression: an interrupted waiter stayed queued, so once the holder released, the
+    gate was handed to a dead entry and every later search in the process hung."""
+    import signal
+
+    gate, release, holder = _held_gate()
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise _Interrupted
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        with pytest.raises(_Interrupted):
+            gate.__enter__()  # waits (the holder has it) until the signal interrupts
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert len(gate._waiting) == 0
+    release.set()
+    holder.join(timeout=30)
+    assert _enters_within(gate)
+
+
+def test_a_waiter_interrupted_just_after_being_handed_the_gate_passes_it_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The race's other side: the turn was granted, then the wait raised. The gate is
+    ours at that moment, so leaving must release it rather than strand it."""
+    import engine.search.gate as gate_module
+
+    class InterruptedAfterTurn(threading.Event):
+        def wait(self, timeout: float | None = None) -> bool:
+            super().wait(timeout)
+            raise _Interrupted
+
+    gate, release, holder = _held_gate()
+    import types
+
+    fake_threading = types.SimpleNamespace(Event=InterruptedAfterTurn, Lock=threading.Lock)
+    monkeypatch.setattr(gate_module, "threading", fake_threading)
+    failed: list[BaseException] = []
+
+    def unlucky() -> None:
+        try:
+            with gate:
+                pass
+        except _Interrupted as exc:
+            failed.append(exc)
+
+    waiter = threading.Thread(target=unlucky)
+    waiter.start()
+    _wait_until(lambda: len(gate._waiting) == 1)
+    monkeypatch.undo()
+    release.set()
+    holder.join(timeout=30)
+    waiter.join(timeout=30)
+    assert len(failed) == 1
+    assert _enters_within(gate)

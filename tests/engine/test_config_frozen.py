@@ -1,0 +1,45 @@
+"""``CorpusConfig`` is frozen all the way down: its mappings cannot change after
+validation, it is hashable, and it round-trips through its JSON file unchanged."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import CorpusConfig, FieldType
+
+
+def _config() -> CorpusConfig:
+    return CorpusConfig(name="letters", languages={1: "de"}, fields={"year": "integer"})
+
+
+def test_mappings_cannot_be_changed_in_place() -> None:
+    """Regression: ``languages`` and ``fields`` were plain dicts, writable after
+    validation (bypassing it) and breaking ``hash(config)``."""
+    config = _config()
+    with pytest.raises(TypeError):
+        config.fields["author"] = FieldType.KEYWORD  # type: ignore[index]
+    with pytest.raises(TypeError):
+        config.languages[2] = "cjk"  # type: ignore[index]
+    with pytest.raises(AttributeError):
+        config.fields.clear()  # type: ignore[attr-defined]
+    assert dict(config.fields) == {"year": FieldType.INTEGER}
+
+
+def test_a_config_is_hashable_and_equal_configs_hash_alike() -> None:
+    assert hash(_config()) == hash(_config())
+    assert len({_config(), _config()}) == 1
+
+
+def test_the_callers_dict_is_copied_not_kept() -> None:
+    declared = {"year": "integer"}
+    config = CorpusConfig(name="c", fields=declared)
+    declared["author"] = "keyword"
+    assert list(config.fields) == ["year"]
+
+
+def test_json_round_trip_is_exact() -> None:
+    config = _config()
+    again = CorpusConfig.model_validate_json(config.model_dump_json())
+    assert again == config and hash(again) == hash(config)
+    assert again.languages[1] == "de" and again.fields["year"] is FieldType.INTEGER
+    assert config.model_dump()["fields"] == {"year": FieldType.INTEGER}
