@@ -185,7 +185,8 @@ class Corpus:
         """Regex (or, with ``fixed=True``, exact) matches in public sources' text.
 
         For agents and scripts, not ranked. Bounded: pattern length, match count and a
-        wall-clock budget (``GREP_TIMEOUT_S``) after which what was found is returned.
+        wall-clock budget (``GREP_TIMEOUT_S``); a scan that runs out of budget raises
+        ``GrepTimeout`` (its ``matches`` hold what was found), never a short list.
         """
         return grep(self._store, pattern, limit, fixed=fixed)
 

@@ -6,6 +6,11 @@ usual way. Everything else that escapes the public API derives from ``EngineErro
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.documents import GrepMatch
+
 
 class EngineError(Exception):
     """Root of every exception the engine raises on purpose."""
@@ -39,3 +44,15 @@ class EngineLocked(EngineError):
 
 class StorageError(EngineError):
     """The document store could not complete a write (disk full, I/O error, ...)."""
+
+
+class GrepTimeout(EngineError):
+    """``grep`` used up its time budget before it had read every public source.
+
+    The answer would be incomplete, so it is an error, never a short list. ``matches``
+    holds what was found before the budget ran out (for callers that want it anyway).
+    """
+
+    def __init__(self, message: str, matches: tuple[GrepMatch, ...] = ()) -> None:
+        super().__init__(message)
+        self.matches = matches

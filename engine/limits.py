@@ -25,7 +25,7 @@ MAX_FETCH_CHARS = 100_000
 MAX_GREP_PATTERN = 256
 MAX_GREP_MATCHES = 200
 GREP_TIMEOUT_S = 2.0
-"""``grep`` stops after this long (wall clock) and returns what it found so far."""
+"""``grep`` stops after this long (wall clock) and raises ``GrepTimeout``."""
 
 MAX_SOURCE_ID_CHARS = 256
 SOURCE_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@#/+=~-]{0,255}")

@@ -1,8 +1,9 @@
 """Reading sources directly: ``fetch_source``, ``evidence`` text and ``grep``.
 
 All three see public documents only. ``grep`` runs the caller's pattern through the
-``regex`` module's per-call timeout so that no pattern can hang it, and stops at a wall
-clock budget and a match cap, returning what it found so far.
+``regex`` module's per-call timeout so that no pattern can hang it. It stops at a match
+cap (returning the matches) or at a wall-clock budget: then it raises ``GrepTimeout``,
+because an incomplete scan must not read as "no matches".
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 import regex
 
 from engine.documents import GrepMatch, Passage, SourceText
-from engine.errors import InvalidArgument, SourceNotFound
+from engine.errors import GrepTimeout, InvalidArgument, SourceNotFound
 from engine.limits import (
     GREP_TIMEOUT_S,
     MAX_FETCH_CHARS,
@@ -92,17 +93,26 @@ def grep(
                 return matches
             for source_id, title, url, text in rows:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return matches
                 try:
+                    if remaining <= 0:
+                        raise TimeoutError
                     for m in compiled.finditer(text, timeout=remaining):
                         matches.append(_match(source_id, title, url, text, m.start(), m.end()))
                         if len(matches) >= cap:
                             return matches
                 except TimeoutError:
-                    return matches
+                    raise _timed_out(timeout_s, matches) from None
     finally:
         cursor.close()
+
+
+def _timed_out(timeout_s: float, matches: list[GrepMatch]) -> GrepTimeout:
+    return GrepTimeout(
+        f"grep pattern exceeded the time budget of {timeout_s:g} s before every source "
+        f"was read ({len(matches)} matches so far); simplify it (nested repetition such "
+        "as (a+)+ backtracks) or search fixed text",
+        tuple(matches),
+    )
 
 
 def _match(source_id: str, title: str, url: str, text: str, start: int, end: int) -> GrepMatch:

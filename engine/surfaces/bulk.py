@@ -39,9 +39,11 @@ def add_all(
     lines: Iterable[Loaded | Rejected],
     *,
     batch_size: int = BATCH_SIZE,
-    on_batch: Callable[[], None] | None = None,
+    on_batch: Callable[[BulkReport], None] | None = None,
 ) -> BulkReport:
     """Add every loaded document to ``corpus``; collect rejections with their reasons.
+
+    ``on_batch`` sees the running report after every batch (for a progress display).
 
     Engine errors other than ``InvalidArgument`` (disk full, ...) propagate: documents of
     batches that returned before are durable, the rest were not added.
@@ -59,11 +61,11 @@ def add_all(
             _add_batch(corpus, batch, report)
             batch = []
             if on_batch is not None:
-                on_batch()
+                on_batch(report)
     if batch:
         _add_batch(corpus, batch, report)
     if on_batch is not None:
-        on_batch()
+        on_batch(report)
     report.rejected.sort(key=lambda r: r.line)
     return report
 

@@ -20,6 +20,7 @@ import pydantic
 import typer
 
 from engine import (
+    Corpus,
     CorpusConfig,
     EngineError,
     NaturalLanguage,
@@ -28,7 +29,7 @@ from engine import (
 )
 from engine.limits import MAX_GREP_MATCHES, MAX_TOP_K
 from engine.surfaces import render
-from engine.surfaces.bulk import add_all
+from engine.surfaces.bulk import BulkReport, add_all
 from engine.surfaces.cli_args import DEFAULT_HOME as DEFAULT_HOME  # still importable here
 from engine.surfaces.cli_args import (
     HOME_ENV,
@@ -39,11 +40,13 @@ from engine.surfaces.cli_args import (
     check_source_id,
     console,
     engine_home,
+    field_declarations,
     ollama_spec,
     open_corpus,
     open_engine,
 )
 from engine.surfaces.loaders import DocumentFile
+from engine.surfaces.progress import AddProgress, wants_progress
 
 app = typer.Typer(
     name="tandem",
@@ -51,7 +54,10 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: flags show no value placeholder ("--json", not "<bool>")
 )
+
+_OWN_LOGGERS = ("engine", "sparse", "dense", "fusion", "bench")
 
 
 @app.callback()
@@ -62,11 +68,15 @@ def _root(
     ] = False,
 ) -> None:
     """Tandem: hybrid keyword + vector search over local corpora."""
+    # Third-party libraries (faiss's loader, httpx, ...) stay at WARNING even with -v:
+    # their INFO lines read like failures to a new user.
     logging.basicConfig(
-        level=logging.INFO if verbose else logging.ERROR,
+        level=logging.WARNING if verbose else logging.ERROR,
         format="tandem: %(levelname)s: %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    for name in _OWN_LOGGERS:
+        logging.getLogger(name).setLevel(logging.INFO if verbose else logging.ERROR)
 
 
 # -- corpora ------------------------------------------------------------------------------
@@ -93,6 +103,15 @@ def create(
             metavar="HOST/MODEL",
         ),
     ] = None,
+    field: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--field",
+            help="Declare a filter field, NAME:TYPE with TYPE keyword, integer or date "
+            "(repeat for several).",
+            metavar="NAME:TYPE",
+        ),
+    ] = None,
     path: PathOpt = None,
 ) -> None:
     """Create a corpus."""
@@ -111,11 +130,15 @@ def create(
     if ask_model is not None:
         chat = ollama_spec(ask_model)
         natural = NaturalLanguage(model=chat.model, host=chat.host)
-    config = CorpusConfig(name=corpus, embedder=spec, natural=natural)
+    config = CorpusConfig(
+        name=corpus, embedder=spec, natural=natural, fields=field_declarations(field or [])
+    )
     with open_engine(ctx, path, create=True) as engine:
         engine.create_corpus(config)
         home = engine.path
     kind = "keyword only" if spec is None else f"hybrid, embedder {spec.kind}:{spec.model}"
+    if config.fields:
+        kind += ", fields " + ", ".join(f"{k}:{v.value}" for k, v in config.fields.items())
     typer.echo(f"created corpus {corpus} ({kind}) in {home}")
 
 
@@ -135,22 +158,21 @@ def add(
         Path,
         typer.Argument(help="JSON Lines (or BEIR corpus.jsonl, optionally .gz).", metavar="FILE"),
     ],
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="No progress line, even on a terminal.")
+    ] = False,
     path: PathOpt = None,
 ) -> None:
-    """Add or update documents from a JSON Lines file; bad lines are rejected one by one."""
-    source = DocumentFile(file)
-    with (
-        open_corpus(ctx, path, corpus) as target,
-        typer.progressbar(length=source.size, label=f"adding to {corpus}", file=sys.stderr) as bar,
-    ):
-        done = [0]
+    """Add or update documents from a JSON Lines file; bad lines are rejected one by one.
 
-        def advance() -> None:
-            now = source.progress()
-            bar.update(now - done[0])
-            done[0] = now
-
-        report = add_all(target, source, on_batch=advance)
+    On a terminal a progress line shows documents stored (and embedded), the rate and
+    the time left; none is drawn when stderr is piped or with --quiet.
+    """
+    if not file.is_file():
+        raise CommandError(f"no such file: {file}")
+    with open_corpus(ctx, path, corpus) as target:
+        source = DocumentFile(file, fields=target.config.fields)
+        report = _add_with_progress(target, source, corpus, quiet=quiet)
     summary, reasons = render.bulk_summary(report)
     typer.echo(summary)
     if reasons:
@@ -161,6 +183,26 @@ def add(
             f"answers; run 'tandem repair {corpus}' then",
             err=True,
         )
+
+
+def _add_with_progress(
+    target: Corpus, source: DocumentFile, name: str, *, quiet: bool
+) -> BulkReport:
+    if not wants_progress(sys.stderr, quiet=quiet):
+        return add_all(target, source)
+    bar = AddProgress(
+        sys.stderr, f"adding to {name}", source.size, vectors=target.config.vectors_enabled
+    )
+    bar.update(0, 0, 0, force=True)
+
+    def draw(report: BulkReport, *, final: bool = False) -> None:
+        stored = report.added + report.updated + report.unchanged
+        embedded = stored - report.degraded
+        (bar.finish if final else bar.update)(source.progress(), stored, embedded)
+
+    report = add_all(target, source, on_batch=draw)
+    draw(report, final=True)
+    return report
 
 
 # -- reading --------------------------------------------------------------------------------
@@ -177,12 +219,20 @@ def search(
     language: Annotated[
         int | None, typer.Option("--language", min=0, help="Only this language id.")
     ] = None,
+    filter_json: Annotated[
+        str | None,
+        typer.Option(
+            "--filter",
+            help='Only documents whose fields match, as JSON: \'{"year": {"gte": 1942}}\'.',
+            metavar="JSON",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
     path: PathOpt = None,
 ) -> None:
     """Search a corpus: the best passages for QUERY."""
     with open_corpus(ctx, path, corpus) as target:
-        passages = target.search(query, top_k=top_k, language_id=language)
+        passages = target.search(query, top_k=top_k, language_id=language, filters=filter_json)
     if as_json:
         typer.echo(render.passages_json(passages))
     else:
@@ -242,6 +292,12 @@ def ask(
 ) -> None:
     """Ask a natural-language question (needs a local Ollama model)."""
     with open_corpus(ctx, path, corpus) as target:
+        if target.config.natural is None:
+            raise CommandError(
+                f"natural-language questions are off for corpus {corpus!r}; they are chosen "
+                f"when a corpus is created: tandem create NAME --ask-model MODEL (a local "
+                f"Ollama chat model, e.g. llama3.2)"
+            )
         answer = target.ask(question, user="cli")
     passages = list(answer.passages)
     interpretation = answer.interpretation.to_dict()
@@ -269,7 +325,7 @@ def stats(
 ) -> None:
     """Documents, degraded documents, embedder status and index sizes."""
     with open_corpus(ctx, path, corpus) as target:
-        numbers = target.stats()
+        numbers = render.stats_view(target.stats())
     if as_json:
         typer.echo(render.to_json({"corpus": corpus, **numbers}))
     else:

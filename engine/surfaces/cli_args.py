@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from engine import Corpus, OllamaEmbedding, SearchEngine
+from engine import Corpus, FieldType, OllamaEmbedding, SearchEngine
 from engine.limits import is_valid_corpus_name, is_valid_source_id
 
 DEFAULT_HOME = "tandem-data"
@@ -88,6 +88,28 @@ def open_corpus(ctx: typer.Context, path: Path | None, name: str) -> Iterator[Co
 
 def console() -> Console:
     return Console(highlight=False, soft_wrap=False)
+
+
+def field_declarations(values: list[str]) -> dict[str, FieldType]:
+    """``["author:keyword", "year:integer"]`` -> ``{"author": KEYWORD, "year": INTEGER}``."""
+    valid = ", ".join(t.value for t in FieldType)
+    declared: dict[str, FieldType] = {}
+    for value in values:
+        name, sep, kind = value.partition(":")
+        if not sep or not name:
+            raise typer.BadParameter(
+                f"{value!r}: expected NAME:TYPE with TYPE one of {valid}", param_hint="--field"
+            )
+        try:
+            field_type = FieldType(kind.strip().lower())
+        except ValueError:
+            raise typer.BadParameter(
+                f"{value!r}: unknown type {kind!r}; valid: {valid}", param_hint="--field"
+            ) from None
+        if name in declared:
+            raise typer.BadParameter(f"field {name!r} is declared twice", param_hint="--field")
+        declared[name] = field_type
+    return declared
 
 
 def ollama_spec(value: str) -> OllamaEmbedding:

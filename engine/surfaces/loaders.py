@@ -2,24 +2,28 @@
 
 Accepted: plain or gzip-compressed (detected by content, not by name) JSON Lines where
 each line is an object with ``id`` (or BEIR's ``_id``), and optionally ``title``,
-``text``, ``url``, ``language_id`` and ``access_groups``. A BEIR ``corpus.jsonl(.gz)`` is
-that format already; other fields (BEIR's ``metadata``) are ignored. Blank lines are
-skipped. A line that is not such an object becomes a ``Rejected`` with its line number
-and a reason — the rest of the file is still read. The documented caps
+``text``, ``url``, ``language_id`` and ``access_groups``. Values of the corpus's declared
+filter fields come from a ``fields`` object (``{"fields": {"year": 1942}}``) or from
+top-level keys named like a declared field (``{"year": 1942}``); a date field takes
+``YYYY-MM-DD`` text. A BEIR ``corpus.jsonl(.gz)`` is that format already; other keys
+(BEIR's ``metadata``) are ignored. Blank lines are skipped. A line that is not such an
+object becomes a ``Rejected`` with its line number and a reason — the rest of the file is
+still read. The documented caps
 (``engine.limits``) are checked here, so a bad line rarely costs a refused batch; the
 engine checks again at ``add`` (see ``engine.surfaces.bulk``).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import gzip
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO, Any, Protocol
 
-from engine import Document
+from engine import Document, FieldType
 from engine.limits import (
     MAX_ACCESS_GROUPS,
     MAX_DOCUMENT_CHARS,
@@ -35,6 +39,10 @@ MAX_LINE_BYTES = 16 * 1024 * 1024
 _GZIP_MAGIC = b"\x1f\x8b"
 _STRING_CAPS = {"title": MAX_TITLE_CHARS, "text": MAX_DOCUMENT_CHARS, "url": MAX_URL_CHARS}
 _MAX_GROUP_CHARS = 128
+_DOCUMENT_KEYS = frozenset(
+    {"id", "_id", "title", "text", "url", "language_id", "access_groups", "fields", "metadata"}
+)
+_NO_FIELDS: Mapping[str, FieldType] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +65,12 @@ class LineError(ValueError):
     """Why one decoded JSON value is not a document (the message is the reason)."""
 
 
-def document_from_json(value: object) -> Document:
-    """Turn one decoded JSON value into a ``Document`` or raise ``LineError``."""
+def document_from_json(value: object, fields: Mapping[str, FieldType] = _NO_FIELDS) -> Document:
+    """Turn one decoded JSON value into a ``Document`` or raise ``LineError``.
+
+    ``fields`` are the target corpus's declared filter fields: their values are read from
+    the line (dates parsed from ``YYYY-MM-DD``); the engine checks the types at ``add``.
+    """
     if not isinstance(value, dict):
         raise LineError(f"expected a JSON object, got {_json_type(value)}")
     raw_id = _pick_id(value)
@@ -85,7 +97,41 @@ def document_from_json(value: object) -> Document:
         url=strings["url"],
         language_id=language_id,
         access_groups=frozenset(groups),
+        fields=_field_values(value, fields),
     )
+
+
+def _field_values(value: dict[str, object], declared: Mapping[str, FieldType]) -> dict[str, Any]:
+    nested = value.get("fields")
+    if nested is None:
+        nested = {}
+    if not isinstance(nested, dict):
+        raise LineError(f"fields must be a JSON object, got {_json_type(nested)}")
+    out: dict[str, Any] = dict(nested)  # values are type-checked by the engine at add
+    for name in declared:
+        if name in value and name not in _DOCUMENT_KEYS:
+            if name in out:
+                raise LineError(f"field {name!r} is given twice (top level and in fields)")
+            out[name] = value[name]
+    for name, raw in out.items():
+        if declared.get(name) is FieldType.DATE:
+            out[name] = _dates(name, raw)
+    return out
+
+
+def _dates(name: str, raw: object) -> object:
+    if isinstance(raw, list):
+        return [_date(name, item) for item in raw]
+    return _date(name, raw)
+
+
+def _date(name: str, raw: object) -> object:
+    if not isinstance(raw, str):
+        return raw  # the engine names the type problem
+    try:
+        return dt.date.fromisoformat(raw)
+    except ValueError:
+        raise LineError(f"field {name!r} is a date field: values must be YYYY-MM-DD") from None
 
 
 def _string(value: dict[str, object], name: str, cap: int) -> str:
@@ -156,8 +202,9 @@ class DocumentFile:
     caller can draw a progress bar against ``size``.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, fields: Mapping[str, FieldType] = _NO_FIELDS) -> None:
         self.path = Path(path)
+        self.fields = fields
         if not self.path.is_file():
             raise FileNotFoundError(f"no such file: {self.path}")
         self.size = self.path.stat().st_size
@@ -175,37 +222,45 @@ class DocumentFile:
             raw.seek(0)
             if compressed:
                 with gzip.GzipFile(fileobj=raw, mode="rb") as unzipped:
-                    yield from _read_lines(unzipped)
+                    yield from read_lines(unzipped, self.fields)
             else:
-                yield from _read_lines(raw)
+                yield from read_lines(raw, self.fields)
 
 
-def _read_lines(stream: _LineSource) -> Iterator[Loaded | Rejected]:
+def read_lines(
+    stream: _LineSource,
+    fields: Mapping[str, FieldType] = _NO_FIELDS,
+    *,
+    max_line_bytes: int = MAX_LINE_BYTES,
+) -> Iterator[Loaded | Rejected]:
+    """One verdict per non-blank line of ``stream`` (a binary file-like object)."""
     number = 0
     while True:
         try:
-            chunk = stream.readline(MAX_LINE_BYTES + 1)
+            chunk = stream.readline(max_line_bytes + 1)
         except (OSError, EOFError) as exc:  # truncated or corrupt gzip stream
             yield Rejected(number + 1, f"unreadable: {exc}")
             return
         if not chunk:
             return
         number += 1
-        if len(chunk) > MAX_LINE_BYTES and not chunk.endswith(b"\n"):
-            _skip_rest_of_line(stream)
-            yield Rejected(number, f"line is longer than {MAX_LINE_BYTES} bytes")
+        if len(chunk) > max_line_bytes and not chunk.endswith(b"\n"):
+            _skip_rest_of_line(stream, max_line_bytes)
+            yield Rejected(number, f"line is longer than {max_line_bytes} bytes")
             continue
-        yield from _parse_line(number, chunk)
+        yield from _parse_line(number, chunk, fields)
 
 
-def _skip_rest_of_line(stream: _LineSource) -> None:
+def _skip_rest_of_line(stream: _LineSource, max_line_bytes: int) -> None:
     while True:
-        chunk = stream.readline(MAX_LINE_BYTES)
+        chunk = stream.readline(max_line_bytes)
         if not chunk or chunk.endswith(b"\n"):
             return
 
 
-def _parse_line(number: int, chunk: bytes) -> Iterator[Loaded | Rejected]:
+def _parse_line(
+    number: int, chunk: bytes, fields: Mapping[str, FieldType]
+) -> Iterator[Loaded | Rejected]:
     try:
         text = chunk.decode("utf-8")
     except UnicodeDecodeError:
@@ -220,6 +275,6 @@ def _parse_line(number: int, chunk: bytes) -> Iterator[Loaded | Rejected]:
         yield Rejected(number, f"not valid JSON: {reason}")
         return
     try:
-        yield Loaded(number, document_from_json(value))
+        yield Loaded(number, document_from_json(value, fields))
     except LineError as exc:
         yield Rejected(number, str(exc))

@@ -1,6 +1,7 @@
 """An MCP server (stdio) that lets an agent answer from Tandem corpora with cited evidence.
 
-Tools: ``list_corpora``, ``search_knowledge``, ``fetch_source`` and ``grep_knowledge``.
+Tools: ``list_corpora``, ``search_knowledge``, ``fetch_source`` and ``grep_knowledge``, and
+agent memory: ``remember`` and ``recall`` (see ``engine.surfaces.memory``).
 Every argument is chosen by a model and therefore untrusted: the input schema carries the
 caps and grammars (corpus name, source id, lengths, ``top_k``/``limit`` ranges), the SDK
 rejects anything outside them, and whatever the engine still refuses comes back as a tool
@@ -19,7 +20,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -30,6 +31,7 @@ from engine import (
     CorpusNotFound,
     EngineError,
     EngineLocked,
+    GrepTimeout,
     InvalidArgument,
     SearchEngine,
     SourceNotFound,
@@ -39,8 +41,10 @@ from engine.limits import (
     MAX_GREP_MATCHES,
     MAX_GREP_PATTERN,
     MAX_SOURCE_ID_CHARS,
+    MAX_TITLE_CHARS,
     SOURCE_ID_PATTERN,
 )
+from engine.surfaces.memory import MAX_MEMORY_CHARS, Memory
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +58,8 @@ SERVER_NAME = "tandem"
 INSTRUCTIONS = (
     "Search Tandem corpora for evidence. Call list_corpora to see what exists, "
     "search_knowledge for the best passages, fetch_source for one source's full text, "
-    "and grep_knowledge for exact strings or patterns. Cite source_id and url."
+    "and grep_knowledge for exact strings or patterns. Cite source_id and url. "
+    "remember stores a short note under a scope; recall finds notes again."
 )
 
 T = TypeVar("T")
@@ -98,6 +103,22 @@ class GrepOut(_Out):
     matches: list[MatchOut]
 
 
+class RememberOut(_Out):
+    id: str
+    scope: str
+    added: bool = Field(description="False when the same memory was stored before.")
+
+
+class MemoryOut(_Out):
+    id: str
+    title: str
+    text: str
+
+
+class RecallOut(_Out):
+    memories: list[MemoryOut]
+
+
 CorpusName = Annotated[
     str,
     Field(
@@ -130,6 +151,25 @@ Pattern = Annotated[
     ),
 ]
 Limit = Annotated[int, Field(ge=1, le=MAX_GREP_MATCHES, description="Most matches returned.")]
+Filters = Annotated[
+    dict[str, Any] | None,
+    Field(
+        description=(
+            "Only documents whose declared fields match: field name to a value, a list of "
+            'values, or operators, e.g. {"author": "Walter", "year": {"gte": 1942}}.'
+        ),
+    ),
+]
+Scope = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=256,
+        description="Whose or which task's memory: an agent, user or project name.",
+    ),
+]
+MemoryText = Annotated[str, Field(min_length=1, max_length=MAX_MEMORY_CHARS)]
+MemoryTitle = Annotated[str, Field(max_length=MAX_TITLE_CHARS, description="Optional title.")]
 
 
 class EngineHolder:
@@ -145,6 +185,9 @@ class EngineHolder:
             if self._engine is None:
                 self._engine = SearchEngine(self._path)
             return self._engine
+
+    def memory(self) -> Memory:
+        return Memory(self.engine())
 
     def close(self) -> None:
         with self._lock:
@@ -171,6 +214,8 @@ def _tool_errors(holder: EngineHolder) -> Iterator[None]:
         ) from exc
     except InvalidArgument as exc:
         raise ToolError(f"invalid argument: {exc}") from exc
+    except GrepTimeout as exc:
+        raise ToolError(str(exc)) from exc
     except EngineError as exc:
         logger.warning("tool call failed: %s", type(exc).__name__)
         raise ToolError("the search engine could not complete this call") from exc
@@ -192,9 +237,15 @@ def build_server(holder: EngineHolder) -> MCPServer:
             return CorpusList(corpora=holder.engine().list_corpora())
 
     @server.tool()
-    def search_knowledge(corpus: CorpusName, query: Query, top_k: TopK = 8) -> SearchOut:
-        """The best passages for a query, best first: source_id, title, url, excerpt."""
-        passages = _with_corpus(holder, corpus, lambda c: c.search(query, top_k=top_k))
+    def search_knowledge(
+        corpus: CorpusName, query: Query, top_k: TopK = 8, filters: Filters = None
+    ) -> SearchOut:
+        """The best passages for a query, best first: source_id, title, url, excerpt.
+
+        ``filters`` (optional) keeps only documents whose declared fields match."""
+        passages = _with_corpus(
+            holder, corpus, lambda c: c.search(query, top_k=top_k, filters=filters)
+        )
         return SearchOut(
             passages=[
                 PassageOut(source_id=p.source_id, title=p.title, url=p.url, excerpt=p.excerpt)
@@ -222,6 +273,20 @@ def build_server(holder: EngineHolder) -> MCPServer:
                 for m in found
             ]
         )
+
+    @server.tool()
+    def remember(text: MemoryText, scope: Scope, title: MemoryTitle = "") -> RememberOut:
+        """Store a short note under a scope, to recall later (same text twice: stored once)."""
+        with _tool_errors(holder):
+            done = holder.memory().remember(text, scope, title=title)
+        return RememberOut(id=done.id, scope=done.scope, added=done.added)
+
+    @server.tool()
+    def recall(query: Query, scope: Scope | None = None, top_k: TopK = 5) -> RecallOut:
+        """The remembered notes that best match a query, best first (within scope if given)."""
+        with _tool_errors(holder):
+            found = holder.memory().recall(query, scope, top_k)
+        return RecallOut(memories=[MemoryOut(id=m.id, title=m.title, text=m.text) for m in found])
 
     return server
 

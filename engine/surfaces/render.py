@@ -89,6 +89,15 @@ def grep_lines(matches: Sequence[GrepMatch]) -> str:
     )
 
 
+def stats_view(stats: Mapping[str, object]) -> dict[str, object]:
+    """``stats`` as shown: a keyword-only corpus has no embedder, so ``embedder_up`` is
+    ``None`` (JSON ``null``, "n/a" in text) rather than a ``False`` that reads like a fault."""
+    view = dict(stats)
+    if view.get("vectors_enabled") is False and "embedder_up" in view:
+        view["embedder_up"] = None
+    return view
+
+
 def stats_lines(name: str, stats: Mapping[str, object]) -> str:
     width = max((len(k) for k in stats), default=0)
     rows = [f"{'corpus':<{width}}  {name}"]
@@ -97,6 +106,8 @@ def stats_lines(name: str, stats: Mapping[str, object]) -> str:
 
 
 def _human(key: str, value: object) -> str:
+    if value is None and key == "embedder_up":
+        return "n/a (keyword only, no embedder)"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if key.endswith("_bytes") and isinstance(value, int):

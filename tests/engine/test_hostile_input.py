@@ -30,6 +30,7 @@ from engine import (
     CorpusExists,
     CorpusNotFound,
     Document,
+    GrepTimeout,
     InvalidArgument,
     SearchEngine,
     SentenceTransformerEmbedding,
@@ -250,7 +251,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             st.booleans(),
         ),
         _grep,
-        (InvalidArgument,),
+        (InvalidArgument, GrepTimeout),
         1_000,
     ),
     EntryPoint(
@@ -483,7 +484,13 @@ def test_catastrophic_regex_is_cut_off_by_the_grep_budget(world: World, pattern:
     trap = Document(id="redos", text=("a" * 40 + "!\n") * 50 + "x" * 40 + " " * 30 + "!")
     sink.add([trap])
     try:
-        found = sink.grep(pattern, 200)
+        # Either the regex engine copes within the budget, or the budget runs out and
+        # says so (an explicit error, never a silently short list).
+        try:
+            found = sink.grep(pattern, 200)
+        except GrepTimeout as exc:
+            assert "time budget" in str(exc)
+            found = list(exc.matches)
         assert all(m.source_id == "redos" for m in found)
     finally:
         sink.delete(["redos"])

@@ -8,6 +8,7 @@ from engine import (
     Corpus,
     CorpusConfig,
     Document,
+    GrepTimeout,
     InvalidArgument,
     SearchEngine,
     SourceNotFound,
@@ -73,11 +74,16 @@ def test_grep_validation(corpus: Corpus) -> None:
 
 
 @pytest.mark.timeout(60)  # without the engine's budget this pattern runs for ages
-def test_catastrophic_regex_returns_within_its_budget(corpus: Corpus) -> None:
+def test_catastrophic_regex_is_an_explicit_timeout_not_an_empty_list(corpus: Corpus) -> None:
     from engine.search.sources import grep
 
     assert GREP_TIMEOUT_S < 60
-    matches = corpus.grep(r"(a+)+$")
-    assert matches == [] or all(m.source_id == "aaa" for m in matches)
-    # A tiny budget cuts a scan short rather than raising.
-    assert grep(corpus._store, r"(a+)+$", 10, timeout_s=0.001) == []
+    with pytest.raises(GrepTimeout, match="time budget of 2 s") as caught:
+        corpus.grep(r"(a+)+$")
+    assert caught.value.matches == ()
+    # A scan cut short after some matches names them, still as an error.
+    with pytest.raises(GrepTimeout) as cut:
+        grep(corpus._store, r"reboot|(a+)+$", 200, timeout_s=0.5)
+    assert [m.source_id for m in cut.value.matches] == ["guide/1"]
+    # A pattern that finishes in time is answered as before.
+    assert grep(corpus._store, "reboot", 10, timeout_s=5.0)[0].source_id == "guide/1"

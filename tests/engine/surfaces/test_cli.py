@@ -221,13 +221,19 @@ def test_fetch_prints_the_source_and_refuses_private_or_malformed_ids(built: Pat
     assert traversal.returncode == 2 and "Traceback" not in traversal.stderr
 
 
-def test_grep_regex_fixed_and_hostile_patterns(built: Path) -> None:
+def test_grep_regex_fixed_and_hostile_patterns(built: Path, tmp_path: Path) -> None:
     lines = ok(tandem("grep", "help", r"pass\w+", home=built)).stdout.splitlines()
     assert lines and all(line.startswith("reset:") for line in lines)  # staff-only is private
     fixed = json.loads(ok(tandem("grep", "help", "a zip", "--fixed", "--json", home=built)).stdout)
     assert [m["source_id"] for m in fixed["matches"]] == ["export"]
-    assert ok(tandem("grep", "help", "(a+)+$", home=built)).stdout.strip() == ""
     assert "regular expression" in one_line_error(tandem("grep", "help", "(", home=built))
+    # A catastrophic pattern is an explicit error naming the budget, not "no matches".
+    with SearchEngine(tmp_path / "bait") as engine:
+        engine.create_corpus(CorpusConfig(name="bait", embedder=None)).add(
+            [Document(id="aaa", text="a" * 5_000 + "!")]
+        )
+    slow = one_line_error(tandem("grep", "bait", "(a+)+$", home=tmp_path / "bait"))
+    assert "time budget" in slow
 
 
 def test_stats_and_list(built: Path) -> None:
