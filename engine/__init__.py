@@ -29,6 +29,7 @@ from engine.natural import (
     NaturalSearchUnavailable,
     RateLimited,
 )
+from engine.searchable import SearchableCorpus
 
 __all__ = [
     "AddResult",
@@ -59,6 +60,7 @@ __all__ = [
     "Range",
     "RateLimited",
     "SearchEngine",
+    "SearchableCorpus",
     "SentenceTransformerEmbedding",
     "SourceNotFound",
     "SourceText",

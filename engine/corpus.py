@@ -6,9 +6,11 @@ import contextlib
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
 from tqdm import tqdm
 
 from dense import Embedder
@@ -25,13 +27,15 @@ from engine.search.current_index import CurrentIndexBackend
 from engine.search.searcher import Searcher, SearchState
 from engine.search.sources import evidence_text, fetch_source, grep
 from engine.search.visibility import DenseVisibility
+from engine.search.windows import ArmWindows
 from engine.storage import DocumentStore, EmbeddingStatus
 from engine.storage.like_backend import DatabaseLikeBackend
 from engine.write.batches import checked_documents, checked_ids
 from engine.write.indexes import DerivedIndexes
 from engine.write.ingest import Ingestor
 from engine.write.reembed import check_switch, reembed_degraded
-from sparse import KeywordSearchFacade, SearchBackend, TantivyBackend
+from engine.write.vector_model import check_embedding_model
+from sparse import FieldFilter, KeywordSearchFacade, SearchBackend, TantivyBackend
 
 logger = logging.getLogger(__name__)
 
@@ -197,17 +201,26 @@ class Corpus:
         documents: Iterable[Document],
         *,
         embeddings: object | None = None,
+        embedding_model: str | None = None,
         progress: bool | None = None,
     ) -> AddResult:
         """Insert or replace documents by id. When this returns, they are durable.
 
         ``embeddings``: optional precomputed vectors, one row per document in order (from
-        the corpus's own model). Every document is validated first; if any is invalid,
-        ``InvalidArgument`` names it and nothing is stored. Documents whose embedding
-        fails are stored keyword-searchable and counted as degraded.
+        the corpus's own model). ``embedding_model`` names the model that made them; a
+        name other than the corpus's model is refused (``InvalidArgument``). Every
+        document is validated first; if any is invalid, ``InvalidArgument`` names it and
+        nothing is stored. Documents whose embedding fails are stored keyword-searchable
+        and counted as degraded.
         """
         docs, supplied = checked_documents(
             documents, self._config.fields, embeddings, vectors_enabled=self._embedder is not None
+        )
+        check_embedding_model(
+            embedding_model,
+            self._model_names(),
+            self.name,
+            has_embeddings=supplied is not None,
         )
         totals = [0, 0, 0, 0]
         show = progress if progress is not None else len(docs) >= _PROGRESS_MIN
@@ -330,6 +343,37 @@ class Corpus:
                 self._refresh_gauges()
         logger.info("embedder switched: %d re-embedded, %d left degraded", done, total - done)
         return done
+
+    def _model_names(self) -> list[str]:
+        """The names the corpus's model goes by (the provider's, the config's)."""
+        names = [] if self._embedder is None else [self._embedder.name]
+        if self._config.embedder is not None:
+            names.append(self._config.embedder.model)
+        return names
+
+    # -- internal: for engine.cluster (a shard is a corpus) ----------------------------
+
+    def _arm_windows(
+        self,
+        text: str,
+        vector: npt.NDArray[np.float32] | None,
+        need: int,
+        window: int,
+        language: int | None,
+        filters: tuple[FieldFilter, ...],
+    ) -> ArmWindows:
+        """Scored keyword and vector windows for a clamped query embedded elsewhere."""
+        return self._searcher.arm_windows(text, vector, need, window, language, filters)
+
+    def _passages_for(
+        self, ids: Sequence[str], text: str, filters: tuple[FieldFilter, ...]
+    ) -> list[Passage]:
+        """Passages for ``ids`` the store confirms public (placeholder score and ranks)."""
+        return self._searcher.passages_for(ids, text, filters)
+
+    def _content_state(self, ids: Sequence[str]) -> dict[str, tuple[str, bool]]:
+        """For stored ids: (content hash, has a vector) — what need not be embedded again."""
+        return self._store.content_state(ids)
 
     def _guard(self, embedder: Embedder) -> Embedder:
         def expected() -> int | None:

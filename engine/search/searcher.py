@@ -15,6 +15,9 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
+
 from dense import Embedder, EmbedderUnavailable, embed_query
 from engine.config import CorpusConfig
 from engine.documents import ArmRanks, Passage
@@ -24,6 +27,7 @@ from engine.search.excerpts import excerpt_for, query_terms
 from engine.search.router import resolve_strategy
 from engine.search.strategy import Arm, FallbackReason, Strategy
 from engine.search.visibility import DenseVisibility
+from engine.search.windows import ArmWindows, arm_windows
 from engine.storage import DocumentStore
 from engine.write.indexes import DerivedIndexes
 from fusion import FusedHit, rrf
@@ -156,6 +160,37 @@ class Searcher:
         ids = state.store.public_filtered_ids(filters, clamp_language(language_id), k, skip)
         page = [FusedHit(id=sid, score=0.0, ranks=(None, None)) for sid in ids]
         return self._passages(state, page, [], "", filters)
+
+    # -- internal: for engine.cluster ------------------------------------------------------
+
+    def arm_windows(
+        self,
+        text: str,
+        vector: npt.NDArray[np.float32] | None,
+        need: int,
+        window: int,
+        language: int | None,
+        filters: tuple[FieldFilter, ...],
+    ) -> ArmWindows:
+        """Internal (``engine.cluster``): scored arm windows for a query the caller has
+        clamped and embedded; see ``engine.search.windows.arm_windows``."""
+        p = self._state
+
+        def build(page: Sequence[FusedHit]) -> list[Passage]:
+            with p.gate:
+                return self._passages(p, page, [], text, filters)
+
+        return arm_windows(p, text, vector, need, window, language, filters, build)
+
+    def passages_for(
+        self, ids: Sequence[str], text: str, filters: tuple[FieldFilter, ...]
+    ) -> list[Passage]:
+        """Internal (``engine.cluster``): passages for ``ids`` that the store confirms
+        public (and eligible under ``filters``), in order; score and ranks are placeholders."""
+        p = self._state
+        page = [FusedHit(id=sid, score=0.0, ranks=(None, None)) for sid in ids]
+        with p.gate:
+            return self._passages(p, page, [], text, filters)
 
     def _keyword(
         self,
