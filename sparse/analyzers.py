@@ -6,7 +6,15 @@ keeps one BM25 field per analyzer, and a document goes to the field of its langu
 
 - ``ENGLISH``: words, long tokens (> 40 chars) dropped, lowercased, English stop words
   removed, Snowball English stemming. Title and body share one field; this layout reaches
-  nDCG@10 0.686 on SciFact (separate ``en_stem`` title/body fields: 0.656).
+  nDCG@10 0.686 on SciFact (separate ``en_stem`` title/body fields: 0.656). Before
+  tokenising (``Analyzer.prepare``, for documents and queries alike), a possessive ``'s``
+  and the Latin abbreviations "e.g." and "i.e." are removed, as Lucene's English
+  analyzer drops possessives: the word tokenizer would otherwise index them as the
+  one-letter words ``s``, ``e``, ``g`` and ``i``. Measured with query term frequency on
+  (nDCG@10, test judgements): CISI 0.3686 -> 0.3775, Cranfield 0.3687 -> 0.3689, SciFact
+  0.6838 -> 0.6841 (train 0.6957 -> 0.6964). Dropping every one-letter token instead, as
+  bm25s's tokenizer does, gained more on CISI (0.3813) but lost on SciFact (0.6811, train
+  0.6950), whose "T cells", "vitamin D" and "hepatitis B" need their letter.
 - ``GERMAN``: the same chain with German stop words and the German stemmer.
 - ``SIMPLE``: words, lowercased, no stop words, no stemming (any space-delimited script).
 - ``CJK``: every Han, Hiragana, Katakana, Hangul or Thai character is its own token
@@ -18,6 +26,7 @@ keeps one BM25 field per analyzer, and a document goes to the field of its langu
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -49,8 +58,18 @@ class Analyzer(Enum):
 
     @property
     def tokenizer_name(self) -> str:
-        """The name the chain is registered under on a tantivy index."""
-        return f"tandem_{self.value}"
+        """The name the chain is registered under on a tantivy index.
+
+        It carries the chain's version: a changed chain gets a new name, so an index built
+        with the old one no longer matches the schema and its owner rebuilds it.
+        """
+        version = _CHAIN_VERSIONS.get(self, 1)
+        return f"tandem_{self.value}" if version == 1 else f"tandem_{self.value}_v{version}"
+
+    def prepare(self, text: str) -> str:
+        """``text`` as this chain's tokenizer receives it (documents and queries alike)."""
+        rewrite = _PREPARERS.get(self)
+        return text if rewrite is None else rewrite(text)
 
     @property
     def field_name(self) -> str:
@@ -91,6 +110,27 @@ def _cjk() -> tantivy.TextAnalyzer:
     builder = builder.filter(tantivy.Filter.remove_long(MAX_TOKEN_LENGTH))
     return builder.filter(tantivy.Filter.lowercase()).build()
 
+
+_POSSESSIVE = re.compile(r"(?<=\w)['\u2019][sS]\b")
+_LATIN_ABBREVIATIONS = re.compile(r"\b(?:[eE]\.\s?[gG]|[iI]\.\s?[eE])\.")
+
+
+def _english_text(text: str) -> str:
+    """Possessive ``'s`` and the abbreviations "e.g." / "i.e." removed (see the module
+    docstring); every other character is left to the tokenizer."""
+    if "." in text:
+        text = _LATIN_ABBREVIATIONS.sub(" ", text)
+    if "'" in text or "\u2019" in text:
+        text = _POSSESSIVE.sub("", text)
+    return text
+
+
+_PREPARERS: Mapping[Analyzer, Callable[[str], str]] = MappingProxyType(
+    {Analyzer.ENGLISH: _english_text}
+)
+
+_CHAIN_VERSIONS: Mapping[Analyzer, int] = MappingProxyType({Analyzer.ENGLISH: 2})
+"""Chains changed since their first release (ENGLISH 2: ``prepare`` added)."""
 
 _BUILDERS: Mapping[Analyzer, Callable[[], tantivy.TextAnalyzer]] = MappingProxyType(
     {

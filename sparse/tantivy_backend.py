@@ -2,7 +2,13 @@
 
 Query text is never parsed as tantivy query syntax. It is split on whitespace and each
 word is run through the same analyzer the documents went through; the resulting terms
-are OR-ed as plain term queries (BM25, repeated terms counted once). Quotes, colons,
+are OR-ed as plain term queries (BM25). A term the query repeats weighs its count (query
+term frequency, as Lucene, Pyserini and bm25s count it: the term clause is boosted by the
+count), so a long natural-language query stresses what it says most. Measured, nDCG@10
+on test judgements: CISI (51 of 76 queries repeat a term) 0.3144 -> 0.3686, Cranfield
+0.3673 -> 0.3687, SciFact 0.6859 -> 0.6838 (train 0.6995 -> 0.6957); a saturated count
+(BM25's k3 = 1, 2, 8) was no better anywhere but SciFact-test, so the plain count stays.
+Quotes, colons,
 parentheses, ``AND``/``OR``/``NOT``, ``field:value``, emoji and control characters are
 therefore just text, and a 10,000-character token is dropped by the analyzer (it matches
 nothing) - user text cannot raise a syntax error.
@@ -15,12 +21,19 @@ holds documents. Each of ``query.filters`` is one more required, zero-scoring cl
 term-set query on a keyword field, a range query on an integer field; the index's
 declared fields must include every filtered field (``ValueError`` otherwise). Filters
 never change a hit's BM25 score, only which documents are eligible.
+
+Order: score descending, equal scores by ``source_id`` ascending - never by tantivy's
+document address, which depends on which indexing thread and segment took a document, so
+two builds of one corpus would order ties (and cut the top ``limit`` among them)
+differently. A tie across the cut is resolved by reading every hit with the cut-off
+score (up to ``MAX_TIE_FETCH`` hits).
 """
 
 from __future__ import annotations
 
 import logging
 import string
+from typing import Any
 
 import tantivy
 
@@ -55,6 +68,9 @@ MAX_QUERY_TERMS = 256
 
 MAX_EXCERPT_TERMS = 8
 """The rarest query terms an excerpt looks for (each costs a scan of the body)."""
+
+MAX_TIE_FETCH = 4_096
+"""Hits read at most to order a tie across the cut (past it, index order decides)."""
 
 _INT64_MAX = 2**63 - 1
 _PUNCTUATION = string.punctuation + "\u201c\u201d\u2018\u2019\u00ab\u00bb"
@@ -94,21 +110,18 @@ class TantivyBackend:
             analyzers = view.analyzers_in_use
         else:
             analyzers = (self._index.analyzers.for_language(language_id),)
-        words = query.text.split()
         clauses: list[tuple[tantivy.Occur, tantivy.Query]] = []
         rarest: list[tuple[int, str]] = []
         for analyzer in analyzers:
-            terms = self._terms(analyzer, words)
+            terms = self._terms(analyzer, analyzer.prepare(query.text).split())
             field = analyzer.field_name
-            for term in terms:
-                clauses.append(
-                    (
-                        tantivy.Occur.Should,
-                        tantivy.Query.term_query(view.schema, field, term, index_option="freq"),
-                    )
-                )
+            for term, (count, surfaces) in terms.items():
+                clause = tantivy.Query.term_query(view.schema, field, term, index_option="freq")
+                if count > 1:  # query term frequency: the clause weighs the term's count
+                    clause = tantivy.Query.boost_query(clause, float(count))
+                clauses.append((tantivy.Occur.Should, clause))
                 if query.excerpts:  # anchor excerpts on the rarest term in the index
-                    for surface in terms[term]:
+                    for surface in surfaces:
                         rarest.append((view.searcher.doc_freq(field, term), surface))
         if not clauses:
             return []
@@ -148,21 +161,28 @@ class TantivyBackend:
             )
         raise ValueError(f"unknown filter {type(condition).__name__}")
 
-    def _terms(self, analyzer: Analyzer, words: list[str]) -> dict[str, list[str]]:
-        """Analyzed term -> the lowercase forms to look for in an excerpt (stem first)."""
+    def _terms(self, analyzer: Analyzer, words: list[str]) -> dict[str, tuple[int, list[str]]]:
+        """Analyzed term -> (its count in the query, the lowercase forms to look for in an
+        excerpt, stem first), in first-occurrence order; at most ``MAX_QUERY_TERMS``
+        distinct terms (later new terms are ignored, known ones still counted)."""
         text_analyzer = self._index.query_analyzers[analyzer]
-        terms: dict[str, list[str]] = {}
+        counts: dict[str, int] = {}
+        surfaces: dict[str, list[str]] = {}
         for word in words:
             tokens = text_analyzer.analyze(word)
             surface = word.strip(_PUNCTUATION).lower()
             for token in tokens:
-                if token not in terms:
-                    if len(terms) >= MAX_QUERY_TERMS:
-                        return terms
-                    terms[token] = [token]
-                if len(tokens) == 1 and surface and not surface.startswith(token):
-                    terms[token].append(surface)  # e.g. happi -> happy
-        return terms
+                if token not in counts:
+                    if len(counts) >= MAX_QUERY_TERMS:
+                        continue
+                    counts[token] = 0
+                    surfaces[token] = [token]
+                counts[token] += 1
+                forms = surfaces[token]
+                single = len(tokens) == 1 and surface and not surface.startswith(token)
+                if single and surface not in forms:
+                    forms.append(surface)  # e.g. happi -> happy
+        return {term: (count, surfaces[term]) for term, count in counts.items()}
 
     def _run(
         self,
@@ -188,10 +208,8 @@ class TantivyBackend:
             must.append(tantivy.Query.const_score_query(language, 0.0))
         must.extend(tantivy.Query.const_score_query(f, 0.0) for f in filters)
         query = tantivy.Query.boolean_query([(tantivy.Occur.Must, q) for q in must])
-        hits = searcher.search(query, limit, count=False).hits
         sources: list[EvidenceSource] = []
-        for score, address in hits:
-            stored = searcher.doc(address).to_dict()
+        for score, stored in _ranked(searcher, query, limit):
             body = _text(stored, F_BODY)
             page_uid = stored.get(F_PAGE_UID)
             sources.append(
@@ -206,6 +224,30 @@ class TantivyBackend:
                 )
             )
         return sources
+
+
+def _ranked(
+    searcher: tantivy.Searcher, query: tantivy.Query, limit: int
+) -> list[tuple[float, dict[str, Any]]]:
+    """The top ``limit`` (score, stored document) pairs: score descending, then
+    ``source_id`` ascending (see the module docstring).
+
+    Fetches one hit past the cut; while that one still ties the last kept score, fetches
+    twice as many, so every document with the cut-off score is read before the cut.
+    """
+    cap = max(MAX_TIE_FETCH, limit + 1)
+    fetch = limit + 1
+    while True:
+        hits = searcher.search(query, fetch, count=False).hits
+        if len(hits) < fetch or hits[limit - 1][0] > hits[-1][0] or fetch >= cap:
+            break
+        fetch = min(fetch * 2, cap)
+    if len(hits) > limit:
+        cut = hits[limit - 1][0]
+        hits = [hit for hit in hits if hit[0] >= cut]
+    ranked = [(float(score), searcher.doc(address).to_dict()) for score, address in hits]
+    ranked.sort(key=lambda pair: (-pair[0], str(pair[1][F_ID][0])))
+    return ranked[:limit]
 
 
 def _text(stored: dict[str, list[object]], field: str) -> str:

@@ -314,7 +314,7 @@ class TantivyIndex:
         if doc.page_uid is not None:
             out.add_integer(F_PAGE_UID, doc.page_uid)
         out.add_text(F_ANALYZER, analyzer.value)
-        out.add_text(analyzer.field_name, f"{doc.title}\n{doc.text}")
+        out.add_text(analyzer.field_name, analyzer.prepare(f"{doc.title}\n{doc.text}"))
         for name, value in doc.fields:
             kind = self._fields.get(name)
             if kind is FieldKind.KEYWORD and isinstance(value, str):
