@@ -1,4 +1,12 @@
-"""The dense arm: embedding providers and the FAISS index."""
+"""The dense arm: embedding providers and the FAISS index.
+
+The two providers are imported on first use (PEP 562): ``import dense`` for the FAISS
+index alone must not load the Ollama client, httpx and pydantic (0.4 s) or the model
+runtime.
+"""
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from dense.allow_list import AllowList
 from dense.breaker import BreakerState, CircuitBreaker
@@ -11,8 +19,18 @@ from dense.contracts import (
 )
 from dense.faiss_index import FaissIndex, IndexKind
 from dense.index_file import FaissIndexCorrupt
-from dense.local import SentenceTransformerEmbedder
-from dense.ollama import OllamaEmbedder
+
+if TYPE_CHECKING:
+    from dense.local import SentenceTransformerEmbedder
+    from dense.ollama import OllamaEmbedder
+
+_PROVIDERS = {"OllamaEmbedder": "dense.ollama", "SentenceTransformerEmbedder": "dense.local"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _PROVIDERS:
+        return getattr(importlib.import_module(_PROVIDERS[name]), name)
+    raise AttributeError(f"module 'dense' has no attribute {name!r}")
 
 __all__ = [
     "AllowList",

@@ -1,10 +1,11 @@
 """``OllamaEmbedder``: embeddings from an Ollama server through the ``ollama`` client.
 
 Failure policy. Everything that can go wrong with the remote side ends in
-``EmbedderUnavailable`` (mapped in one place, ``_unavailable``): connection refused or
-cut, HTTP errors, timeouts, an unknown (not pulled) model, a malformed body, and output
-that breaks the contract — the wrong number of vectors, an empty vector, NaN/inf values,
-a zero vector, or a dimension that differs from the first one seen. Every failure is
+``EmbedderUnavailable`` (described by ``dense.ollama_errors``, the one Ollama mapping):
+connection refused or cut, HTTP errors, timeouts, an unknown (not pulled) model, a
+malformed body, and output that breaks the contract — the wrong number of vectors, an
+empty vector, NaN/inf values, a zero vector, or a dimension that differs from the first
+one seen. Every failure is
 reported to a ``CircuitBreaker``; while it is open, ``embed()`` raises and
 ``is_available()`` answers False at once, without touching the network, so a dead server
 costs one timeout per back-off window, not one per query. Nothing is retried here.
@@ -14,7 +15,6 @@ Logs carry counts, lengths and latencies only — never the texts.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import threading
@@ -22,14 +22,13 @@ import time
 from collections.abc import Sequence
 from functools import cached_property
 
-import httpx
 import numpy as np
 import numpy.typing as npt
 import ollama
-import pydantic
 
 from dense.breaker import BreakerState, CircuitBreaker
 from dense.contracts import EmbedderUnavailable
+from dense.ollama_errors import REMOTE_ERRORS, describe_failure
 
 __all__ = ["DEFAULT_HOST", "OllamaEmbedder"]
 
@@ -38,33 +37,12 @@ logger = logging.getLogger(__name__)
 DEFAULT_HOST = "http://127.0.0.1:11434"
 _PROBE_TEXT = "dimension probe"
 
-# The errors a remote call may raise for remote trouble; anything else is a bug.
-_REMOTE_ERRORS: tuple[type[Exception], ...] = (
-    ConnectionError,  # the client turns httpx.ConnectError into this
-    httpx.HTTPError,  # timeouts, protocol errors, connections cut mid-response
-    ollama.ResponseError,  # HTTP status >= 400, 404 for a model that is not pulled
-    ollama.RequestError,
-    json.JSONDecodeError,  # a body that is not JSON
-    pydantic.ValidationError,  # JSON of the wrong shape
-)
-
-
-def _unavailable(exc: Exception, *, model: str, host: str, call: str) -> EmbedderUnavailable:
-    """Map a remote error to the one exception the embedder raises (the only mapping)."""
-    if isinstance(exc, ollama.ResponseError):
-        if exc.status_code == 404:
-            reason = f"model {model!r} not found (not pulled?)"
-        else:
-            reason = f"HTTP {exc.status_code}: {str(exc.error)[:200]}"
-    elif isinstance(exc, httpx.TimeoutException):
-        reason = f"timed out ({type(exc).__name__})"
-    elif isinstance(exc, ConnectionError | httpx.TransportError):
-        reason = f"cannot reach the server ({type(exc).__name__})"
-    elif isinstance(exc, json.JSONDecodeError | pydantic.ValidationError):
-        reason = f"malformed response ({type(exc).__name__})"
-    else:
-        reason = type(exc).__name__
-    return EmbedderUnavailable(f"ollama {call} at {host}: {reason}")
+def _unavailable(
+    exc: Exception, *, model: str, host: str, call: str, timeout_s: float
+) -> EmbedderUnavailable:
+    return EmbedderUnavailable(
+        f"ollama {call}: {describe_failure(exc, model=model, host=host, timeout_s=timeout_s)}"
+    )
 
 
 class OllamaEmbedder:
@@ -230,8 +208,14 @@ class OllamaEmbedder:
         started = time.perf_counter()
         try:
             shown = self._health_client.show(self._model)
-        except _REMOTE_ERRORS as exc:
-            error = _unavailable(exc, model=self._model, host=self._host, call="health check")
+        except REMOTE_ERRORS as exc:
+            error = _unavailable(
+                exc,
+                model=self._model,
+                host=self._host,
+                call="health check",
+                timeout_s=self._health_timeout_s,
+            )
             self._breaker.record_failure()
             logger.warning("%s (%.1f ms)", error, (time.perf_counter() - started) * 1000)
             return False
@@ -250,8 +234,10 @@ class OllamaEmbedder:
     def _embed_batch(self, batch: list[str]) -> npt.NDArray[np.float32]:
         try:
             response = self._client.embed(model=self._model, input=batch)
-        except _REMOTE_ERRORS as exc:
-            error = _unavailable(exc, model=self._model, host=self._host, call="embed")
+        except REMOTE_ERRORS as exc:
+            error = _unavailable(
+                exc, model=self._model, host=self._host, call="embed", timeout_s=self._timeout_s
+            )
             logger.warning("%s (batch of %d)", error, len(batch))
             raise error from exc
         return self._validated(response.embeddings, expected=len(batch))

@@ -17,7 +17,7 @@ from dense import Embedder
 from engine.config import CorpusConfig, save_config
 from engine.dimension_guard import DimensionGuard
 from engine.documents import AddResult, Document, GrepMatch, Passage, SourceText
-from engine.errors import InvalidArgument
+from engine.errors import InvalidArgument, sealed
 from engine.fields import sparse_kinds
 from engine.filters import Filter, compile_filter
 from engine.metrics import EngineMetrics
@@ -116,6 +116,7 @@ class Corpus:
     def config(self) -> CorpusConfig:
         return self._config
 
+    @sealed
     def __len__(self) -> int:
         return self._store.count()
 
@@ -124,6 +125,7 @@ class Corpus:
 
     # -- reads ----------------------------------------------------------------------------
 
+    @sealed
     def search(
         self,
         query: str,
@@ -150,6 +152,7 @@ class Corpus:
         compiled = compile_filter(filters, self._config.fields)
         return self._searcher.search(query, top_k, offset, language_id, compiled)
 
+    @sealed
     def ask(
         self,
         question: str,
@@ -173,10 +176,12 @@ class Corpus:
         """
         return self._questions.ask(self._config, question, user, top_k, language_id)
 
+    @sealed
     def evidence(self, question: str, top_k: int = 5) -> str:
         """A text package of the best sources for an LLM prompt (empty string: none)."""
         return evidence_text(self.search(question, top_k=top_k))
 
+    @sealed
     def fetch_source(self, source_id: str) -> SourceText:
         """The full text of one public source, capped at ``MAX_FETCH_CHARS``.
 
@@ -185,6 +190,7 @@ class Corpus:
         """
         return fetch_source(self._store, source_id)
 
+    @sealed
     def grep(self, pattern: str, limit: int = 20, *, fixed: bool = False) -> list[GrepMatch]:
         """Regex (or, with ``fixed=True``, exact) matches in public sources' text.
 
@@ -196,6 +202,7 @@ class Corpus:
 
     # -- writes ---------------------------------------------------------------------------
 
+    @sealed
     def add(
         self,
         documents: Iterable[Document],
@@ -244,6 +251,7 @@ class Corpus:
             self._refresh_gauges()
         return AddResult(*totals)
 
+    @sealed
     def delete(self, ids: Iterable[str]) -> int:
         """Delete documents by id; returns how many existed. Unknown ids are ignored."""
         wanted = checked_ids(ids)
@@ -255,6 +263,7 @@ class Corpus:
             self._refresh_gauges()
         return len(deleted)
 
+    @sealed
     def repair(self, batch_size: int = 256, *, max_documents: int | None = None) -> int:
         """Re-embed degraded documents while the embedder answers; returns how many healed.
 
@@ -285,6 +294,7 @@ class Corpus:
                 self._refresh_gauges()
         return healed
 
+    @sealed
     def switch_embedder(
         self,
         config: CorpusConfig,
@@ -389,6 +399,7 @@ class Corpus:
 
     # -- housekeeping ---------------------------------------------------------------------
 
+    @sealed
     def stats(self) -> dict[str, int | bool]:
         return {
             "documents": self._store.count(),
@@ -409,10 +420,12 @@ class Corpus:
             self._store.count_status(EmbeddingStatus.DEGRADED)
         )
 
+    @sealed
     def flush(self) -> None:
         with self._write_lock:
             self._indexes.flush()
 
+    @sealed
     def close(self) -> None:
         with self._write_lock:
             self._questions.reset()

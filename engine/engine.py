@@ -32,6 +32,7 @@ from engine.errors import (
     EngineError,
     EngineLocked,
     InvalidArgument,
+    sealed,
 )
 from engine.limits import is_valid_corpus_name
 from engine.metrics import EngineMetrics
@@ -126,6 +127,7 @@ class SearchEngine:
             )
         return self._root / "corpora" / str(name)
 
+    @sealed
     def list_corpora(self) -> list[str]:
         self._check_open()
         base = self._root / "corpora"
@@ -135,6 +137,7 @@ class SearchEngine:
             if p.is_dir() and (p / "config.json").is_file() and is_valid_corpus_name(p.name)
         )
 
+    @sealed
     def create_corpus(self, config: CorpusConfig) -> Corpus:
         """Create and open a new corpus. Raises ``CorpusExists`` if the name is taken."""
         self._check_open()
@@ -148,6 +151,7 @@ class SearchEngine:
             save_config(directory / "config.json", config)
             return self._open(config, directory)
 
+    @sealed
     def corpus(self, name: str) -> Corpus:
         """Open an existing corpus (the same object on every call)."""
         self._check_open()
@@ -175,6 +179,7 @@ class SearchEngine:
         self._corpora[config.name] = corpus
         return corpus
 
+    @sealed
     def drop_corpus(self, name: str) -> None:
         """Delete a corpus and everything in it. Raises ``CorpusNotFound``."""
         self._check_open()
@@ -189,6 +194,7 @@ class SearchEngine:
             shutil.rmtree(directory, ignore_errors=True)
             self.metrics.forget(name)
 
+    @sealed
     def switch_embedder(
         self,
         name: str,
@@ -275,6 +281,7 @@ class SearchEngine:
         if self._closed:
             raise InvalidArgument("this SearchEngine is closed")
 
+    @sealed
     def close(self) -> None:
         """Flush indexes, close every corpus and release the directory lock."""
         with self._lock:

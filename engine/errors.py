@@ -6,7 +6,10 @@ usual way. Everything else that escapes the public API derives from ``EngineErro
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import functools
+import sqlite3
+from collections.abc import Callable
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 if TYPE_CHECKING:
     from engine.documents import GrepMatch
@@ -43,7 +46,8 @@ class EngineLocked(EngineError):
 
 
 class StorageError(EngineError):
-    """The document store could not complete a write (disk full, I/O error, ...)."""
+    """The document store or an index file could not complete a read or a write (disk
+    full, I/O error, a closed or damaged database, ...)."""
 
 
 class GrepTimeout(EngineError):
@@ -56,3 +60,32 @@ class GrepTimeout(EngineError):
     def __init__(self, message: str, matches: tuple[GrepMatch, ...] = ()) -> None:
         super().__init__(message)
         self.matches = matches
+
+
+# -- the library boundary -----------------------------------------------------------------
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def sealed(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Map the storage layer's own exceptions to ``StorageError`` at a public method.
+
+    The one place where SQLite's and the file system's errors become the engine's: an
+    engine error passes unchanged, ``sqlite3.Error`` and ``OSError`` become
+    ``StorageError`` (chained, so the cause stays visible), and anything else — a bug —
+    propagates as it is rather than being disguised.
+    """
+
+    @functools.wraps(method)
+    def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(*args, **kwargs)
+        except EngineError:
+            raise
+        except sqlite3.Error as exc:
+            raise StorageError(f"the document store failed ({type(exc).__name__}: {exc})") from exc
+        except OSError as exc:
+            raise StorageError(f"storage I/O failed ({type(exc).__name__}: {exc})") from exc
+
+    return call

@@ -27,6 +27,7 @@ from sparse.contracts import (
     RetrievalResult,
     SearchBackend,
 )
+from sparse.errors import frames_of
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ class RetrievalService:
                     backend.name,
                     type(exc).__name__,
                 )
+                logger.debug("sparse backend %s traceback:\n%s", backend.name, frames_of(exc))
                 continue
             return RetrievalResult(sources=_dedupe(sources, cap), backend=backend.name)
         return RetrievalResult(sources=(), backend=None)
@@ -77,6 +79,7 @@ def _available(backend: SearchBackend) -> bool:
         return bool(backend.is_available())
     except Exception as exc:
         logger.warning("sparse backend availability check failed (%s)", type(exc).__name__)
+        logger.debug("availability check traceback:\n%s", frames_of(exc))
         return False
 
 

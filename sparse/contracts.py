@@ -1,8 +1,14 @@
-"""The keyword-search contract: the facade protocol, its DTOs and its limits.
+"""The keyword-search contracts: the public facade and the internal backend seam.
 
-Everything in this module is part of the public contract of ``sparse``: the engine, the
-benchmark and users rely on these names and semantics. The internals behind the facade
-(backends, the cascade) live in sibling modules and may change freely.
+Public (the engine, the benchmark and users rely on these names and semantics):
+``KeywordSearch``, ``KeywordHit``, the limits (``MAX_QUERY_LENGTH``, ``MIN_QUERY_LENGTH``,
+``MAX_SOURCES``, ``MAX_EXCERPT_LENGTH``) and the filter and document types an owner of
+documents uses (``FieldKind``, ``TermsFilter``, ``RangeFilter``, ``SparseDocument``).
+
+Internal seam, free to change without touching any caller of the facade:
+``SearchBackend`` and what flows through it (``RetrievalQuery``, ``AccessContext``,
+``EvidenceSource``, ``RetrievalResult``). Backend implementations and the cascade live
+in sibling modules.
 """
 
 from __future__ import annotations

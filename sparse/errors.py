@@ -6,6 +6,8 @@ callers; searching through the facade never raises at all.
 
 from __future__ import annotations
 
+import traceback
+
 
 class SparseError(Exception):
     """Root of every error raised by ``sparse``."""
@@ -20,3 +22,13 @@ class SparseIndexCorruptError(SparseError):
 
 class SparseIndexLockedError(SparseError):
     """Another writer holds the index's writer lock; nothing was written. Retry later."""
+
+
+def frames_of(exc: BaseException) -> str:
+    """The traceback of ``exc`` as file/line/function frames only, without its message.
+
+    Where the contract says "never raises", the failure is logged at debug level with
+    this: enough to find a bug, while an exception message — which may quote the query
+    (tantivy's parse errors do) — never reaches a log.
+    """
+    return "".join(traceback.format_tb(exc.__traceback__)).rstrip()

@@ -30,6 +30,7 @@ from sparse.contracts import (
     SearchBackend,
     TermsFilter,
 )
+from sparse.errors import frames_of
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ class KeywordSearchFacade:
             return self._service.is_available()
         except Exception as exc:
             logger.warning("keyword availability check failed (%s)", type(exc).__name__)
+            logger.debug("availability check traceback:\n%s", frames_of(exc))
             return False
 
     def search(
@@ -103,6 +105,7 @@ class KeywordSearchFacade:
             return [_to_hit(source) for source in result.sources[: request.limit]]
         except Exception as exc:  # the facade boundary: never an exception out
             logger.warning("keyword search failed (%s); answering []", type(exc).__name__)
+            logger.debug("keyword search traceback:\n%s", frames_of(exc))
             return []
 
 

@@ -4,13 +4,13 @@ The request carries the field schema (as ``format`` and in the system prompt) an
 question — nothing from the store. Before the inference call, a health check
 (``POST /api/show``, short timeout) answers fast when the server is down or the model
 is not pulled; a passed check is trusted for ``health_ttl_s``. Every remote failure is
-mapped, in one place (``_unavailable``), to ``NaturalSearchUnavailable``. Nothing is
+described by ``dense.ollama_errors`` (the one Ollama mapping) and raised as
+``NaturalSearchUnavailable``. Nothing is
 retried. Logs carry lengths, counts and latencies — never the question or the answer.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import threading
@@ -19,25 +19,14 @@ from collections.abc import Callable, Mapping
 from functools import cached_property
 from typing import Protocol
 
-import httpx
 import ollama
-import pydantic
 
+from dense.ollama_errors import REMOTE_ERRORS, describe_failure
 from engine.config import FieldType, NaturalLanguage
 from engine.natural.errors import NaturalSearchUnavailable
 from engine.natural.schema import ModelQuery, output_schema, parse_output, system_prompt
 
 logger = logging.getLogger(__name__)
-
-_REMOTE_ERRORS: tuple[type[Exception], ...] = (
-    ConnectionError,  # the client turns httpx.ConnectError into this
-    httpx.HTTPError,  # timeouts, protocol errors, connections cut mid-response
-    ollama.ResponseError,  # HTTP status >= 400; 404 for a model that is not pulled
-    ollama.RequestError,
-    json.JSONDecodeError,
-    pydantic.ValidationError,
-)
-
 
 class QuestionParser(Protocol):
     """Turns a question into a checked ``ModelQuery``.
@@ -52,21 +41,9 @@ class QuestionParser(Protocol):
 def _unavailable(
     exc: Exception, *, model: str, host: str, timeout_s: float
 ) -> NaturalSearchUnavailable:
-    """Map a remote error to the one exception natural search raises (the only mapping).
-
-    Server-supplied text is never quoted: a hostile or confused server could echo the
-    question back into a message that ends up in a log."""
-    if isinstance(exc, ollama.ResponseError):
-        if exc.status_code == 404:
-            return NaturalSearchUnavailable(
-                f"Ollama at {host} does not have the model {model!r}; run `ollama pull {model}`"
-            )
-        return NaturalSearchUnavailable(f"Ollama at {host} answered HTTP {exc.status_code}")
-    if isinstance(exc, httpx.TimeoutException):
-        return NaturalSearchUnavailable(f"Ollama at {host} did not answer within {timeout_s:g} s")
-    if isinstance(exc, ConnectionError | httpx.TransportError):
-        return NaturalSearchUnavailable(f"cannot reach Ollama at {host} ({type(exc).__name__})")
-    return NaturalSearchUnavailable(f"Ollama at {host} sent a malformed response")
+    return NaturalSearchUnavailable(
+        describe_failure(exc, model=model, host=host, timeout_s=timeout_s)
+    )
 
 
 class OllamaQuestionParser:
@@ -123,7 +100,7 @@ class OllamaQuestionParser:
                 stream=False,
             )
             content = response.message.content
-        except _REMOTE_ERRORS as exc:
+        except REMOTE_ERRORS as exc:
             self._mark_unhealthy()
             raise _unavailable(exc, model=s.model, host=s.host, timeout_s=s.timeout_s) from None
         logger.debug(
@@ -140,7 +117,7 @@ class OllamaQuestionParser:
         s = self._settings
         try:
             shown = self._health_client.show(s.model)
-        except _REMOTE_ERRORS as exc:
+        except REMOTE_ERRORS as exc:
             raise _unavailable(
                 exc, model=s.model, host=s.host, timeout_s=s.health_timeout_s
             ) from None

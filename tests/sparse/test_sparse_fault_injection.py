@@ -160,3 +160,33 @@ def test_a_backend_that_raises_is_contained(index: TantivyIndex) -> None:
     assert len(arm.search("walrus", 10)) == len(DOCS)
     alone = KeywordSearchFacade.full_cascade([Exploding()])
     assert alone.search("walrus", 10) == []
+
+
+class _BuggyBackend:
+    """An index-backed backend whose search fails with a message quoting the query."""
+
+    name = "buggy"
+    priority = 10
+
+    def is_available(self) -> bool:
+        return True
+
+    def search(self, query: RetrievalQuery, access: AccessContext) -> list[EvidenceSource]:
+        return _explode_with(query.text)
+
+
+def _explode_with(text: str) -> list[EvidenceSource]:
+    raise ValueError(f"cannot parse {text!r}")
+
+
+def test_a_contained_failure_logs_its_frames_at_debug_never_the_query(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    facade = KeywordSearchFacade.index_backed([_BuggyBackend()])
+    secret = "walrus zzsecretzz"
+    with caplog.at_level("DEBUG", logger="sparse"):
+        assert facade.search(secret, 5) == []
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert "_explode_with" in logged  # the frames: where it failed
+    assert "ValueError" in logged
+    assert "zzsecretzz" not in logged  # the message, which quotes the query, is not

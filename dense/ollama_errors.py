@@ -1,0 +1,41 @@
+"""What went wrong talking to an Ollama server: the one mapping for that remote service.
+
+Both Ollama clients in Tandem — the embedder (``dense.ollama``) and the question parser
+(``engine.natural``) — catch ``REMOTE_ERRORS`` and describe them with
+``describe_failure``; each wraps the sentence in its own exception type. The description
+never quotes server-supplied text: a hostile or confused server could echo a query back
+into a message that ends up in a log.
+"""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import ollama
+import pydantic
+
+__all__ = ["REMOTE_ERRORS", "describe_failure"]
+
+REMOTE_ERRORS: tuple[type[Exception], ...] = (
+    ConnectionError,  # the client turns httpx.ConnectError into this
+    httpx.HTTPError,  # timeouts, protocol errors, connections cut mid-response
+    ollama.ResponseError,  # HTTP status >= 400; 404 for a model that is not pulled
+    ollama.RequestError,
+    json.JSONDecodeError,  # a body that is not JSON
+    pydantic.ValidationError,  # JSON of the wrong shape
+)
+"""The errors a remote call may raise for remote trouble; anything else is a bug."""
+
+
+def describe_failure(exc: Exception, *, model: str, host: str, timeout_s: float) -> str:
+    """One sentence saying what failed, fit for a log line and an error message."""
+    if isinstance(exc, ollama.ResponseError):
+        if exc.status_code == 404:
+            return f"model {model!r} not found at Ollama {host}; run `ollama pull {model}`"
+        return f"Ollama at {host} answered HTTP {exc.status_code}"
+    if isinstance(exc, httpx.TimeoutException):
+        return f"Ollama at {host} timed out: did not answer within {timeout_s:g} s"
+    if isinstance(exc, ConnectionError | httpx.TransportError):
+        return f"cannot reach Ollama at {host} ({type(exc).__name__})"
+    return f"Ollama at {host} sent a malformed response ({type(exc).__name__})"
