@@ -1,0 +1,161 @@
+"""Calling shard actors: fan-outs that tolerate a dead shard, and calls that retry.
+
+Two disciplines, one place:
+
+- ``fan_out`` (searches, passages): send to every shard believed up, wait at most the
+  search timeout, use what came back. A shard whose call fails is marked down and left
+  out; nothing is raised.
+- ``call`` (writes, and reads that need one particular shard): if the shard is dead or
+  restarting, wait for it to answer a probe and send the call again, until the deadline;
+  then raise ``ShardUnavailable``. A write is acknowledged only by its shard's reply, and
+  every write the coordinator sends is idempotent (an upsert by id, a delete by id), so
+  sending it again after an ambiguous failure is safe.
+
+Errors raised on purpose inside a shard (``engine.EngineError``: a refused document, a
+full disk) come back to the caller as themselves; anything else from a shard is a bug and
+propagates as Ray's ``RayTaskError``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+from engine.cluster.errors import ShardUnavailable
+from engine.cluster.health import ClusterMetrics, Operation, ShardHealth
+from engine.errors import EngineError
+
+logger = logging.getLogger(__name__)
+
+Handle = Any  # a Ray actor handle (``ray.actor.ActorHandle``), untyped upstream
+
+
+def probe(handles: Sequence[Handle], indexes: Sequence[int], timeout_s: float) -> set[int]:
+    """The shards among ``indexes`` that answer a ping within ``timeout_s``."""
+    refs = {handles[i].ping.remote(): i for i in indexes}
+    ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
+    answered: set[int] = set()
+    for ref in ready:
+        try:
+            ray.get(ref, timeout=0)
+        except (RayActorError, RayTaskError, GetTimeoutError):
+            continue
+        answered.add(refs[ref])
+    return answered
+
+
+def reraise_engine_error(exc: RayTaskError) -> None:
+    """Re-raise an ``EngineError`` a shard raised on purpose as itself."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, EngineError):
+        raise cause from None
+
+
+class ShardCalls:
+    """The coordinator's calls to its shard actors (see the module docstring)."""
+
+    def __init__(
+        self,
+        corpus: str,
+        handles: Sequence[Handle],
+        health: ShardHealth,
+        metrics: ClusterMetrics,
+    ) -> None:
+        self._corpus = corpus
+        self._handles = list(handles)
+        self._health = health
+        self._metrics = metrics
+
+    @property
+    def handles(self) -> list[Handle]:
+        return self._handles
+
+    def fan_out(
+        self,
+        indexes: Sequence[int],
+        method: str,
+        args: Callable[[int], tuple[Any, ...]],
+        timeout_s: float,
+        operation: Operation = Operation.SEARCH,
+    ) -> dict[int, Any]:
+        """Call ``method`` on each shard of ``indexes``; the answers of those that replied
+        in time. Failed shards are marked down; nothing is raised for them."""
+        if not indexes:
+            return {}
+        refs = [getattr(self._handles[i], method).remote(*args(i)) for i in indexes]
+        try:  # the common case: one blocking call for every answer
+            return dict(zip(indexes, ray.get(refs, timeout=timeout_s), strict=True))
+        except (RayActorError, RayTaskError, GetTimeoutError):
+            pass
+        answers: dict[int, Any] = {}
+        for index, ref in zip(indexes, refs, strict=True):
+            try:
+                answers[index] = ray.get(ref, timeout=0)
+            except RayActorError:
+                self._health.mark_down(index, operation)
+            except GetTimeoutError:  # slow, not dead: left out of this answer only
+                self._metrics.failures.labels(self._corpus, operation.value).inc()
+                logger.warning("shard %d of %s did not answer in time", index, self._corpus)
+            except RayTaskError as exc:
+                self._metrics.failures.labels(self._corpus, operation.value).inc()
+                logger.error(
+                    "shard %d of %s failed a %s call (%s)",
+                    index,
+                    self._corpus,
+                    method,
+                    type(getattr(exc, "cause", exc)).__name__,
+                )
+        return answers
+
+    def call(
+        self,
+        index: int,
+        method: str,
+        *args: Any,
+        timeout_s: float,
+        operation: Operation,
+    ) -> Any:
+        """Call ``method`` on shard ``index`` until it answers or ``timeout_s`` runs out.
+
+        Raises ``ShardUnavailable`` when the shard did not answer in time (for a write:
+        it was not acknowledged), and an ``EngineError`` the shard raised as itself.
+        """
+        deadline = time.monotonic() + timeout_s
+        attempts = 0
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ShardUnavailable(
+                    f"shard {index} of corpus {self._corpus!r} did not answer within "
+                    f"{timeout_s:g} s ({attempts} attempts); the {method} was not done there",
+                    (index,),
+                )
+            if attempts:
+                if operation is Operation.WRITE:
+                    self._metrics.write_retries.labels(self._corpus).inc()
+                logger.warning("shard %d of %s: sending %s again", index, self._corpus, method)
+            attempts += 1
+            try:
+                ref = getattr(self._handles[index], method).remote(*args)
+                result = ray.get(ref, timeout=remaining)
+            except RayTaskError as exc:
+                reraise_engine_error(exc)
+                raise
+            except GetTimeoutError as exc:
+                raise ShardUnavailable(
+                    f"shard {index} of corpus {self._corpus!r} did not finish a {method} "
+                    f"within {timeout_s:g} s; it was not acknowledged (it may still apply: "
+                    "writes are idempotent, send it again)",
+                    (index,),
+                ) from exc
+            except RayActorError:
+                self._health.mark_down(index, operation)
+                self._health.wait_until_up(index, max(0.0, deadline - time.monotonic()))
+                continue
+            self._health.mark_up(index)
+            return result

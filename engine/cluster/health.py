@@ -1,0 +1,232 @@
+"""Which shards are up, and the coordinator's metrics about them.
+
+A shard is marked down when a call to it fails (its actor died or is restarting) and up
+again when it answers a probe. Searches skip shards marked down, so an outage costs one
+failed call, not one per search; a background thread probes the down shards until they
+answer. Every scrape of the coordinator's registry first probes every shard, so
+``tandem_shards_up{corpus}`` is current even when no search ran.
+
+Metrics (on a registry the coordinator owns; labels: the corpus name only):
+
+- ``tandem_shards{corpus}`` — shards the corpus has;
+- ``tandem_shards_up{corpus}`` — shards that answered their last call or probe;
+- ``tandem_shard_failures_total{corpus,operation}`` — calls to a shard that failed
+  (``search``, ``write``, ``read``, ``probe``);
+- ``tandem_write_retries_total{corpus}`` — write calls sent again after a shard failure;
+- ``tandem_partial_searches_total{corpus}`` — searches answered without every shard;
+- ``tandem_cluster_search_duration_seconds{corpus}`` — sharded search latency.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+from collections.abc import Callable, Iterator, Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import Metric
+
+logger = logging.getLogger(__name__)
+
+Probe = Callable[[Sequence[int], float], set[int]]
+"""(shard indexes, timeout) -> the indexes that answered."""
+
+_BUCKETS = (0.001, 0.002, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+
+
+class Operation(enum.Enum):
+    SEARCH = "search"
+    WRITE = "write"
+    READ = "read"
+    PROBE = "probe"
+
+
+class ClusterMetrics:
+    """The coordinator's metrics; ``registry`` defaults to a fresh one (nothing global)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self.shards = Gauge(
+            "tandem_shards", "Shards of a sharded corpus", ["corpus"], registry=None
+        )
+        self.shards_up = Gauge(
+            "tandem_shards_up",
+            "Shards that answered their last call or probe",
+            ["corpus"],
+            registry=None,
+        )
+        self._refresh: Callable[[], None] | None = None
+        self._refresh_lock = threading.Lock()
+        self.registry.register(_ProbedGauges(self))
+        self.failures = Counter(
+            "tandem_shard_failures",
+            "Calls to a shard that failed",
+            ["corpus", "operation"],
+            registry=self.registry,
+        )
+        self.write_retries = Counter(
+            "tandem_write_retries", "Write calls sent again", ["corpus"], registry=self.registry
+        )
+        self.partial_searches = Counter(
+            "tandem_partial_searches",
+            "Searches answered without every shard",
+            ["corpus"],
+            registry=self.registry,
+        )
+        self.search_duration = Histogram(
+            "tandem_cluster_search_duration_seconds",
+            "Sharded search latency",
+            ["corpus"],
+            buckets=_BUCKETS,
+            registry=self.registry,
+        )
+
+    def set_refresher(self, refresh: Callable[[], None] | None) -> None:
+        self._refresh = refresh
+
+    def refresh(self) -> None:
+        refresh = self._refresh
+        if refresh is None:
+            return
+        with self._refresh_lock:  # one probe at a time, however many scrapers
+            try:
+                refresh()
+            except Exception as exc:  # a scrape must answer even if probing broke
+                logger.warning("shard probe before scrape failed (%s)", type(exc).__name__)
+
+
+class _ProbedGauges:
+    """Collector: probe every shard, then report the two shard gauges."""
+
+    def __init__(self, metrics: ClusterMetrics) -> None:
+        self._metrics = metrics
+
+    def describe(self) -> list[Metric]:
+        return [*self._metrics.shards.collect(), *self._metrics.shards_up.collect()]
+
+    def collect(self) -> Iterator[Metric]:
+        self._metrics.refresh()
+        yield from self._metrics.shards.collect()
+        yield from self._metrics.shards_up.collect()
+
+
+class ShardHealth:
+    """Up/down per shard; probes the down ones on a background thread until they answer."""
+
+    def __init__(
+        self,
+        corpus: str,
+        count: int,
+        metrics: ClusterMetrics,
+        probe: Probe,
+        *,
+        probe_interval_s: float,
+        probe_timeout_s: float,
+    ) -> None:
+        self._corpus = corpus
+        self._up = [True] * count
+        self._metrics = metrics
+        self._probe = probe
+        self._interval = probe_interval_s
+        self._timeout = probe_timeout_s
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._prober: threading.Thread | None = None
+        self._closed = False
+        metrics.shards.labels(corpus).set(count)
+        metrics.shards_up.labels(corpus).set(count)
+        metrics.set_refresher(self.probe_all)
+
+    @property
+    def count(self) -> int:
+        return len(self._up)
+
+    def up(self) -> list[int]:
+        with self._lock:
+            return [i for i, up in enumerate(self._up) if up]
+
+    def is_up(self, index: int) -> bool:
+        with self._lock:
+            return self._up[index]
+
+    def mark_down(self, index: int, operation: Operation) -> None:
+        self._metrics.failures.labels(self._corpus, operation.value).inc()
+        with self._lock:
+            if self._closed:
+                return
+            if self._up[index]:
+                self._up[index] = False
+                logger.warning("shard %d of %s is down", index, self._corpus)
+                self._publish()
+            if self._prober is None or not self._prober.is_alive():
+                self._prober = threading.Thread(
+                    target=self._probe_loop, name=f"tandem-probe-{self._corpus}", daemon=True
+                )
+                self._prober.start()
+            self._wake.notify_all()
+
+    def mark_up(self, index: int) -> None:
+        with self._lock:
+            if not self._up[index]:
+                self._up[index] = True
+                logger.info("shard %d of %s is up", index, self._corpus)
+                self._publish()
+
+    def probe_all(self) -> None:
+        """Probe every shard now and record the answer (run before each scrape)."""
+        answered = self._probe(list(range(self.count)), self._timeout)
+        for index in range(self.count):
+            if index in answered:
+                self.mark_up(index)
+            elif self.is_up(index):
+                self.mark_down(index, Operation.PROBE)
+
+    def wait_until_up(self, index: int, timeout_s: float) -> bool:
+        """Probe ``index`` until it answers or ``timeout_s`` passes; True if it answered."""
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            if index in self._probe([index], min(self._timeout, remaining)):
+                self.mark_up(index)
+                return True
+            with self._lock:
+                if self._closed:
+                    return False
+                self._wake.wait(min(self._interval, max(0.0, deadline - time.monotonic())))
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._wake.notify_all()
+            prober = self._prober
+        if prober is not None:
+            prober.join(timeout=5)
+        self._metrics.set_refresher(None)
+
+    def _publish(self) -> None:  # holds the lock
+        self._metrics.shards_up.labels(self._corpus).set(sum(self._up))
+
+    def _probe_loop(self) -> None:
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                down = [i for i, up in enumerate(self._up) if not up]
+                if not down:
+                    return
+            try:
+                answered = self._probe(down, self._timeout)
+            except Exception as exc:  # keep probing; a probe must never kill the thread
+                logger.warning("shard probe failed (%s)", type(exc).__name__)
+                answered = set()
+            for index in answered:
+                self.mark_up(index)
+            with self._lock:
+                if self._closed:
+                    return
+                self._wake.wait(self._interval)

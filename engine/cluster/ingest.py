@@ -1,0 +1,369 @@
+"""Distributed ingest with Ray Data: read, embed on a pool of actors, write to the shards.
+
+    read (JSONL / Parquet)  →  prepare + skip  →  embed (actor pool)  →  write to shards
+          tasks                  tasks             one CPU (or GPU) each     tasks
+
+- **prepare + skip**: every row becomes a ``Document`` (``engine.surfaces.loaders`` rules:
+  ``id`` or BEIR's ``_id``, ``title``, ``text``, ``url``, ``language_id``,
+  ``access_groups``, declared fields); a row that cannot is counted as rejected, never
+  fatal. With ``resume=True`` (default) rows whose id the owning shard already stores
+  *with a vector* are dropped here, so a restarted job embeds and writes only the rest.
+- **embed**: ``embed_actors`` actors, each holding one model, each reserving one CPU —
+  or one GPU when the cluster has GPUs (``gpus_per_actor``). Rows that carry their own
+  vector (``vector_column``, with ``embedding_model`` checked against the corpus's
+  model) skip this stage.
+- **write**: rows are grouped by owning shard and sent in batches; a dead shard is
+  waited for and the batch sent again (the write is an idempotent upsert), so a shard
+  killed mid-ingest loses nothing that was acknowledged. A shard that stays down past
+  ``write_timeout_s`` fails the job with ``ShardUnavailable``; run it again to resume.
+
+Progress: a running count of documents written (``on_progress`` and a tqdm bar), besides
+Ray Data's own progress bars (``progress=False`` silences both).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import ray
+import ray.data
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+from tqdm import tqdm
+
+from dense import Embedder
+from engine.cluster.calls import reraise_engine_error
+from engine.cluster.errors import ShardUnavailable
+from engine.cluster.routing import group_by_shard
+from engine.cluster.shard import EmbedderFactory
+from engine.cluster.sharded import ShardedCorpus
+from engine.cluster.wire import to_row
+from engine.config import EmbedderSpec, FieldType
+from engine.embedders import default_embedder_factory
+from engine.errors import InvalidArgument
+from engine.write.ingest import embedding_text
+from engine.write.vector_model import check_embedding_model
+
+logger = logging.getLogger(__name__)
+
+Handle = Any
+
+_PAYLOAD = "payload"  # a pickled wire row (plain dict)
+_ID = "id"
+_TEXT = "embed_text"
+_VECTOR = "vector"
+_KIND = "kind"  # "doc", "rejected", "skipped"
+
+
+@dataclass(frozen=True, slots=True)
+class IngestReport:
+    """What one ingest run did. ``written`` documents were acknowledged by their shards."""
+
+    written: int
+    skipped: int
+    rejected: int
+    seconds: float
+
+    @property
+    def docs_per_s(self) -> float:
+        return self.written / self.seconds if self.seconds > 0 else 0.0
+
+
+def ingest(
+    corpus: ShardedCorpus,
+    paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    *,
+    file_format: str | None = None,
+    embed_actors: int = 2,
+    gpus_per_actor: float | None = None,
+    batch_size: int = 256,
+    resume: bool = True,
+    vector_column: str | None = None,
+    embedding_model: str | None = None,
+    embedder_factory: EmbedderFactory | None = None,
+    write_timeout_s: float = 300.0,
+    progress: bool = True,
+    on_progress: Callable[[int], None] | None = None,
+) -> IngestReport:
+    """Load JSON Lines (plain or ``.gz``) or Parquet files into ``corpus`` through Ray Data.
+
+    ``file_format``: ``"jsonl"`` or ``"parquet"`` (default: from the first path's suffix).
+    ``gpus_per_actor``: ``None`` uses one GPU per embedding actor when the cluster has
+    GPUs, else CPUs. ``embedder_factory`` must pickle (default: the engine's providers).
+    """
+    if not 1 <= batch_size <= 10_000:
+        raise InvalidArgument("batch_size must be in 1..10000")
+    if not 1 <= embed_actors <= 1_024:
+        raise InvalidArgument("embed_actors must be in 1..1024")
+    files = [str(p) for p in ([paths] if isinstance(paths, str | os.PathLike) else paths)]
+    if not files:
+        raise InvalidArgument("no input files")
+    for name in files:
+        if not Path(name).exists():
+            raise InvalidArgument(f"no such file: {name}")
+    kind = file_format or _format_of(files[0])
+    spec = corpus.config.embedder
+    if vector_column is not None:
+        if spec is None:
+            raise InvalidArgument("vectors given, but this corpus has vectors off")
+        if embedding_model is None:
+            raise InvalidArgument("vector_column needs embedding_model (the model that made them)")
+        check_embedding_model(
+            embedding_model, corpus._model_names(), corpus.name, has_embeddings=True
+        )
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = progress
+    handles = corpus._calls.handles
+    shards = corpus.shards
+    fields = dict(corpus.config.fields)
+    read_args = {"num_cpus": 0}
+    if kind == "parquet":
+        ds = ray.data.read_parquet(files, ray_remote_args=read_args)
+    else:
+        ds = ray.data.read_json(files, lines=True, ray_remote_args=read_args)
+    ds = ds.map_batches(
+        _prepare,  # type: ignore[arg-type]  # extra arguments come from fn_args
+        fn_args=(handles, shards, fields, resume, vector_column, write_timeout_s),
+        batch_format="pyarrow",
+        batch_size=batch_size,
+        num_cpus=0,
+    )
+    model = embedding_model
+    if spec is not None and vector_column is None:
+        gpus = _gpus(gpus_per_actor)
+        ds = ds.map_batches(
+            _Embed,
+            fn_constructor_args=(spec, embedder_factory, gpus > 0),
+            batch_format="pyarrow",
+            batch_size=batch_size,
+            num_cpus=0 if gpus else 1,
+            num_gpus=gpus,
+            compute=ray.data.ActorPoolStrategy(size=embed_actors),
+        )
+        model = (embedder_factory or default_embedder_factory)(spec).name
+    ds = ds.map_batches(
+        _write,  # type: ignore[arg-type]  # extra arguments come from fn_args
+        fn_args=(handles, shards, model, write_timeout_s),
+        batch_format="pyarrow",
+        batch_size=batch_size,
+        num_cpus=0,
+    )
+    started = time.monotonic()
+    written = skipped = rejected = 0
+    with tqdm(disable=not progress, desc=f"ingest {corpus.name}", unit="doc") as bar:
+        for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+            counts = pa.table(batch).to_pydict()
+            done = sum(counts["written"])
+            written += done
+            skipped += sum(counts["skipped"])
+            rejected += sum(counts["rejected"])
+            bar.update(done)
+            if on_progress is not None:
+                on_progress(written)
+    return IngestReport(written, skipped, rejected, time.monotonic() - started)
+
+
+def _format_of(path: str) -> str:
+    name = path.lower()
+    if name.endswith(".parquet") or Path(path).is_dir():
+        return "parquet"
+    if name.endswith((".jsonl", ".jsonl.gz", ".json", ".json.gz", ".ndjson")):
+        return "jsonl"
+    raise InvalidArgument(f"cannot tell the format of {path}; pass file_format")
+
+
+def _gpus(gpus_per_actor: float | None) -> float:
+    if gpus_per_actor is not None:
+        return gpus_per_actor
+    resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
+    return 1.0 if resources.get("GPU", 0) >= 1 else 0.0
+
+
+def _prepare(
+    batch: pa.Table,
+    handles: Sequence[Handle],
+    shards: int,
+    fields: dict[str, FieldType],
+    resume: bool,
+    vector_column: str | None,
+    timeout_s: float,
+) -> pa.Table:
+    """Rows → documents (or rejections); marks ids already stored with a vector skipped."""
+    from engine.surfaces.loaders import LineError, document_from_json
+
+    kinds: list[str] = []
+    ids: list[str] = []
+    payloads: list[bytes] = []
+    texts: list[str] = []
+    vectors: list[list[float] | None] = []
+    for raw in batch.to_pylist():
+        vector = raw.pop(vector_column, None) if vector_column else None
+        try:
+            if vector_column and vector is None:
+                raise LineError(f"no {vector_column!r} value")
+            doc = document_from_json(_without_nulls(raw), fields)
+        except LineError:
+            kinds.append("rejected")
+            ids.append("")
+            payloads.append(b"")
+            texts.append("")
+            vectors.append(None)
+            continue
+        kinds.append("doc")
+        ids.append(doc.id)
+        payloads.append(pickle.dumps(to_row(doc), protocol=pickle.HIGHEST_PROTOCOL))
+        texts.append(embedding_text(doc.title, doc.text))
+        vectors.append(None if vector is None else [float(x) for x in vector])
+    if resume:
+        wanted = [i for i, k in zip(ids, kinds, strict=True) if k == "doc"]
+        stored = _stored_with_vectors(handles, shards, wanted, timeout_s)
+        kinds = [
+            "skipped" if k == "doc" and i in stored else k for i, k in zip(ids, kinds, strict=True)
+        ]
+    columns: dict[str, Any] = {
+        _KIND: kinds,
+        _ID: ids,
+        _PAYLOAD: pa.array(payloads, type=pa.binary()),
+        _TEXT: texts,
+    }
+    if vector_column:
+        columns[_VECTOR] = pa.array(vectors, type=pa.list_(pa.float32()))
+    return pa.table(columns)
+
+
+def _without_nulls(raw: dict[str, Any]) -> dict[str, Any]:
+    """Arrow fills a key missing from one row with null; the loaders want it absent."""
+    out = {k: v for k, v in raw.items() if v is not None}
+    nested = out.get("fields")
+    if isinstance(nested, dict):
+        out["fields"] = {k: v for k, v in nested.items() if v is not None}
+    return out
+
+
+def _stored_with_vectors(
+    handles: Sequence[Handle], shards: int, ids: Sequence[str], timeout_s: float
+) -> set[str]:
+    stored: set[str] = set()
+    for index, positions in group_by_shard(ids, shards).items():
+        state: dict[str, tuple[str, bool]] = _call_with_retry(
+            handles[index], index, "content_state", ([ids[p] for p in positions],), timeout_s
+        )
+        stored.update(sid for sid, (_, has_vector) in state.items() if has_vector)
+    return stored
+
+
+class _Embed:
+    """One embedding model per actor; embeds the batch's documents (not the skipped)."""
+
+    def __init__(self, spec: EmbedderSpec, factory: EmbedderFactory | None, gpu: bool) -> None:
+        from engine.config import SentenceTransformerEmbedding
+
+        if factory is None and isinstance(spec, SentenceTransformerEmbedding):
+            from dense.local import SentenceTransformerEmbedder
+
+            self._embedder: Embedder = SentenceTransformerEmbedder(
+                spec.model,
+                device="cuda" if gpu else "cpu",
+                onnx_queries=False,
+                progress=False,
+            )
+            _limit_torch_threads()
+        else:
+            self._embedder = (factory or default_embedder_factory)(spec)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        kinds = batch.column(_KIND).to_pylist()
+        texts = batch.column(_TEXT).to_pylist()
+        todo = [i for i, k in enumerate(kinds) if k == "doc"]
+        dimension = self._embedder.dimension
+        vectors = np.zeros((len(kinds), dimension), dtype=np.float32)
+        if todo:
+            vectors[todo] = self._embedder.embed([texts[i] for i in todo])
+        flat = pa.array(vectors.reshape(-1), type=pa.float32())
+        column = pa.FixedSizeListArray.from_arrays(flat, dimension)
+        return batch.drop_columns([_TEXT]).append_column(_VECTOR, column)
+
+
+def _limit_torch_threads() -> None:
+    """One intra-op thread per reserved CPU (Ray sets ``OMP_NUM_THREADS`` to match)."""
+    try:
+        import torch
+    except ImportError:
+        return
+    threads = int(os.environ.get("OMP_NUM_THREADS", "1") or 1)
+    torch.set_num_threads(max(1, threads))
+
+
+def _write(
+    batch: pa.Table,
+    handles: Sequence[Handle],
+    shards: int,
+    model: str | None,
+    timeout_s: float,
+) -> pa.Table:
+    """Send the batch's documents to their shards; one summary row per batch."""
+    kinds = batch.column(_KIND).to_pylist()
+    keep = [i for i, k in enumerate(kinds) if k == "doc"]
+    written = 0
+    if keep:
+        kept = batch.take(pa.array(keep))
+        rows = [pickle.loads(payload) for payload in kept.column(_PAYLOAD).to_pylist()]
+        vectors = None
+        if _VECTOR in kept.column_names:
+            column = kept.column(_VECTOR).combine_chunks()
+            flat = column.flatten().to_numpy(zero_copy_only=False)
+            vectors = np.asarray(flat, dtype=np.float32).reshape(len(keep), -1)
+        groups = group_by_shard([r["id"] for r in rows], shards)
+        pending = {
+            index: (
+                [rows[p] for p in positions],
+                None if vectors is None else vectors[positions],
+            )
+            for index, positions in groups.items()
+        }
+        for index, (part_rows, part_vectors) in pending.items():
+            payload = ray.put(part_rows)  # sent again as is if the shard has to be retried
+            args = (payload, part_vectors, None if part_vectors is None else model)
+            _call_with_retry(handles[index], index, "add", args, timeout_s)
+            written += len(part_rows)
+    return pa.table(
+        {
+            "written": [written],
+            "skipped": [kinds.count("skipped")],
+            "rejected": [kinds.count("rejected")],
+        }
+    )
+
+
+def _call_with_retry(
+    handle: Handle, index: int, method: str, args: tuple[Any, ...], timeout_s: float
+) -> Any:
+    """One shard call, sent again while the shard restarts (every call made here is
+    idempotent: a read, or an upsert by id)."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.1
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            return ray.get(getattr(handle, method).remote(*args), timeout=max(remaining, 0.001))
+        except RayTaskError as exc:
+            reraise_engine_error(exc)
+            raise
+        except (RayActorError, GetTimeoutError):
+            if time.monotonic() + delay >= deadline:
+                raise ShardUnavailable(
+                    f"shard {index} did not answer for {timeout_s:g} s; its batch was not "
+                    "written (run the ingest again to resume)",
+                    (index,),
+                ) from None
+            logger.warning("shard %d is down; sending its %s again", index, method)
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)

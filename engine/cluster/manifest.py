@@ -1,0 +1,72 @@
+"""``cluster.json``: what a sharded corpus is — its config, shard count and placement.
+
+The manifest lives in the sharded corpus's root directory, beside one ordinary Tandem
+engine directory per shard (``shards/000``, ``shards/001``, ...). Only the coordinator
+reads it; each shard actor is told its own directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from engine.cluster.errors import ClusterExists, ClusterNotFound
+from engine.cluster.routing import MAX_SHARDS
+from engine.config import CorpusConfig
+from engine.errors import InvalidArgument
+
+MANIFEST_NAME = "cluster.json"
+FORMAT = 1
+
+
+class ClusterManifest(BaseModel):
+    """A sharded corpus's identity. ``placement``, when given, names one Ray custom
+    resource per shard (``ray start --resources '{"tandem-disk-a": 1}'``): the shard's
+    actor is only ever scheduled on a node offering it — the node whose disk holds it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    format: int = FORMAT
+    config: CorpusConfig
+    shards: Annotated[int, Field(ge=1, le=MAX_SHARDS)]
+    placement: tuple[str, ...] | None = None
+
+    @field_validator("placement")
+    @classmethod
+    def _names(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is not None and not all(isinstance(v, str) and 0 < len(v) <= 128 for v in value):
+            raise ValueError("placement names must be 1-128 character strings")
+        return value
+
+    def shard_directory(self, root: Path, index: int) -> Path:
+        return root / "shards" / f"{index:03d}"
+
+
+def write_manifest(root: Path, manifest: ClusterManifest) -> None:
+    """Create ``root/cluster.json`` (atomically); refuses an existing one."""
+    if manifest.placement is not None and len(manifest.placement) != manifest.shards:
+        raise InvalidArgument("placement must name one resource per shard")
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / MANIFEST_NAME
+    if path.exists():
+        raise ClusterExists(f"{root} already holds a sharded corpus")
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(manifest.model_dump_json(indent=2))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def read_manifest(root: Path) -> ClusterManifest:
+    path = root / MANIFEST_NAME
+    if not path.is_file():
+        raise ClusterNotFound(f"no sharded corpus at {root} (no {MANIFEST_NAME})")
+    try:
+        return ClusterManifest.model_validate(json.loads(path.read_text("utf-8")))
+    except ValueError as exc:
+        raise InvalidArgument(f"{path} is not a valid cluster manifest: {exc}") from exc

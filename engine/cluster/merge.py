@@ -1,0 +1,83 @@
+"""Merging shards' arm windows into global rankings, then one fusion (pure functions).
+
+Each shard returns its keyword window and its vector window, best first, with scores.
+Each arm is merged across shards by score — the global ranking a single corpus holding
+every document would have produced, up to per-shard BM25 statistics — and only then are
+the two global rankings fused, once, with ``fusion.rrf``. Never an RRF of per-shard RRFs:
+a shard's rank 1 is not the corpus's rank 1.
+
+Ties: an equal score keeps each shard's own order and puts the lower shard index first,
+so a one-shard corpus ranks exactly as a single corpus does. Hits without a comparable
+score (the database fallback answering a keyword search) come after every scored hit,
+interleaved shard by shard in their own order.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator, Sequence
+
+from engine.search.windows import ScoredHit
+from fusion import FusedHit, rrf
+
+_Key = tuple[int, float, int, int]
+
+
+def _keyed(shard: int, hits: Sequence[ScoredHit]) -> Iterator[tuple[_Key, ScoredHit]]:
+    for rank, hit in enumerate(hits):
+        if hit.score is None:
+            yield (1, float(rank), shard, rank), hit
+        else:
+            yield (0, -hit.score, shard, rank), hit
+
+
+def merge_arm(per_shard: Sequence[Sequence[ScoredHit]], limit: int) -> list[ScoredHit]:
+    """The global ranking of one arm: every shard's hits by score, best first, cut at
+    ``limit``. Each shard's list must already be best first (as every arm returns it)."""
+    merged = heapq.merge(*(_keyed(i, hits) for i, hits in enumerate(per_shard)))
+    out: list[ScoredHit] = []
+    seen: set[str] = set()
+    for _, hit in merged:
+        if len(out) >= limit:
+            break
+        if hit.id in seen:  # an id lives on one shard; guard against a double answer anyway
+            continue
+        seen.add(hit.id)
+        out.append(hit)
+    return out
+
+
+def dedupe_urls(hits: Sequence[ScoredHit], limit: int) -> list[ScoredHit]:
+    """The keyword cascade's rule, applied to the merged arm: keep the first (best) hit
+    per non-empty URL — two shards may each hold a page under one URL."""
+    seen: set[str] = set()
+    kept: list[ScoredHit] = []
+    for hit in hits:
+        if hit.url:
+            if hit.url in seen:
+                continue
+            seen.add(hit.url)
+        kept.append(hit)
+        if len(kept) >= limit:
+            break
+    return kept
+
+
+def fuse(
+    sparse: Sequence[ScoredHit],
+    dense: Sequence[ScoredHit] | None,
+    *,
+    k: float,
+    weights: tuple[float, float],
+    limit: int,
+) -> list[FusedHit]:
+    """One ``fusion.rrf`` over the global rankings. ``dense=None`` is a keyword search:
+    the keyword ranking alone (as a single corpus fuses it), ranks reported as
+    ``(sparse, None)``."""
+    sparse_ids = [h.id for h in sparse]
+    if dense is None:
+        return [
+            FusedHit(hit.id, hit.score, (*hit.ranks, None))
+            for hit in rrf([sparse_ids], k=k, limit=limit)
+        ]
+    return rrf([sparse_ids, [h.id for h in dense]], k=k, weights=weights, limit=limit)

@@ -1,0 +1,75 @@
+"""Connecting to Ray: a local cluster on 127.0.0.1, or an existing cluster by address.
+
+Nothing calls out: Ray's usage statistics are switched off (``RAY_USAGE_STATS_ENABLED=0``)
+in this process and every process Ray starts from it, the dashboard is not started, and a
+local cluster binds every server to the loopback interface. (Ray resolves a node address
+of ``127.0.0.1`` to the machine's outward address unless
+``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, its switch for single-machine clusters; with it
+the GCS, raylet, object manager and workers listen on 127.0.0.1 only.)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import ray
+
+logger = logging.getLogger(__name__)
+
+NAMESPACE = "tandem"
+LOOPBACK = "127.0.0.1"
+
+
+def no_telemetry() -> None:
+    """Ray's usage statistics off, for this process and the processes it starts."""
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+
+
+def start_local_cluster(
+    num_cpus: int | None = None,
+    *,
+    object_store_memory: int | None = None,
+    log_to_driver: bool = False,
+) -> None:
+    """Start (or join, if this process already did) a one-machine Ray cluster on 127.0.0.1.
+
+    ``num_cpus`` is what Ray may schedule (embedding actors take one each; shard actors
+    take none by default). No dashboard, no usage statistics, loopback only.
+    """
+    no_telemetry()
+    if ray.is_initialized():
+        return
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # loopback, see the module doc
+    ray.init(
+        num_cpus=num_cpus,
+        include_dashboard=False,
+        object_store_memory=object_store_memory,
+        namespace=NAMESPACE,
+        log_to_driver=log_to_driver,
+        configure_logging=False,
+    )
+    logger.info("local Ray cluster started on %s", LOOPBACK)
+
+
+def connect(address: str, *, log_to_driver: bool = False) -> None:
+    """Join an existing Ray cluster (``ray start --head`` printed its address)."""
+    no_telemetry()
+    if ray.is_initialized():
+        return
+    ray.init(
+        address=address,
+        namespace=NAMESPACE,
+        log_to_driver=log_to_driver,
+        configure_logging=False,
+    )
+
+
+def ensure_ray(address: str | None = None) -> None:
+    """Connect to ``address`` or, without one, start a local cluster (unless connected)."""
+    if ray.is_initialized():
+        return
+    if address:
+        connect(address)
+    else:
+        start_local_cluster()

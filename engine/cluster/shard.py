@@ -1,0 +1,169 @@
+"""One shard: a Ray actor that owns an ordinary Tandem engine directory.
+
+The actor opens (or, the first time, creates) a ``SearchEngine`` in its directory with
+one corpus, named like the sharded corpus, and answers the coordinator's calls on it.
+When its process dies Ray restarts the actor (``max_restarts``); the new incarnation
+runs ``__init__`` again and reopens the same directory — the store is the source of
+truth and the derived indexes catch up from it, exactly as after a crash of a single
+corpus. The directory lock (``flock``) makes a second incarnation wait until the first
+one's process is gone; see the README on where that lock holds.
+
+Documents arrive as plain rows (``engine.cluster.wire``) with the coordinator's vectors.
+Engine errors are returned through Ray to the coordinator, which re-raises them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from dense import Embedder
+from engine.cluster.wire import Row, from_row
+from engine.config import CorpusConfig, EmbedderSpec
+from engine.documents import GrepMatch, Passage, SourceText
+from engine.engine import SearchEngine
+from engine.errors import CorpusNotFound, EngineLocked, GrepTimeout, SourceNotFound
+from engine.search.windows import ArmWindows
+from sparse import FieldFilter
+
+logger = logging.getLogger(__name__)
+
+EmbedderFactory = Callable[[EmbedderSpec], Embedder]
+
+
+@dataclass(frozen=True, slots=True)
+class ShardSpec:
+    """What a shard actor needs to (re)open itself. Must pickle: ``embedder_factory``
+    is a module-level function or another picklable callable (``None``: the engine's
+    default providers, models loaded only if this shard ever embeds by itself)."""
+
+    index: int
+    directory: str
+    config: CorpusConfig
+    embedder_factory: EmbedderFactory | None = None
+    lock_wait_s: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class ShardInfo:
+    index: int
+    pid: int
+    node_id: str
+    documents: int
+
+
+class ShardActor:
+    """The actor body (wrapped by ``ray.remote`` in ``engine.cluster.sharded``)."""
+
+    def __init__(self, spec: ShardSpec) -> None:
+        self._spec = spec
+        self._engine = _open_engine(Path(spec.directory), spec.embedder_factory, spec.lock_wait_s)
+        try:
+            self._corpus = self._engine.corpus(spec.config.name)
+        except CorpusNotFound:
+            self._corpus = self._engine.create_corpus(spec.config)
+
+    # -- health ---------------------------------------------------------------------------
+
+    def info(self) -> ShardInfo:
+        import ray
+
+        return ShardInfo(
+            index=self._spec.index,
+            pid=os.getpid(),
+            node_id=ray.get_runtime_context().get_node_id(),
+            documents=len(self._corpus),
+        )
+
+    def ping(self) -> int:
+        return self._spec.index
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def add(
+        self,
+        rows: Sequence[Row],
+        vectors: npt.NDArray[np.float32] | None,
+        model: str | None,
+    ) -> tuple[int, int, int, int]:
+        docs = [from_row(row) for row in rows]
+        result = self._corpus.add(docs, embeddings=vectors, embedding_model=model, progress=False)
+        return result.added, result.updated, result.unchanged, result.degraded
+
+    def delete(self, ids: Sequence[str]) -> int:
+        return self._corpus.delete(ids)
+
+    def content_state(self, ids: Sequence[str]) -> dict[str, tuple[str, bool]]:
+        return self._corpus._content_state(ids)
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def windows(
+        self,
+        text: str,
+        vector: npt.NDArray[np.float32] | None,
+        need: int,
+        window: int,
+        language: int | None,
+        filters: tuple[FieldFilter, ...],
+    ) -> ArmWindows:
+        return self._corpus._arm_windows(text, vector, need, window, language, filters)
+
+    def passages(
+        self, ids: Sequence[str], text: str, filters: tuple[FieldFilter, ...]
+    ) -> tuple[Passage, ...]:
+        return tuple(self._corpus._passages_for(ids, text, filters))
+
+    def fetch(self, source_id: str) -> SourceText | None:
+        try:
+            return self._corpus.fetch_source(source_id)
+        except SourceNotFound:
+            return None
+
+    def grep(self, pattern: str, limit: int, fixed: bool) -> tuple[tuple[GrepMatch, ...], bool]:
+        """Matches, and whether the scan ran out of its time budget first."""
+        try:
+            return tuple(self._corpus.grep(pattern, limit, fixed=fixed)), False
+        except GrepTimeout as exc:
+            return exc.matches, True
+
+    def stats(self) -> Mapping[str, Any]:
+        return {"index": self._spec.index, **self._corpus.stats()}
+
+    def count(self) -> int:
+        return len(self._corpus)
+
+    def repair(self, batch_size: int) -> int:
+        return self._corpus.repair(batch_size)
+
+    def flush(self) -> None:
+        self._corpus.flush()
+
+    def close(self) -> None:
+        self._engine.close()
+
+
+def _open_engine(
+    directory: Path, factory: EmbedderFactory | None, lock_wait_s: float
+) -> SearchEngine:
+    """Open the shard's engine, waiting while a previous incarnation still holds the lock
+    (its process may take a moment to die; on shared storage it may be another node's)."""
+    deadline = time.monotonic() + lock_wait_s
+    delay = 0.05
+    while True:
+        try:
+            return SearchEngine(directory, embedder_factory=factory)
+        except EngineLocked:
+            if time.monotonic() >= deadline:
+                raise
+            logger.warning("shard directory %s is locked; waiting for its holder", directory)
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)

@@ -1,0 +1,79 @@
+"""Test doubles and data for sharded corpora.
+
+Shard actors build their own embedder from the factory they are given, so a factory used
+with ``ShardedCorpus`` must pickle by reference: a module-level function, like
+``hash_factory`` here.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from engine import Document
+from engine.config import EmbedderSpec
+from tests.support.fakes import HashEmbedder
+
+_TOPICS = (
+    "password reset login account",
+    "delivery shipping parcel courier",
+    "invoice payment refund billing",
+    "garden roses tomatoes compost",
+    "river bridge flood weather",
+    "violin concert orchestra music",
+)
+_AUTHORS = ("ada", "grace", "alan", "edsger")
+
+
+def hash_factory(spec: EmbedderSpec) -> HashEmbedder:
+    """The same deterministic 64-dimension fake for every spec, in every process."""
+    del spec
+    return HashEmbedder()
+
+
+def sample_documents(count: int = 120) -> list[Document]:
+    """Documents over a few topics with filter fields, two languages, some non-public
+    ones (ids ``secret-*``) and a few sharing a URL."""
+    docs: list[Document] = []
+    for i in range(count):
+        topic = _TOPICS[i % len(_TOPICS)].split()
+        words = [topic[(i * 7 + j) % len(topic)] for j in range(3 + i % 5)]
+        docs.append(
+            Document(
+                id=f"doc-{i:03d}",
+                title=f"{topic[0].title()} note {i}",
+                text=f"{' '.join(words)} item {i} of the collection, about {topic[i % 4]}.",
+                url=f"/shared/{i % 10}" if i % 23 == 0 else f"/docs/{i}",
+                language_id=1 if i % 11 == 0 else 0,
+                fields={
+                    "author": _AUTHORS[i % len(_AUTHORS)],
+                    "year": 2000 + i % 20,
+                    "day": dt.date(2020, 1 + i % 12, 1 + i % 28),
+                },
+            )
+        )
+    for i in range(6):
+        topic = _TOPICS[i % len(_TOPICS)]
+        docs.append(
+            Document(
+                id=f"secret-{i}",
+                title=f"Secret {topic}",
+                text=f"{topic} {topic} confidential staff only",
+                access_groups=frozenset({"staff"}),
+                fields={"author": "ada", "year": 2010},
+            )
+        )
+    return docs
+
+
+FIELDS = {"author": "keyword", "year": "integer", "day": "date"}
+
+QUERIES = (
+    "password reset",
+    "shipping parcel courier",
+    "refund billing invoice item 7",
+    "roses compost garden",
+    "flood bridge",
+    "orchestra",
+    "confidential staff",
+    "collection item",
+)
