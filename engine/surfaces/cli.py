@@ -374,6 +374,54 @@ def _wait_for_stop_signal() -> None:
 
 
 @app.command()
+def serve(
+    ctx: typer.Context,
+    host: Annotated[
+        str, typer.Option(help="Interface to listen on (0.0.0.0 exposes it to the network).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="0 picks a free port.")] = 8000,
+    workers: Annotated[int, typer.Option(min=1, max=64, help="Worker processes.")] = 1,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--token-file",
+            help="File holding the API token that writes need (else $TANDEM_API_TOKEN; "
+            "without one, writes are refused).",
+            dir_okay=False,
+            metavar="PATH",
+        ),
+    ] = None,
+    path: PathOpt = None,
+) -> None:
+    """Serve the HTTP API (/v1), the search page (/), /metrics and health checks.
+
+    Runs until Ctrl-C or SIGTERM. Reads are public and see public documents only;
+    writes need Authorization: Bearer <token>.
+    """
+    from engine.surfaces.http.serve import serve_http  # lazy: uvicorn and FastAPI
+    from engine.surfaces.http.settings import ServerSettings
+
+    home = engine_home(ctx, path)
+    if not home.is_dir():
+        raise CommandError(f"no Tandem engine at {home} (use --path or ${HOME_ENV})")
+    settings = ServerSettings(
+        home=home.resolve(), token_file=None if token_file is None else token_file.resolve()
+    )
+    serve_http(
+        settings,
+        host=host,
+        port=port,
+        workers=workers,
+        announce=_announce,
+    )
+
+
+def _announce(line: str) -> None:
+    typer.echo(line)
+    sys.stdout.flush()  # a supervisor reading our stdout sees the address at once
+
+
+@app.command()
 def mcp(ctx: typer.Context, path: PathOpt = None) -> None:
     """Serve the corpora to an agent over MCP (stdio)."""
     from engine.surfaces.mcp_server import serve_stdio  # lazy: the SDK is heavy

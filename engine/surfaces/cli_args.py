@@ -46,6 +46,7 @@ PathOpt = Annotated[
     Path | None,
     typer.Option(
         "--path",
+        "--home",
         help=f"Engine directory (default: ${HOME_ENV}, else ./{DEFAULT_HOME}).",
         show_default=False,
         file_okay=False,

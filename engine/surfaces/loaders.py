@@ -192,7 +192,7 @@ def _json_type(value: object) -> str:
 
 
 class _LineSource(Protocol):
-    def readline(self, size: int | None = -1, /) -> bytes: ...
+    def readline(self, size: int = -1, /) -> bytes: ...
 
 
 class DocumentFile:

@@ -1,0 +1,93 @@
+"""The FastAPI application of ``tandem serve``: one per worker process.
+
+``create_app`` wires the pieces: the engine opened in the lifespan (and closed at
+shutdown), the ``/v1`` read and write routers, operations (``/metrics``, ``/healthz``,
+``/readyz``), the search page and local API docs, the body caps, the request guard and
+the one error mapping. There is no CORS middleware: a browser page from another origin
+cannot call this API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio.to_thread
+from fastapi import FastAPI
+
+from engine import SearchEngine
+from engine.surfaces.http import ops, page, routes_read, routes_write
+from engine.surfaces.http.caps import BodyCap
+from engine.surfaces.http.errors import install_error_handlers
+from engine.surfaces.http.ops import RequestGuard, RequestMetrics
+from engine.surfaces.http.settings import ServerSettings, load_token
+
+__all__ = ["EngineFactory", "app_from_env", "create_app"]
+
+EngineFactory = Callable[[Path], SearchEngine]
+
+API_VERSION = "1"
+DESCRIPTION = """\
+Hybrid keyword + vector search over the corpora of one engine directory.
+
+Reads (search, evidence, sources, grep, ask, recall) are public and only ever see public
+documents. Writes need `Authorization: Bearer <token>`. Every error has the shape
+`{"error": {"code": ..., "message": ...}}`. There is no search mode to choose.
+"""
+
+
+def _open_all(engine: SearchEngine) -> None:
+    for name in engine.list_corpora():
+        engine.corpus(name)  # publishes its gauges; the first search does not pay the open
+
+
+def create_app(settings: ServerSettings, *, engine_factory: EngineFactory | None = None) -> FastAPI:
+    """The app serving the engine directory ``settings.home``.
+
+    Raises ``InvalidArgument`` when the configured token is unusable (see ``load_token``).
+    ``engine_factory`` (tests) builds the ``SearchEngine``; the default opens the directory.
+    """
+    token = load_token(settings)
+    factory: EngineFactory = engine_factory or SearchEngine
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = await anyio.to_thread.run_sync(factory, settings.home)
+        try:
+            await anyio.to_thread.run_sync(_open_all, engine)
+            app.state.request_metrics = RequestMetrics(engine.registry)
+            app.state.engine = engine
+            yield
+        finally:
+            app.state.engine = None
+            await anyio.to_thread.run_sync(engine.close)
+
+    app = FastAPI(
+        title="Tandem",
+        version=API_VERSION,
+        description=DESCRIPTION,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url="/openapi.json",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.token = token
+    app.state.engine = None
+    app.state.request_metrics = None
+    install_error_handlers(app)
+    app.include_router(routes_read.router)
+    app.include_router(routes_write.router)
+    app.include_router(ops.router)
+    app.include_router(page.router)
+    app.add_middleware(
+        BodyCap, default_cap=settings.max_body_bytes, upload_cap=settings.max_upload_bytes
+    )
+    app.add_middleware(RequestGuard)  # outermost: sees every answer, catches what escaped
+    return app
+
+
+def app_from_env() -> FastAPI:
+    """The app for a uvicorn worker process (settings from ``TANDEM_SERVE_SETTINGS``)."""
+    return create_app(ServerSettings.from_env())

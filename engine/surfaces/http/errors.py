@@ -1,0 +1,157 @@
+"""Every error the API answers, in one JSON shape: ``{"error": {"code", "message"}}``.
+
+The engine's exception hierarchy is mapped to a status and a code here and nowhere else
+(``engine_error``). Messages are the engine's own sentences (they name the field, the cap,
+the corpus); request validation errors list what is wrong where, without echoing the
+input back. Unexpected exceptions become a 500 with a fixed message and no traceback
+(``ops.RequestGuard``); log lines name exception types only, never query or document text.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from engine import (
+    CorpusExists,
+    CorpusNotFound,
+    EngineError,
+    EngineLocked,
+    GrepTimeout,
+    InvalidArgument,
+    NaturalSearchUnavailable,
+    RateLimited,
+    SourceNotFound,
+    StorageError,
+)
+
+__all__ = ["ApiError", "engine_error", "error_body", "install_error_handlers"]
+
+logger = logging.getLogger(__name__)
+
+_MAX_MESSAGE_CHARS = 1_000
+
+
+class ApiError(HTTPException):
+    """An answer other than success, with a stable machine-readable ``code``.
+
+    An ``HTTPException`` so that FastAPI passes it through untouched even when it is
+    raised while a request body is being read (the body caps do that).
+    """
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(status_code=status, detail=message, headers=dict(headers or {}))
+        self.code = code
+        self.message = message
+
+
+def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
+    return {"error": {"code": code, "message": message[:_MAX_MESSAGE_CHARS]}}
+
+
+def _json(
+    status: int, code: str, message: str, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse(error_body(code, message), status_code=status, headers=dict(headers or {}))
+
+
+# Most specific first: SourceNotFound and CorpusNotFound are KeyErrors, InvalidArgument a
+# ValueError, GrepTimeout and the natural-language errors plain EngineErrors.
+_ENGINE_ERRORS: Sequence[tuple[type[EngineError], int, str]] = (
+    (GrepTimeout, 422, "grep_timeout"),
+    (InvalidArgument, 422, "invalid_argument"),
+    (CorpusNotFound, 404, "corpus_not_found"),
+    (SourceNotFound, 404, "source_not_found"),
+    (CorpusExists, 409, "corpus_exists"),
+    (RateLimited, 429, "rate_limited"),
+    (NaturalSearchUnavailable, 503, "questions_unavailable"),
+    (EngineLocked, 503, "engine_busy"),
+    (StorageError, 507, "storage_error"),
+)
+
+
+def engine_error(exc: EngineError) -> ApiError:
+    """The API answer for an engine exception: the one mapping of the whole server."""
+    for kind, status, code in _ENGINE_ERRORS:
+        if isinstance(exc, kind):
+            headers: dict[str, str] = {}
+            message = str(exc)
+            if isinstance(exc, RateLimited):
+                headers["Retry-After"] = str(max(1, round(exc.retry_after_s)))
+            elif isinstance(exc, EngineLocked):
+                headers["Retry-After"] = "1"
+            elif isinstance(exc, SourceNotFound):
+                message = "no public source with this id"  # absent and non-public look alike
+            return ApiError(status, code, message, headers)
+    logger.warning("engine error answered as 500: %s", type(exc).__name__)
+    return ApiError(500, "engine_error", "the search engine could not complete this request")
+
+
+_HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    413: "body_too_large",
+    415: "unsupported_media_type",
+    422: "invalid_request",
+    429: "rate_limited",
+}
+
+
+def _validation_message(errors: Sequence[Any]) -> str:
+    parts = []
+    for error in errors[:10]:
+        loc = ".".join(str(p) for p in error.get("loc", ()) if p not in ("body",)) or "body"
+        parts.append(f"{loc}: {error.get('msg', 'invalid')}")
+    more = len(errors) - 10
+    if more > 0:
+        parts.append(f"... and {more} more")
+    return "; ".join(parts) or "invalid request"
+
+
+async def _on_api_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    return _json(exc.status_code, exc.code, exc.message, exc.headers)
+
+
+async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)
+    code = _HTTP_CODES.get(exc.status_code, "http_error")
+    message = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
+    if exc.status_code == 404:
+        message = "no such endpoint (the API lives under /v1; see /docs)"
+    return _json(exc.status_code, code, message, exc.headers)
+
+
+async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    return _json(422, "invalid_request", _validation_message(exc.errors()))
+
+
+async def _on_engine_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, EngineError)
+    mapped = engine_error(exc)
+    return _json(mapped.status_code, mapped.code, mapped.message, mapped.headers)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(ApiError, _on_api_error)
+    app.add_exception_handler(HTTPException, _on_http_error)
+    app.add_exception_handler(RequestValidationError, _on_validation_error)
+    app.add_exception_handler(EngineError, _on_engine_error)
+    # Anything else that escapes becomes a 500 in ``ops.RequestGuard``.

@@ -1,0 +1,142 @@
+"""Operations: ``/metrics``, ``/healthz``, ``/readyz``, and the request metrics behind them.
+
+``/metrics`` is the engine's own registry (searches by strategy, fallbacks, latency,
+degraded documents, ...) plus this server's request counters, so it counts exactly the
+searches this server answered. With several workers, each process writes its values to
+prometheus_client's multiprocess directory and a scrape sums them (the library's
+multiprocess mode); the corpus-state gauges are re-read by the answering worker first.
+
+``RequestGuard`` (pure ASGI, outermost) counts requests by route template, method and
+status — never by path, which can carry text a caller typed — and turns any exception
+that escaped the app into a 500 in the API's error shape, logging its type only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import anyio.to_thread
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from engine import SearchEngine
+from engine.surfaces.http.errors import error_body
+from engine.surfaces.metrics_http import CONTENT_TYPE
+
+__all__ = ["RequestGuard", "RequestMetrics", "router", "scrape"]
+
+logger = logging.getLogger(__name__)
+
+_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+
+
+class RequestMetrics:
+    """``tandem_http_requests_total`` and ``tandem_http_request_duration_seconds``."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter(
+            "tandem_http_requests",
+            "HTTP requests answered, by route template, method and status code.",
+            ["route", "method", "status"],
+            registry=registry,
+        )
+        self.duration = Histogram(
+            "tandem_http_request_duration_seconds",
+            "Wall time from request start to the end of the response, by route template.",
+            ["route"],
+            buckets=_BUCKETS,
+            registry=registry,
+        )
+
+
+class RequestGuard:
+    """Counts every request and answers 500 (error shape) for anything that escaped."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = [500]
+        started = [False]
+
+        async def tracked(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = int(message["status"])
+                started[0] = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as exc:  # the last line of defence: never a traceback page
+            logger.error("unhandled %s while answering a request", type(exc).__name__)
+            if not started[0]:
+                body = json.dumps(
+                    error_body("internal_error", "the server failed to answer this request")
+                ).encode()
+                await tracked(
+                    {
+                        "type": "http.response.start",
+                        "status": 500,
+                        "headers": [(b"content-type", b"application/json")],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+        finally:
+            metrics: RequestMetrics | None = getattr(scope["app"].state, "request_metrics", None)
+            if metrics is not None:
+                route = getattr(scope.get("route"), "path", "unmatched")
+                metrics.requests.labels(route, scope.get("method", ""), str(status[0])).inc()
+                metrics.duration.labels(route).observe(time.perf_counter() - start)
+
+
+def scrape(engine: SearchEngine, *, multiprocess: bool) -> bytes:
+    """The Prometheus text for this server (every worker's values in multiprocess mode)."""
+    own = generate_latest(engine.registry)  # also refreshes the corpus-state gauges
+    if not multiprocess:
+        return own
+    from prometheus_client import multiprocess as mp
+
+    registry = CollectorRegistry()
+    mp.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    return generate_latest(registry)
+
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/metrics", summary="Prometheus metrics (text format)", response_class=Response)
+async def metrics(request: Request) -> Response:
+    engine: SearchEngine | None = getattr(request.app.state, "engine", None)
+    if engine is None:
+        return JSONResponse(error_body("not_ready", "the engine is not open"), status_code=503)
+    multiprocess = bool(request.app.state.settings.multiprocess_metrics)
+    body = await anyio.to_thread.run_sync(lambda: scrape(engine, multiprocess=multiprocess))
+    return Response(body, media_type=CONTENT_TYPE)
+
+
+@router.get("/healthz", summary="Liveness: the process answers")
+async def healthz() -> JSONResponse:
+    return JSONResponse({"status": "ok"})
+
+
+@router.get("/readyz", summary="Readiness: the engine directory is open and readable")
+async def readyz(request: Request) -> JSONResponse:
+    engine: SearchEngine | None = getattr(request.app.state, "engine", None)
+    if engine is None:
+        return JSONResponse(error_body("not_ready", "the engine is not open"), status_code=503)
+    try:
+        names = await anyio.to_thread.run_sync(engine.list_corpora)
+    except Exception as exc:  # any failure to read the directory means "not ready"
+        logger.warning("readiness check failed: %s", type(exc).__name__)
+        return JSONResponse(
+            error_body("not_ready", "the engine directory cannot be read"), status_code=503
+        )
+    return JSONResponse({"status": "ready", "corpora": len(names)})

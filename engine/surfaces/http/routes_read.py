@@ -1,0 +1,200 @@
+"""The public reads: list, search, evidence, sources, grep, ask and recall.
+
+Each one runs its engine call on a worker thread within the request's time budget. They
+see public documents only (the engine guarantees it), and their answers carry no mode and
+no fallback flag: degradation shows in ``/metrics`` alone.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, cast
+
+from fastapi import APIRouter, Path, Request
+from fastapi.responses import JSONResponse
+
+from engine import Corpus, SearchEngine
+from engine.limits import CORPUS_NAME_PATTERN, MAX_OFFSET
+from engine.surfaces.http.caps import within_budget
+from engine.surfaces.http.errors import ApiError
+from engine.surfaces.http.schemas import (
+    AskRequest,
+    AskResponse,
+    CorporaResponse,
+    ErrorResponse,
+    EvidenceRequest,
+    EvidenceResponse,
+    GrepRequest,
+    GrepResponse,
+    RecallRequest,
+    RecallResponse,
+    SearchRequest,
+    SearchResponse,
+    SourceResponse,
+    grep_body,
+    passage_body,
+    recalled_body,
+    source_body,
+)
+from engine.surfaces.http.settings import ServerSettings
+from engine.surfaces.memory import Memory
+
+__all__ = ["CorpusName", "engine_of", "router"]
+
+CorpusName = Annotated[
+    str,
+    Path(
+        pattern=f"^{CORPUS_NAME_PATTERN.pattern}$",
+        max_length=64,
+        description="Corpus name (see GET /v1/corpora).",
+    ),
+]
+
+_ERRORS: dict[int | str, dict[str, object]] = {
+    code: {"model": ErrorResponse} for code in (404, 413, 422, 503)
+}
+
+router = APIRouter(prefix="/v1", tags=["read"], responses=_ERRORS)
+
+
+def engine_of(request: Request) -> SearchEngine:
+    engine: SearchEngine | None = getattr(request.app.state, "engine", None)
+    if engine is None:
+        raise ApiError(503, "not_ready", "the engine is not open (starting or stopping)")
+    return engine
+
+
+def _settings(request: Request) -> ServerSettings:
+    settings: ServerSettings = request.app.state.settings
+    return settings
+
+
+def _budget(request: Request) -> float:
+    return _settings(request).request_budget_s
+
+
+@router.get("/corpora", response_model=CorporaResponse, summary="The corpora of this server")
+async def list_corpora(request: Request) -> JSONResponse:
+    engine = engine_of(request)
+    names = await within_budget(engine.list_corpora, _budget(request))
+    return JSONResponse({"corpora": names})
+
+
+@router.post(
+    "/corpora/{name}/search",
+    response_model=SearchResponse,
+    summary="The best public passages for a query",
+    description=(
+        "The same passages as Corpus.search, in order. Inputs are clamped, never refused: "
+        "the query is trimmed and cut to 1,000 characters (shorter than 2: no passages), "
+        "top_k to 1..200, offset to 0..1000, a negative language_id to 0. No mode is "
+        "chosen or reported. A malformed filter is a 422 naming the field."
+    ),
+)
+async def search(request: Request, name: CorpusName, body: SearchRequest) -> JSONResponse:
+    engine = engine_of(request)
+
+    def run() -> list[dict[str, object]]:
+        passages = engine.corpus(name).search(
+            body.query,
+            body.top_k,
+            body.offset,
+            body.language_id,
+            filters=cast(Any, body.filters),  # the dict form, or a list of them (AND)
+        )
+        start = max(0, min(body.offset, MAX_OFFSET))  # ranks count from the page start
+        return [passage_body(start + i, p) for i, p in enumerate(passages, 1)]
+
+    return JSONResponse({"passages": await within_budget(run, _budget(request))})
+
+
+@router.post(
+    "/corpora/{name}/evidence",
+    response_model=EvidenceResponse,
+    summary="The best sources as one text block for an LLM prompt",
+)
+async def evidence(request: Request, name: CorpusName, body: EvidenceRequest) -> JSONResponse:
+    engine = engine_of(request)
+    text = await within_budget(
+        lambda: engine.corpus(name).evidence(body.query, body.top_k), _budget(request)
+    )
+    return JSONResponse({"evidence": text})
+
+
+@router.get(
+    "/corpora/{name}/sources/{source_id:path}",
+    response_model=SourceResponse,
+    summary="The full text of one public source (capped at 100,000 characters)",
+    description="An absent and a non-public id get the same 404.",
+)
+async def source(request: Request, name: CorpusName, source_id: str) -> JSONResponse:
+    engine = engine_of(request)
+    found = await within_budget(
+        lambda: engine.corpus(name).fetch_source(source_id), _budget(request)
+    )
+    return JSONResponse(source_body(found))
+
+
+@router.post(
+    "/corpora/{name}/grep",
+    response_model=GrepResponse,
+    summary="Exact or regex matches in public sources (for agents and scripts)",
+    description=(
+        "Unranked. A pattern that runs out of the grep time budget (2 s) is a 422 "
+        "grep_timeout, never an empty list."
+    ),
+)
+async def grep(request: Request, name: CorpusName, body: GrepRequest) -> JSONResponse:
+    engine = engine_of(request)
+
+    def run() -> list[dict[str, object]]:
+        return [
+            grep_body(m)
+            for m in engine.corpus(name).grep(body.pattern, body.limit, fixed=body.fixed)
+        ]
+
+    return JSONResponse({"matches": await within_budget(run, _budget(request))})
+
+
+@router.post(
+    "/corpora/{name}/ask",
+    response_model=AskResponse,
+    summary="A question in plain language (corpora with questions turned on)",
+    responses={409: {"model": ErrorResponse}, 429: {"model": ErrorResponse}},
+)
+async def ask(request: Request, name: CorpusName, body: AskRequest) -> JSONResponse:
+    engine = engine_of(request)
+    client = request.client.host if request.client is not None else "unknown"
+
+    def run() -> dict[str, object]:
+        corpus: Corpus = engine.corpus(name)
+        if corpus.config.natural is None:
+            raise ApiError(
+                409,
+                "questions_off",
+                f"corpus {name!r} does not answer questions: it was created without a "
+                "question model (tandem create NAME --ask-model MODEL)",
+            )
+        answer = corpus.ask(
+            body.question, user=f"http:{client}", top_k=body.top_k, language_id=body.language_id
+        )
+        return {
+            "interpretation": answer.interpretation.to_dict(),
+            "passages": [passage_body(i, p) for i, p in enumerate(answer.passages, 1)],
+        }
+
+    return JSONResponse(await within_budget(run, _settings(request).ask_budget_s))
+
+
+@router.post(
+    "/recall",
+    response_model=RecallResponse,
+    summary="Agent memory: the remembered notes that best match a query",
+    tags=["memory"],
+)
+async def recall(request: Request, body: RecallRequest) -> JSONResponse:
+    engine = engine_of(request)
+    memory = Memory(engine, _settings(request).memory_corpus)
+    found = await within_budget(
+        lambda: memory.recall(body.query, body.scope, body.top_k), _budget(request)
+    )
+    return JSONResponse({"memories": [recalled_body(m) for m in found]})

@@ -1,0 +1,174 @@
+"""The writes: create and drop corpora, add and delete documents, remember.
+
+Every route here is a ``WriteRoute`` (bearer token checked before the body is read).
+Writes run on a worker thread without a time budget: an add is never abandoned half-way;
+the body caps bound how long one can take.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import anyio.to_thread
+import pydantic
+from fastapi import APIRouter, Body, Request, Security
+from fastapi.responses import JSONResponse
+
+from engine import CorpusConfig, SentenceTransformerEmbedding
+from engine.surfaces.bulk import add_all
+from engine.surfaces.http.auth import BEARER, WriteRoute
+from engine.surfaces.http.errors import ApiError
+from engine.surfaces.http.routes_read import CorpusName, engine_of
+from engine.surfaces.http.schemas import (
+    CorpusResponse,
+    CreateCorpusRequest,
+    DeletedResponse,
+    DroppedResponse,
+    ErrorResponse,
+    RememberRequest,
+    RememberResponse,
+    UploadResponse,
+)
+from engine.surfaces.http.settings import ServerSettings
+from engine.surfaces.http.uploads import is_ndjson, parse_upload, report_body, spool
+from engine.surfaces.memory import Memory
+
+__all__ = ["router"]
+
+_ERRORS: dict[int | str, dict[str, object]] = {
+    code: {"model": ErrorResponse} for code in (401, 403, 404, 413, 415, 422, 503)
+}
+
+router = APIRouter(
+    prefix="/v1",
+    tags=["write"],
+    route_class=WriteRoute,
+    dependencies=[Security(BEARER)],
+    responses=_ERRORS,
+)
+
+_DOCUMENT_SCHEMA = {
+    "type": "object",
+    "required": ["id"],
+    "properties": {
+        "id": {"type": "string", "maxLength": 256},
+        "title": {"type": "string"},
+        "text": {"type": "string"},
+        "url": {"type": "string"},
+        "language_id": {"type": "integer", "minimum": 0},
+        "access_groups": {"type": "array", "items": {"type": "string"}},
+        "fields": {"type": "object", "description": "Values of the corpus's declared fields."},
+    },
+}
+_UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "description": (
+            "A JSON array of documents, or NDJSON (one document per line, Content-Type "
+            "application/x-ndjson) for large uploads. Documents without access_groups are "
+            "public; the others are stored but never returned by a read."
+        ),
+        "content": {
+            "application/json": {"schema": {"type": "array", "items": _DOCUMENT_SCHEMA}},
+            "application/x-ndjson": {"schema": {"type": "string"}},
+        },
+    }
+}
+
+
+def _settings(request: Request) -> ServerSettings:
+    settings: ServerSettings = request.app.state.settings
+    return settings
+
+
+@router.post(
+    "/corpora",
+    status_code=201,
+    response_model=CorpusResponse,
+    summary="Create a corpus (hybrid with a model, keyword-only with embedder null)",
+    responses={409: {"model": ErrorResponse}},
+)
+async def create_corpus(request: Request, body: CreateCorpusRequest) -> JSONResponse:
+    engine = engine_of(request)
+    model = body.embedder
+    try:
+        config = CorpusConfig(
+            name=body.name,
+            embedder=None if model is None else SentenceTransformerEmbedding(model=model),
+            fields=body.fields,
+        )
+    except pydantic.ValidationError as exc:
+        reasons = "; ".join(str(e["msg"]) for e in exc.errors())
+        raise ApiError(422, "invalid_argument", reasons) from None
+    await anyio.to_thread.run_sync(engine.create_corpus, config)
+    fields = {k: v.value for k, v in body.fields.items()}
+    return JSONResponse({"name": body.name, "embedder": model, "fields": fields}, status_code=201)
+
+
+@router.post(
+    "/corpora/{name}/documents",
+    response_model=UploadResponse,
+    summary="Add or replace documents; each refused document is reported with its reason",
+    openapi_extra=_UPLOAD_BODY,
+)
+async def add_documents(request: Request, name: CorpusName) -> JSONResponse:
+    engine = engine_of(request)
+    settings = _settings(request)
+    ndjson = is_ndjson(request.headers.get("content-type"))
+    corpus = await anyio.to_thread.run_sync(engine.corpus, name)  # 404 before reading the body
+    upload = await spool(
+        request.stream(),
+        ndjson=ndjson,
+        max_bytes=settings.max_upload_bytes,
+        max_line_bytes=settings.max_line_bytes,
+    )
+    try:
+        if upload.size == 0:
+            raise ApiError(422, "invalid_request", "the body is empty; send documents")
+        report = await anyio.to_thread.run_sync(
+            lambda: add_all(corpus, parse_upload(upload, corpus.config.fields))
+        )
+    finally:
+        upload.close()
+    return JSONResponse(report_body(report))
+
+
+@router.delete(
+    "/corpora/{name}/documents/{source_id:path}",
+    response_model=DeletedResponse,
+    summary="Delete one document (deleted: 0 when it did not exist)",
+)
+async def delete_document(request: Request, name: CorpusName, source_id: str) -> JSONResponse:
+    engine = engine_of(request)
+    deleted = await anyio.to_thread.run_sync(lambda: engine.corpus(name).delete([source_id]))
+    return JSONResponse({"deleted": deleted})
+
+
+@router.delete(
+    "/corpora/{name}",
+    response_model=DroppedResponse,
+    summary="Delete a corpus and everything in it",
+)
+async def drop_corpus(request: Request, name: CorpusName) -> JSONResponse:
+    engine = engine_of(request)
+    await anyio.to_thread.run_sync(engine.drop_corpus, name)
+    return JSONResponse({"dropped": name})
+
+
+@router.post(
+    "/memories",
+    status_code=201,
+    response_model=RememberResponse,
+    summary="Agent memory: store a short note under a scope",
+    tags=["memory"],
+)
+async def remember(request: Request, body: Annotated[RememberRequest, Body()]) -> JSONResponse:
+    engine = engine_of(request)
+    memory = Memory(engine, _settings(request).memory_corpus)
+    done = await anyio.to_thread.run_sync(
+        lambda: memory.remember(body.text, body.scope, title=body.title, id=body.id)
+    )
+    return JSONResponse(
+        {"id": done.id, "scope": done.scope, "added": done.added},
+        status_code=201,
+    )

@@ -1,0 +1,107 @@
+"""Running the app on uvicorn: one process, or a supervisor with N worker processes.
+
+The listening socket is bound here, before any worker starts, so ``port=0`` works (the
+OS picks a port and every worker shares the socket) and the address can be announced
+at once. Workers are fresh interpreters (uvicorn spawns them); each builds its app from
+``TANDEM_SERVE_SETTINGS`` and opens the engine directory itself. With more than one
+worker, prometheus_client's multiprocess mode aggregates their metrics: every worker
+writes to a private temporary directory that ``/metrics`` reads and that is removed
+when the server stops.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+
+import uvicorn
+from uvicorn.supervisors import Multiprocess
+
+from engine import EngineLocked, InvalidArgument, SearchEngine
+from engine.surfaces.http.settings import SETTINGS_ENV, ServerSettings, load_token
+
+__all__ = ["check_many_processes", "serve_http"]
+
+logger = logging.getLogger(__name__)
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+APP_FACTORY = "engine.surfaces.http.app:app_from_env"
+
+
+def check_many_processes(settings: ServerSettings) -> None:
+    """Raise ``InvalidArgument`` when this engine directory admits one process at a time."""
+    first = SearchEngine(settings.home)
+    try:
+        second = SearchEngine(settings.home)
+    except EngineLocked:
+        raise InvalidArgument(
+            "--workers above 1 needs an engine directory that several processes may open, "
+            "and this version of the engine admits one process at a time; use --workers 1"
+        ) from None
+    else:
+        second.close()
+    finally:
+        first.close()
+
+
+def serve_http(
+    settings: ServerSettings,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    workers: int = 1,
+    announce: Callable[[str], None] = print,
+) -> None:
+    """Serve until SIGINT/SIGTERM. Raises ``InvalidArgument`` for an unusable setting."""
+    if not 1 <= workers <= 64:
+        raise InvalidArgument("workers must be in 1..64")
+    load_token(settings)  # an unusable token fails here, not in every worker
+    if workers > 1:
+        check_many_processes(settings)
+    settings = settings.model_copy(update={"multiprocess_metrics": workers > 1})
+    metrics_dir = tempfile.mkdtemp(prefix="tandem-metrics-") if workers > 1 else None
+    saved = {name: os.environ.get(name) for name in (SETTINGS_ENV, MULTIPROC_ENV)}
+    os.environ[SETTINGS_ENV] = settings.to_env()
+    if metrics_dir is not None:
+        os.environ[MULTIPROC_ENV] = metrics_dir
+    config = uvicorn.Config(
+        APP_FACTORY,
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level="warning",
+        access_log=False,  # request lines can carry what a person typed (/?q=...)
+        server_header=False,
+        proxy_headers=False,
+        timeout_graceful_shutdown=10,
+        lifespan="on",
+    )
+    sock = config.bind_socket()
+    try:
+        bound_host, bound_port = sock.getsockname()[:2]
+        shown = f"[{bound_host}]" if ":" in str(bound_host) else bound_host
+        plural = "worker" if workers == 1 else "workers"
+        announce(
+            f"serving http://{shown}:{bound_port}/ ({workers} {plural}; API /v1, docs /docs, "
+            "metrics /metrics)"
+        )
+        server = uvicorn.Server(config)
+        if workers == 1:
+            server.run(sockets=[sock])
+            if not server.started:
+                raise InvalidArgument("the server did not start (see the error above)")
+        else:
+            Multiprocess(config, sockets=[sock]).run()
+    finally:
+        sock.close()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        if metrics_dir is not None:
+            shutil.rmtree(metrics_dir, ignore_errors=True)

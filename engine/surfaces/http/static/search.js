@@ -1,0 +1,249 @@
+// Tandem search page. Talks to the /v1 API of the server that served it.
+// Every string from the index (titles, URLs, excerpts) is inserted as text, never as
+// HTML, and only http(s) URLs become links. State lives in the address bar
+// (?q=...&corpus=...&page=N) so Back, Forward and reloads work.
+"use strict";
+
+(function () {
+  const PAGE_SIZE = 10;
+  const MAX_OFFSET = 1000;
+
+  const form = document.getElementById("search-form");
+  const input = document.getElementById("q");
+  const picker = document.getElementById("picker");
+  const select = document.getElementById("corpus");
+  const status = document.getElementById("status");
+  const results = document.getElementById("results");
+  const pager = document.getElementById("pager");
+  const prev = document.getElementById("prev");
+  const next = document.getElementById("next");
+  const pageLabel = document.getElementById("page-label");
+
+  let corpora = [];
+  let current = null; // {q, corpus, page}
+  let generation = 0; // drops answers to superseded searches
+
+  function say(text, isError) {
+    status.textContent = text;
+    status.classList.toggle("error", Boolean(isError));
+  }
+
+  function safeHref(url) {
+    if (typeof url !== "string" || url.trim() === "") return null;
+    let parsed;
+    try {
+      parsed = new URL(url, window.location.href);
+    } catch (err) {
+      return null;
+    }
+    return parsed.protocol === "http:" || parsed.protocol === "https:" ? parsed.href : null;
+  }
+
+  function queryTerms(query) {
+    const words = query.toLowerCase().match(/[\p{L}\p{N}]+/gu) || [];
+    return Array.from(new Set(words.filter((w) => w.length >= 2))).slice(0, 20);
+  }
+
+  function escapeRegExp(text) {
+    return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+  }
+
+  // Appends `text` to `parent`, wrapping each word that starts with a query term in <mark>.
+  function appendMarked(parent, text, terms) {
+    if (!terms.length) {
+      parent.appendChild(document.createTextNode(text));
+      return;
+    }
+    const pattern = new RegExp(
+      "(?<![\\p{L}\\p{N}])(?:" + terms.map(escapeRegExp).join("|") + ")",
+      "giu"
+    );
+    let last = 0;
+    for (const match of text.matchAll(pattern)) {
+      if (match.index > last) {
+        parent.appendChild(document.createTextNode(text.slice(last, match.index)));
+      }
+      const mark = document.createElement("mark");
+      mark.textContent = match[0];
+      parent.appendChild(mark);
+      last = match.index + match[0].length;
+    }
+    if (last < text.length) parent.appendChild(document.createTextNode(text.slice(last)));
+  }
+
+  function renderResult(passage, terms) {
+    const item = document.createElement("li");
+    item.className = "result";
+    const heading = document.createElement("h2");
+    const title = passage.title && passage.title.trim() ? passage.title : passage.source_id;
+    const href = safeHref(passage.url);
+    if (href) {
+      const link = document.createElement("a");
+      link.href = href;
+      link.rel = "noopener noreferrer";
+      link.textContent = title;
+      heading.appendChild(link);
+    } else {
+      heading.textContent = title;
+    }
+    item.appendChild(heading);
+    if (passage.url) {
+      const url = document.createElement("p");
+      url.className = "url";
+      url.textContent = passage.url;
+      item.appendChild(url);
+    }
+    if (passage.excerpt) {
+      const excerpt = document.createElement("p");
+      excerpt.className = "excerpt";
+      appendMarked(excerpt, passage.excerpt, terms);
+      item.appendChild(excerpt);
+    }
+    return item;
+  }
+
+  async function api(path, body) {
+    const response = await fetch(path, {
+      method: body === undefined ? "GET" : "POST",
+      headers: body === undefined ? {} : { "Content-Type": "application/json" },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    let payload = null;
+    try {
+      payload = await response.json();
+    } catch (err) {
+      payload = null;
+    }
+    if (!response.ok) {
+      const message = payload && payload.error ? payload.error.message : response.statusText;
+      throw new Error(message || "the server did not answer");
+    }
+    return payload;
+  }
+
+  function readLocation() {
+    const params = new URLSearchParams(window.location.search);
+    const page = Math.max(1, parseInt(params.get("page") || "1", 10) || 1);
+    return { q: params.get("q") || "", corpus: params.get("corpus") || "", page: page };
+  }
+
+  function writeLocation(state, replace) {
+    const params = new URLSearchParams();
+    params.set("q", state.q);
+    if (corpora.length > 1) params.set("corpus", state.corpus);
+    if (state.page > 1) params.set("page", String(state.page));
+    const url = "?" + params.toString();
+    if (replace) window.history.replaceState(null, "", url);
+    else window.history.pushState(null, "", url);
+  }
+
+  async function run(state, moveFocus) {
+    const mine = ++generation;
+    current = state;
+    results.replaceChildren();
+    pager.hidden = true;
+    if (!state.corpus) {
+      say("There is nothing to search yet.");
+      return;
+    }
+    say("Searching…");
+    const offset = Math.min((state.page - 1) * PAGE_SIZE, MAX_OFFSET);
+    let payload;
+    try {
+      payload = await api("/v1/corpora/" + encodeURIComponent(state.corpus) + "/search", {
+        query: state.q,
+        top_k: PAGE_SIZE + 1,
+        offset: offset,
+      });
+    } catch (err) {
+      if (mine === generation) say("The search failed: " + err.message, true);
+      return;
+    }
+    if (mine !== generation) return;
+    const passages = payload.passages || [];
+    const shown = passages.slice(0, PAGE_SIZE);
+    const terms = queryTerms(state.q);
+    for (const passage of shown) results.appendChild(renderResult(passage, terms));
+    if (!shown.length) {
+      say(
+        state.page > 1
+          ? "No more results for “" + state.q + "”."
+          : "No results for “" + state.q + "”. Try other or fewer words."
+      );
+    } else {
+      const first = offset + 1;
+      const last = offset + shown.length;
+      say("Results " + first + "–" + last + " for “" + state.q + "”.");
+    }
+    const hasNext = passages.length > PAGE_SIZE && offset + PAGE_SIZE <= MAX_OFFSET;
+    prev.disabled = state.page <= 1;
+    next.disabled = !hasNext;
+    pageLabel.textContent = "Page " + state.page;
+    pager.hidden = state.page <= 1 && !hasNext;
+    if (moveFocus) results.focus();
+  }
+
+  function fromForm(page) {
+    return { q: input.value.trim(), corpus: select.value || corpora[0] || "", page: page };
+  }
+
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const state = fromForm(1);
+    if (state.q.length === 0) {
+      say("Type what you are looking for.");
+      input.focus();
+      return;
+    }
+    writeLocation(state, false);
+    run(state, false);
+  });
+
+  function turn(delta) {
+    if (!current) return;
+    const state = { q: current.q, corpus: current.corpus, page: current.page + delta };
+    writeLocation(state, false);
+    run(state, true);
+  }
+  prev.addEventListener("click", () => turn(-1));
+  next.addEventListener("click", () => turn(1));
+
+  window.addEventListener("popstate", () => {
+    const state = readLocation();
+    input.value = state.q;
+    if (state.corpus && corpora.includes(state.corpus)) select.value = state.corpus;
+    if (state.q) run(fromForm(state.page), false);
+    else {
+      results.replaceChildren();
+      pager.hidden = true;
+      say("");
+    }
+  });
+
+  async function start() {
+    try {
+      corpora = (await api("/v1/corpora")).corpora || [];
+    } catch (err) {
+      say("The search service is not answering: " + err.message, true);
+      return;
+    }
+    for (const name of corpora) {
+      const option = document.createElement("option");
+      option.value = name;
+      option.textContent = name;
+      select.appendChild(option);
+    }
+    picker.hidden = corpora.length < 2;
+    if (!corpora.length) {
+      say("There is nothing to search yet.");
+      return;
+    }
+    const state = readLocation();
+    if (state.corpus && corpora.includes(state.corpus)) select.value = state.corpus;
+    input.value = state.q;
+    if (state.q) run(fromForm(state.page), false);
+    else input.focus();
+  }
+
+  start();
+})();

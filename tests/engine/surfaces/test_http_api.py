@@ -1,0 +1,443 @@
+"""The ``/v1`` HTTP API in process (FastAPI's TestClient, the app's real lifespan).
+
+The engine behind the app embeds with a deterministic fake, so the hybrid corpus is
+hybrid without loading a model. Every answer is compared with what the Python API says
+for the same arguments, errors with the one JSON shape, and every write with and without
+the token. ``test_http_serve.py`` runs the real ``tandem serve`` process.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from engine import CorpusConfig, Document, SearchEngine
+from engine.limits import MAX_GREP_PATTERN
+from engine.surfaces.http import ServerSettings, create_app
+from engine.surfaces.http.schemas import passage_body
+from tests.support.fakes import HashEmbedder, factory_for
+
+TOKEN = "t0ken-for-tests-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+DOCS = [
+    Document(
+        id="reset",
+        title="Reset your password",
+        text="To reset your password open Settings, choose Security and follow the link.",
+        url="/help/reset",
+        fields={"year": 2021, "author": "ops"},
+    ),
+    Document(
+        id="billing",
+        title="Billing and invoices",
+        text="Invoices are sent monthly. Update your credit card under Billing.",
+        url="/help/billing",
+        fields={"year": 2019, "author": "finance"},
+    ),
+    Document(
+        id="guide/export",
+        title="Export your data",
+        text="Export every project as a zip archive from the Data page. password hints",
+        url="/help/export",
+        fields={"year": 2023, "author": "ops"},
+    ),
+    Document(
+        id="staff-only",
+        title="Internal password policy",
+        text="Staff rotate the vault password every quarter.",
+        access_groups=frozenset({"staff"}),
+        fields={"year": 2022, "author": "ops"},
+    ),
+    Document(id="backtrack", title="Backtracking bait", text="a" * 5_000 + "!"),
+]
+FIELDS = {"year": "integer", "author": "keyword"}
+PRIVATE = ("staff-only", "vault", "Internal password policy")
+
+
+def _engine(path: Path) -> SearchEngine:
+    return SearchEngine(path, embedder_factory=factory_for(HashEmbedder()))
+
+
+def _build(home: Path) -> None:
+    with _engine(home) as engine:
+        for name, embedder in (("help", "fake-model"), ("kw", None)):
+            corpus = engine.create_corpus(
+                CorpusConfig(name=name, embedder=embedder, fields=FIELDS)  # type: ignore[arg-type]
+            )
+            corpus.add(DOCS)
+        engine.create_corpus(
+            CorpusConfig(name="memory", embedder=None, fields={"scope": "keyword"})  # type: ignore[arg-type]
+        )
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("http") / "engine"
+    _build(path)
+    return path
+
+
+def _client(home: Path, *, token: str | None = TOKEN, **caps: Any) -> Iterator[TestClient]:
+    token_file = None
+    if token is not None:
+        token_file = home.parent / "token"
+        token_file.write_text(token + "\n", encoding="utf-8")
+    settings = ServerSettings(home=home, token_file=token_file, **caps)
+    app = create_app(settings, engine_factory=_engine)
+    with TestClient(app) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def client(home: Path) -> Iterator[TestClient]:
+    """A read-mostly server over ``home`` (tests that write use their own corpora)."""
+    yield from _client(home)
+
+
+def error_of(response: Any, status: int) -> dict[str, str]:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}, body
+    assert body["error"]["message"] and "Traceback" not in response.text
+    return body["error"]  # type: ignore[no-any-return]
+
+
+def search(client: TestClient, corpus: str, **body: Any) -> Any:
+    return client.post(f"/v1/corpora/{corpus}/search", json=body)
+
+
+# -- reads --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("corpus", ["help", "kw"])
+def test_search_answers_exactly_what_corpus_search_answers(client: TestClient, corpus: str) -> None:
+    engine: SearchEngine = client.app.state.engine  # type: ignore[attr-defined]
+    target = engine.corpus(corpus)
+    cases: list[dict[str, Any]] = [
+        {"query": "password"},
+        {"query": "reset password settings", "top_k": 2},
+        {"query": "password", "top_k": 1, "offset": 1},
+        {"query": "the", "top_k": 10_000, "offset": -5},  # clamped, never refused
+        {"query": "password", "top_k": 0},
+        {"query": "  x  "},  # too short after trimming: no passages
+        {"query": ""},
+        {"query": "password " * 500},  # too long: cut, answered
+        {"query": "invoices", "language_id": -3},
+        {"query": "password", "filters": {"year": {"gte": 2021}, "author": ["ops"]}},
+        {"query": "password", "filters": [{"author": "ops"}, {"year": {"lt": 2022}}]},
+    ]
+    for body in cases:
+        answer = search(client, corpus, **body)
+        assert answer.status_code == 200, (body, answer.text)
+        expected = target.search(
+            body["query"],
+            body.get("top_k", 10),
+            body.get("offset", 0),
+            body.get("language_id"),
+            filters=body.get("filters"),
+        )
+        start = max(0, min(body.get("offset", 0), 1_000))
+        assert answer.json() == {
+            "passages": [
+                json.loads(json.dumps(passage_body(start + i, p)))
+                for i, p in enumerate(expected, 1)
+            ]
+        }, body
+        assert not any(marker in answer.text for marker in PRIVATE)
+    hybrid = search(client, "help", query="reset password").json()["passages"][0]
+    if corpus == "help":  # both arms answered: this corpus really is hybrid
+        assert hybrid["ranks"]["sparse"] is not None and hybrid["ranks"]["dense"] is not None
+
+
+def test_a_legacy_mode_field_is_answered_as_if_absent_and_never_echoed(
+    client: TestClient,
+) -> None:
+    plain = search(client, "help", query="password reset")
+    for mode in ("keyword", "hybrid", "vector", 42, None, {"x": 1}):
+        legacy = search(client, "help", query="password reset", mode=mode)
+        assert legacy.status_code == 200 and legacy.content == plain.content
+        assert "mode" not in legacy.text
+    spec = client.get("/openapi.json").json()
+    assert '"mode"' not in json.dumps(spec)  # no mode in any schema
+    assert "fallback" not in plain.text
+
+
+def test_request_errors_share_one_shape_and_name_the_problem(client: TestClient) -> None:
+    bad_filter = error_of(search(client, "help", query="x y", filters={"yeer": 1}), 422)
+    assert bad_filter["code"] == "invalid_argument" and "yeer" in bad_filter["message"]
+    wrong_type = error_of(search(client, "help", query="x y", filters={"year": "old"}), 422)
+    assert "year" in wrong_type["message"]
+    assert error_of(search(client, "nope", query="x y"), 404)["code"] == "corpus_not_found"
+    assert error_of(search(client, "Bad.Name", query="x y"), 422)["code"] == "invalid_request"
+    unknown = error_of(search(client, "help", query="x y", colour="red"), 422)
+    assert "colour" in unknown["message"]
+    assert error_of(search(client, "help", top_k=3), 422)["code"] == "invalid_request"
+    assert error_of(search(client, "help", query=["not", "text"]), 422)
+    broken = client.post(
+        "/v1/corpora/help/search",
+        content=b"{not json",
+        headers={"content-type": "application/json"},
+    )
+    assert error_of(broken, 422)["code"] == "invalid_request"
+    assert error_of(client.get("/v2/anything"), 404)["code"] == "not_found"
+    assert error_of(client.put("/v1/corpora/help/search"), 405)["code"] == "method_not_allowed"
+
+
+def test_sources_absent_and_non_public_get_the_same_404(client: TestClient) -> None:
+    found = client.get("/v1/corpora/help/sources/guide/export")
+    assert found.status_code == 200
+    assert found.json()["source_id"] == "guide/export" and found.json()["truncated"] is False
+    absent = client.get("/v1/corpora/help/sources/no-such-id")
+    private = client.get("/v1/corpora/help/sources/staff-only")
+    assert error_of(absent, 404) == error_of(private, 404)
+    assert absent.content == private.content and absent.headers.get(
+        "content-length"
+    ) == private.headers.get("content-length")
+
+
+def test_evidence_grep_and_the_grep_time_budget(client: TestClient) -> None:
+    evidence = client.post("/v1/corpora/help/evidence", json={"query": "invoices", "top_k": 2})
+    assert evidence.status_code == 200 and evidence.json()["evidence"].startswith("[1] billing")
+    matches = client.post("/v1/corpora/kw/grep", json={"pattern": r"pass\w+"}).json()["matches"]
+    assert {m["source_id"] for m in matches} == {"reset", "guide/export"}  # never staff-only
+    fixed = client.post("/v1/corpora/kw/grep", json={"pattern": "a zip", "fixed": True})
+    assert [m["source_id"] for m in fixed.json()["matches"]] == ["guide/export"]
+    slow = error_of(client.post("/v1/corpora/kw/grep", json={"pattern": "(a+)+$"}), 422)
+    assert slow["code"] == "grep_timeout" and "time budget" in slow["message"]
+    long = error_of(
+        client.post("/v1/corpora/kw/grep", json={"pattern": "x" * (MAX_GREP_PATTERN + 1)}), 422
+    )
+    assert str(MAX_GREP_PATTERN) in long["message"]
+    assert error_of(client.post("/v1/corpora/kw/grep", json={"pattern": "("}), 422)
+
+
+def test_ask_on_a_corpus_without_questions_is_a_clear_409(client: TestClient) -> None:
+    off = error_of(client.post("/v1/corpora/kw/ask", json={"question": "how to reset?"}), 409)
+    assert off["code"] == "questions_off" and "--ask-model" in off["message"]
+
+
+def test_a_read_over_its_time_budget_is_503_with_a_clear_code(home: Path) -> None:
+    for client in _client(home, request_budget_s=0.001):
+        slow = client.post("/v1/corpora/help/search", json={"query": "password"})
+        if slow.status_code == 200:  # a fast machine answered within a millisecond
+            continue
+        err = error_of(slow, 503)
+        assert err["code"] == "time_budget_exceeded" and "budget" in err["message"]
+        assert client.get("/healthz").status_code == 200  # and the server lives on
+
+
+# -- writes ---------------------------------------------------------------------------------
+
+
+def test_every_write_needs_the_token_checked_before_the_body(client: TestClient) -> None:
+    writes = [
+        ("POST", "/v1/corpora", {"name": "new1", "embedder": None}),
+        ("POST", "/v1/corpora/kw/documents", [{"id": "w1", "text": "x"}]),
+        ("DELETE", "/v1/corpora/kw/documents/reset", None),
+        ("DELETE", "/v1/corpora/kw", None),
+        ("POST", "/v1/memories", {"text": "note", "scope": "a"}),
+    ]
+    engine: SearchEngine = client.app.state.engine  # type: ignore[attr-defined]
+    before = (engine.list_corpora(), len(engine.corpus("kw")))
+    for method, url, body in writes:
+        for headers in (
+            {},
+            {"Authorization": "Bearer wrong-token-0123456789"},
+            {"Authorization": TOKEN},
+        ):
+            answer = client.request(method, url, json=body, headers=headers)
+            err = error_of(answer, 401)
+            assert err["code"] == "unauthorized"
+            assert answer.headers["www-authenticate"].startswith("Bearer")
+        # Not even a malformed body is looked at without the token.
+        garbage = client.request(
+            method, url, content=b"{oops", headers={"content-type": "application/json"}
+        )
+        assert garbage.status_code == 401
+    assert (engine.list_corpora(), len(engine.corpus("kw"))) == before
+
+
+def test_without_a_configured_token_writes_are_refused_not_open(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TANDEM_API_TOKEN", raising=False)
+    for client in _client(home, token=None):
+        answer = client.post("/v1/corpora", json={"name": "x1", "embedder": None}, headers=AUTH)
+        assert error_of(answer, 403)["code"] == "writes_disabled"
+        assert client.post("/v1/corpora/kw/search", json={"query": "password"}).status_code == 200
+
+
+def test_create_add_delete_and_drop_with_the_token(client: TestClient) -> None:
+    created = client.post(
+        "/v1/corpora",
+        json={"name": "letters", "embedder": None, "fields": {"year": "integer"}},
+        headers=AUTH,
+    )
+    assert created.status_code == 201
+    assert created.json() == {"name": "letters", "embedder": None, "fields": {"year": "integer"}}
+    again = client.post("/v1/corpora", json={"name": "letters", "embedder": None}, headers=AUTH)
+    assert error_of(again, 409)["code"] == "corpus_exists"
+    bad_field = client.post(
+        "/v1/corpora",
+        json={"name": "x2", "embedder": None, "fields": {"Year": "integer"}},
+        headers=AUTH,
+    )
+    assert "Year" in error_of(bad_field, 422)["message"]
+
+    docs = [
+        {"id": "l1", "title": "To Emma", "text": "The war news is grim.", "year": 1942},
+        {"id": "l2", "text": "The war is over.", "fields": {"year": 1945}},
+        {"id": "../etc", "text": "bad id"},
+        {"id": "l3", "text": "wrong type", "year": "1942"},
+        {"id": "l4", "text": "private war", "access_groups": ["staff"]},
+        "not an object",
+    ]
+    added = client.post("/v1/corpora/letters/documents", json=docs, headers=AUTH).json()
+    assert (added["added"], added["rejected_total"]) == (3, 3)
+    assert [r["line"] for r in added["rejected"]] == [3, 4, 6]
+    assert "year" in added["rejected"][1]["reason"]
+
+    ndjson = b"\n".join(
+        [
+            json.dumps(
+                {"id": "l1", "text": "The war news is grim.", "title": "To Emma", "year": 1942}
+            ).encode(),
+            b"{broken",
+            b"",
+            json.dumps({"id": "l5", "text": "war and peace", "year": 1950}).encode(),
+        ]
+    )
+    streamed = client.post(
+        "/v1/corpora/letters/documents",
+        content=ndjson,
+        headers={**AUTH, "content-type": "application/x-ndjson"},
+    ).json()
+    assert (streamed["added"], streamed["rejected_total"]) == (1, 1)
+    assert streamed["updated"] + streamed["unchanged"] == 1  # l1 again
+    assert streamed["rejected"][0]["line"] == 2
+
+    hits = search(client, "letters", query="war", filters={"year": {"gte": 1943}}).json()
+    assert {p["source_id"] for p in hits["passages"]} == {"l2", "l5"}
+    assert "l4" not in search(client, "letters", query="private war").text
+
+    deleted = client.delete("/v1/corpora/letters/documents/l1", headers=AUTH)
+    assert deleted.json() == {"deleted": 1}
+    assert client.delete("/v1/corpora/letters/documents/l1", headers=AUTH).json() == {"deleted": 0}
+    assert client.delete("/v1/corpora/letters", headers=AUTH).json() == {"dropped": "letters"}
+    assert error_of(search(client, "letters", query="war"), 404)["code"] == "corpus_not_found"
+
+
+def test_upload_caps_refuse_the_whole_body_and_write_nothing(home: Path) -> None:
+    for client in _client(
+        home, max_body_bytes=4096, max_upload_bytes=64 * 1024, max_line_bytes=2048
+    ):
+        engine: SearchEngine = client.app.state.engine  # type: ignore[attr-defined]
+        engine.create_corpus(CorpusConfig(name="capped", embedder=None))
+        good = json.dumps({"id": "ok", "text": "fine"}).encode()
+        long_line = json.dumps({"id": "big", "text": "x" * 3000}).encode()
+        over = client.post(
+            "/v1/corpora/capped/documents",
+            content=good + b"\n" + long_line + b"\n",
+            headers={**AUTH, "content-type": "application/x-ndjson"},
+        )
+        err = error_of(over, 413)
+        assert err["code"] == "line_too_long" and "line 2" in err["message"]
+        huge = [{"id": f"d{i}", "text": "y" * 500} for i in range(200)]
+        assert (
+            error_of(client.post("/v1/corpora/capped/documents", json=huge, headers=AUTH), 413)[
+                "code"
+            ]
+            == "body_too_large"
+        )
+
+        def chunks(line: bytes = good + b"\n") -> Iterator[bytes]:  # no Content-Length
+            for _ in range(100):
+                yield line
+            yield b"z" * 70_000
+
+        streamed = client.post(
+            "/v1/corpora/capped/documents",
+            content=chunks(),
+            headers={**AUTH, "content-type": "application/x-ndjson"},
+        )
+        assert error_of(streamed, 413)["code"] in ("body_too_large", "line_too_long")
+        assert len(engine.corpus("capped")) == 0  # nothing of any refused upload was added
+        big_query = search(client, "kw", query="p" * 5000)
+        assert "4 KiB" in error_of(big_query, 413)["message"]
+        media = client.post(
+            "/v1/corpora/capped/documents",
+            content=b"id,text",
+            headers={**AUTH, "content-type": "text/csv"},
+        )
+        assert error_of(media, 415)["code"] == "unsupported_media_type"
+
+
+def test_agent_memory_remember_and_recall_by_scope(client: TestClient) -> None:
+    notes = [("alice", "Alice prefers green tea in the morning"), ("bob", "Bob prefers coffee")]
+    for scope, text in notes:
+        done = client.post("/v1/memories", json={"text": text, "scope": scope}, headers=AUTH)
+        assert done.status_code == 201 and done.json()["added"] is True
+    again = client.post("/v1/memories", json={"text": notes[0][1], "scope": "alice"}, headers=AUTH)
+    assert again.json()["added"] is False  # the same memory is stored once
+    mine = client.post("/v1/recall", json={"query": "prefers", "scope": "alice"}).json()
+    assert [m["text"] for m in mine["memories"]] == [notes[0][1]]
+    both = client.post("/v1/recall", json={"query": "prefers", "mode": "hybrid"}).json()
+    assert {m["text"] for m in both["memories"]} == {t for _, t in notes}
+    assert client.post("/v1/recall", json={"query": "prefers", "scope": "carol"}).json() == {
+        "memories": []
+    }
+    bad = client.post("/v1/memories", json={"text": "x", "scope": "a\x07b"}, headers=AUTH)
+    assert "scope" in error_of(bad, 422)["message"]
+
+
+# -- operations, page, headers -----------------------------------------------------------------
+
+
+def test_metrics_count_the_searches_this_server_answered(client: TestClient) -> None:
+    def searches() -> float:
+        text = client.get("/metrics").text
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith('tandem_searches_total{corpus="kw"'):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    before = searches()
+    for _ in range(3):
+        search(client, "kw", query="password")
+    assert searches() == before + 3
+    text = client.get("/metrics").text
+    assert 'tandem_http_requests_total{method="POST",route="/v1/corpora/{name}/search"' in text
+    assert "password" not in text  # no query text in any label
+    assert client.get("/healthz").json() == {"status": "ok"}
+    ready = client.get("/readyz").json()
+    assert ready["status"] == "ready" and ready["corpora"] >= 3
+
+
+def test_no_cors_and_a_locked_down_page(client: TestClient) -> None:
+    preflight = client.options(
+        "/v1/corpora/kw/search",
+        headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"},
+    )
+    assert "access-control-allow-origin" not in preflight.headers
+    cross = client.post(
+        "/v1/corpora/kw/search", json={"query": "password"}, headers={"Origin": "https://x.example"}
+    )
+    assert "access-control-allow-origin" not in cross.headers
+    page = client.get("/")
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    csp = page.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp
+    assert 'role="search"' in page.text and 'for="q"' in page.text
+    for asset in ("search.js", "search.css"):
+        assert client.get(f"/static/{asset}").status_code == 200
+    assert client.get("/static/../app.py").status_code == 404
+    docs = client.get("/docs")
+    assert docs.status_code == 200 and "/docs/assets/swagger-ui-bundle.js" in docs.text
+    assert client.get("/docs/assets/swagger-ui-bundle.js").status_code == 200
