@@ -6,10 +6,10 @@ Pure functions: no I/O, no logging, no third-party imports.
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from fusion._args import as_float, checked_limit, checked_weights
 from fusion.errors import FusionError
 
 DEFAULT_K = 60.0
@@ -67,8 +67,8 @@ def rrf(
     """
     arms = _checked_rankings(rankings)
     constant = _checked_k(k)
-    arm_weights = _checked_weights(weights, len(arms))
-    cap = _checked_limit(limit)
+    arm_weights = checked_weights(weights, len(arms))
+    cap = checked_limit(limit)
 
     entries = _fuse(arms, constant, arm_weights)
     entries.sort()  # ids are unique, so tuple order never compares past the id
@@ -126,46 +126,7 @@ def _checked_rankings(rankings: Sequence[Sequence[str]]) -> Sequence[Sequence[st
 
 
 def _checked_k(k: float) -> float:
-    value = _as_float("k", k)
+    value = as_float("k", k)
     if not (math.isfinite(value) and value > 0):
         raise FusionError(f"k must be a finite number > 0, got {k!r}")
     return value
-
-
-def _checked_weights(weights: Sequence[float] | None, count: int) -> list[float]:
-    if weights is None:
-        return [1.0] * count
-    if isinstance(weights, str):
-        raise FusionError("weights must be a sequence of numbers, not a str")
-    values = [_as_float(f"weights[{index}]", w) for index, w in enumerate(weights)]
-    if len(values) != count:
-        raise FusionError(
-            f"weights must have one entry per ranking: got {len(values)} weights "
-            f"for {count} rankings"
-        )
-    for index, value in enumerate(values):
-        if not (math.isfinite(value) and value >= 0):
-            raise FusionError(
-                f"weights[{index}] must be a finite number >= 0, got {weights[index]!r}"
-            )
-    return values
-
-
-def _checked_limit(limit: int | None) -> int | None:
-    if limit is None:
-        return None
-    if isinstance(limit, bool):
-        raise FusionError(f"limit must be an integer >= 0 or None, got {limit!r}")
-    try:
-        value = operator.index(limit)
-    except TypeError as exc:
-        raise FusionError(f"limit must be an integer >= 0 or None, got {limit!r}") from exc
-    if value < 0:
-        raise FusionError(f"limit must be an integer >= 0 or None, got {limit!r}")
-    return value
-
-
-def _as_float(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise FusionError(f"{name} must be a real number, got {value!r}")
-    return float(value)
