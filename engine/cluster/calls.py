@@ -87,11 +87,16 @@ class ShardCalls:
         in time. Failed shards are marked down; nothing is raised for them."""
         if not indexes:
             return {}
+        deadline = time.monotonic() + timeout_s
         refs = [getattr(self._handles[i], method).remote(*args(i)) for i in indexes]
         try:  # the common case: one blocking call for every answer
             return dict(zip(indexes, ray.get(refs, timeout=timeout_s), strict=True))
         except (RayActorError, RayTaskError, GetTimeoutError):
             pass
+        # One failed (ray.get raises at the first error): wait for the others' answers
+        # within what is left of the budget, then take what came.
+        remaining = max(0.0, deadline - time.monotonic())
+        ray.wait(refs, num_returns=len(refs), timeout=remaining)
         answers: dict[int, Any] = {}
         for index, ref in zip(indexes, refs, strict=True):
             try:

@@ -5,7 +5,9 @@ in this process and every process Ray starts from it, the dashboard is not start
 local cluster binds every server to the loopback interface. (Ray resolves a node address
 of ``127.0.0.1`` to the machine's outward address unless
 ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, its switch for single-machine clusters; with it
-the GCS, raylet, object manager and workers listen on 127.0.0.1 only.)
+the GCS, raylet, object manager and workers listen on 127.0.0.1 only. Ray reads that
+switch once, when ``ray`` is first imported, so ``start_local_cluster`` sets both the
+environment — for the processes it starts — and the value this process already read.)
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import logging
 import os
 
 import ray
+from ray._private import ray_constants
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +44,7 @@ def start_local_cluster(
     if ray.is_initialized():
         return
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # loopback, see the module doc
+    ray_constants.ENABLE_RAY_CLUSTER = False
     ray.init(
         num_cpus=num_cpus,
         include_dashboard=False,
@@ -49,6 +53,10 @@ def start_local_cluster(
         log_to_driver=log_to_driver,
         configure_logging=False,
     )
+    address = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+    if address != LOOPBACK:  # never leave a cluster listening beyond this machine
+        ray.shutdown()
+        raise RuntimeError(f"Ray bound to {address}, not {LOOPBACK}; refusing to run")
     logger.info("local Ray cluster started on %s", LOOPBACK)
 
 

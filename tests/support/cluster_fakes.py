@@ -8,6 +8,8 @@ with ``ShardedCorpus`` must pickle by reference: a module-level function, like
 from __future__ import annotations
 
 import datetime as dt
+import os
+import time
 
 from engine import Document
 from engine.config import EmbedderSpec
@@ -77,3 +79,18 @@ QUERIES = (
     "confidential staff",
     "collection item",
 )
+
+
+class GatedHashFactory:
+    """``hash_factory`` that waits while ``gate`` exists: a shard actor restarted while the
+    gate file is present stays in ``__init__`` (down) until the test removes it."""
+
+    def __init__(self, gate: str, timeout_s: float = 120.0) -> None:
+        self.gate = gate
+        self.timeout_s = timeout_s
+
+    def __call__(self, spec: EmbedderSpec) -> HashEmbedder:
+        deadline = time.monotonic() + self.timeout_s
+        while os.path.exists(self.gate) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return hash_factory(spec)
