@@ -115,8 +115,14 @@ class EngineMetrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
         # Not registered themselves: ``_RefreshedGauges`` reports them after a refresh.
+        # multiprocess_mode: with several server workers (prometheus_client's multiprocess
+        # mode) a scrape reports the value set last, by whichever process; else ignored.
         self.documents = Gauge(
-            "tandem_documents", "Documents stored in the corpus.", ["corpus"], registry=None
+            "tandem_documents",
+            "Documents stored in the corpus.",
+            ["corpus"],
+            registry=None,
+            multiprocess_mode="mostrecent",
         )
         self.documents_degraded = Gauge(
             "tandem_documents_degraded",
@@ -124,6 +130,7 @@ class EngineMetrics:
             "until re-embedded.",
             ["corpus"],
             registry=None,
+            multiprocess_mode="mostrecent",
         )
         self._state = _RefreshedGauges((self.documents, self.documents_degraded))
         r.register(self._state)
@@ -132,6 +139,7 @@ class EngineMetrics:
             "1 when the corpus's embedder answered its last health check, else 0.",
             ["corpus"],
             registry=r,
+            multiprocess_mode="mostrecent",
         )
         self.searches = Counter(
             "tandem_searches",

@@ -14,8 +14,11 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import tempfile
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import uvicorn
 from uvicorn.supervisors import Multiprocess
@@ -45,6 +48,22 @@ def check_many_processes(settings: ServerSettings) -> None:
         second.close()
     finally:
         first.close()
+
+
+@contextmanager
+def _stop_signals_end_quietly() -> Iterator[None]:
+    """After its graceful shutdown uvicorn re-raises the stop signal to the handler that was
+    installed before it; with this one that is a no-op, so SIGTERM ends in exit code 0."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    stops = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in stops}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def serve_http(
@@ -78,6 +97,7 @@ def serve_http(
         server_header=False,
         proxy_headers=False,
         timeout_graceful_shutdown=10,
+        timeout_worker_healthcheck=60,  # a busy machine can take seconds to start a worker
         lifespan="on",
     )
     sock = config.bind_socket()
@@ -91,7 +111,8 @@ def serve_http(
         )
         server = uvicorn.Server(config)
         if workers == 1:
-            server.run(sockets=[sock])
+            with _stop_signals_end_quietly():
+                server.run(sockets=[sock])
             if not server.started:
                 raise InvalidArgument("the server did not start (see the error above)")
         else:

@@ -48,14 +48,15 @@
     return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
   }
 
-  // Appends `text` to `parent`, wrapping each word that starts with a query term in <mark>.
+  // Appends `text` to `parent`, wrapping each word that starts with a query term in <mark>
+  // (the whole word: "passwords" for the term "password").
   function appendMarked(parent, text, terms) {
     if (!terms.length) {
       parent.appendChild(document.createTextNode(text));
       return;
     }
     const pattern = new RegExp(
-      "(?<![\\p{L}\\p{N}])(?:" + terms.map(escapeRegExp).join("|") + ")",
+      "(?<![\\p{L}\\p{N}])(?:" + terms.map(escapeRegExp).join("|") + ")[\\p{L}\\p{N}]*",
       "giu"
     );
     let last = 0;

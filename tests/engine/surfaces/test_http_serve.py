@@ -1,0 +1,130 @@
+"""``tandem serve`` as a user runs it: a real uvicorn process on a port the OS chose.
+
+One keyword-only engine directory, one server process for the main checks (reads, a
+write with the token file, metrics, a clean stop on SIGTERM that releases the
+directory). Start-up refusals (a short token, several workers on a directory that admits
+one process) are one clear line and exit code 1.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+
+from engine import CorpusConfig, Document, EngineLocked, SearchEngine
+from tests.support.serve import running_server, serve_command, stop
+
+TOKEN = "serve-test-token-0123456789abcdef"
+
+
+def build(home: Path) -> Path:
+    with SearchEngine(home) as engine:
+        engine.create_corpus(CorpusConfig(name="help", embedder=None)).add(
+            [
+                Document(
+                    id="reset",
+                    title="Reset your password",
+                    text="Open Settings.",
+                    url="/help/reset",
+                ),
+                Document(
+                    id="vault",
+                    title="Vault",
+                    text="password rotation",
+                    access_groups=frozenset({"staff"}),
+                ),
+            ]
+        )
+    return home
+
+
+def test_serve_answers_reads_and_token_writes_then_stops_cleanly(tmp_path: Path) -> None:
+    home = build(tmp_path / "engine")
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n", encoding="utf-8")
+    with running_server(home, ["--token-file", str(token_file)]) as (base, proc):
+        assert base.startswith("http://127.0.0.1:")
+        hits = httpx.post(f"{base}v1/corpora/help/search", json={"query": "password"}, timeout=30)
+        assert [p["source_id"] for p in hits.json()["passages"]] == ["reset"]
+        denied = httpx.post(f"{base}v1/corpora/help/documents", json=[{"id": "x"}], timeout=30)
+        assert denied.status_code == 401
+        added = httpx.post(
+            f"{base}v1/corpora/help/documents",
+            json=[{"id": "export", "title": "Export", "text": "password export"}],
+            headers={"Authorization": f"Bearer {TOKEN}"},
+            timeout=60,
+        )
+        assert added.status_code == 200 and added.json()["added"] == 1
+        metrics = httpx.get(f"{base}metrics", timeout=30).text
+        assert 'tandem_searches_total{corpus="help",strategy="keyword"} 1.0' in metrics
+        assert httpx.get(base, timeout=30).headers["content-type"].startswith("text/html")
+        assert stop(proc) == 0
+        assert proc.stderr is None or proc.stderr.closed
+    with SearchEngine(home) as engine:  # the server released the directory and kept the write
+        assert len(engine.corpus("help")) == 3
+
+
+def _fails_with(args: list[str], home: Path, env: dict[str, str] | None = None) -> str:
+    import os
+
+    full = {k: v for k, v in os.environ.items() if k != "TANDEM_API_TOKEN"} | (env or {})
+    result = subprocess.run(
+        serve_command(home, *args), capture_output=True, text=True, timeout=180, env=full
+    )
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("tandem: error: "), result.stderr
+    return lines[0]
+
+
+def test_an_unusable_token_is_refused_at_start(tmp_path: Path) -> None:
+    home = build(tmp_path / "engine")
+    short = tmp_path / "short"
+    short.write_text("abc", encoding="utf-8")
+    assert "at least 16 characters" in _fails_with(["--token-file", str(short)], home)
+    assert "TANDEM_API_TOKEN" in _fails_with([], home, {"TANDEM_API_TOKEN": "short"})
+
+
+def _many_processes_supported(home: Path) -> bool:
+    with SearchEngine(home):
+        try:
+            SearchEngine(home).close()
+        except EngineLocked:
+            return False
+    return True
+
+
+def test_workers_share_one_directory_or_the_refusal_says_why(tmp_path: Path) -> None:
+    home = build(tmp_path / "engine")
+    if not _many_processes_supported(home):
+        assert "--workers 1" in _fails_with(["--workers", "2"], home)
+        return
+    with running_server(home, ["--workers", "2"]) as (base, _):
+        for _ in range(20):
+            hits = httpx.post(
+                f"{base}v1/corpora/help/search", json={"query": "password"}, timeout=30
+            )
+            assert [p["source_id"] for p in hits.json()["passages"]] == ["reset"]
+        # Metrics aggregate both workers (prometheus_client multiprocess mode).
+        text = httpx.get(f"{base}metrics", timeout=30).text
+        line = next(
+            x
+            for x in text.splitlines()
+            if x.startswith('tandem_searches_total{corpus="help",strategy="keyword"}')
+        )
+        assert float(line.rsplit(" ", 1)[1]) == 20.0
+        assert 'tandem_documents{corpus="help"} 2.0' in text  # one value, not one per worker
+
+
+@pytest.mark.parametrize("flag", ["--help"])
+def test_serve_help_lists_the_options_without_bool_placeholders(flag: str, tmp_path: Path) -> None:
+    result = subprocess.run(
+        [*serve_command(tmp_path)[:2], flag], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0
+    for option in ("--host", "--port", "--workers", "--token-file", "--path"):
+        assert option in result.stdout
+    assert "<bool>" not in result.stdout

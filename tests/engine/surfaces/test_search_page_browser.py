@@ -1,0 +1,232 @@
+"""The search page in a real browser: headless Chromium (Debian's ``chromium`` and
+``chromium-driver``) driven by Selenium against a real ``tandem serve`` process.
+
+One browser session and one server for every check: a person types a query and presses
+Enter and sees the expected first result with the query terms marked; a hostile title
+shows as text and its ``javascript:`` URL is no link; paging moves through results and
+the address bar; the no-results message is plain; the page fits a phone-width screen; the
+controls are labelled. A screenshot is written (to ``TANDEM_SCREENSHOT_DIR`` too when set,
+which is how the README's picture is made). Skipped where the browser is missing, except
+in CI (``CI=true``), where it must run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine import CorpusConfig, Document, SearchEngine
+from tests.support.serve import running_server
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+HOSTILE_TITLE = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned=2">Hostile'
+
+HELP = [
+    Document(
+        id="reset",
+        title="Reset your password",
+        text="Forgot your password? Open Settings, choose Security and use the reset link.",
+        url="https://example.org/help/reset",
+    ),
+    Document(
+        id="two-factor",
+        title="Two-factor sign-in",
+        text="Add a second step after your password: a code from an app or a security key.",
+        url="https://example.org/help/two-factor",
+    ),
+    Document(
+        id="locked",
+        title="Locked out of your account",
+        text="After five wrong passwords the account locks for an hour; reset it by email.",
+        url="https://example.org/help/locked",
+    ),
+    Document(
+        id="billing",
+        title="Billing and invoices",
+        text="Invoices are sent monthly; update the card under Billing.",
+        url="/help/billing",
+    ),
+    Document(
+        id="hostile",
+        title=HOSTILE_TITLE,
+        text="A hostile document about passwords <b>bold</b> and scripts.",
+        url="javascript:window.__pwned=3",
+    ),
+    Document(
+        id="staff",
+        title="Vault password rotation",
+        text="Staff only: the vault password rotates.",
+        access_groups=frozenset({"staff"}),
+    ),
+    *[
+        Document(
+            id=f"page-{i:02d}",
+            title=f"Paging article {i:02d}",
+            text=f"Paging through many articles, number {i}.",
+            url=f"/articles/{i}",
+        )
+        for i in range(1, 24)
+    ],
+]
+
+
+def _need(path: str) -> None:
+    if shutil.which(path) is None:
+        reason = f"{path} is not installed (apt-get install chromium chromium-driver)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason}; CI must run this test")
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    home = tmp_path_factory.mktemp("page") / "engine"
+    with SearchEngine(home) as engine:
+        engine.create_corpus(CorpusConfig(name="help", embedder=None)).add(HELP)
+        engine.create_corpus(CorpusConfig(name="notes", embedder=None)).add(
+            [Document(id="n1", title="A note", text="Notes about teapots.", url="/notes/1")]
+        )
+    with running_server(home) as (base, _):
+        yield base
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    _need(CHROMIUM)
+    _need(CHROMEDRIVER)
+    os.environ.setdefault("SE_OFFLINE", "true")  # Selenium Manager must not download
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1100,900",
+        "--lang=en-US",
+    ):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(120)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _wait(driver: Any, condition: Any, timeout: float = 60) -> Any:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(condition)
+
+
+def _status(driver: Any) -> str:
+    from selenium.webdriver.common.by import By
+
+    return str(driver.find_element(By.ID, "status").text)
+
+
+def _search(driver: Any, query: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    box = driver.find_element(By.ID, "q")
+    box.clear()
+    box.send_keys(query)
+    before = _status(driver)
+    box.send_keys(Keys.ENTER)  # a person presses Enter, no clicking
+    _wait(driver, lambda d: _status(d) not in ("", "Searching…", before))
+
+
+def test_a_person_searches_pages_and_stays_safe(server: str, browser: Any, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    driver = browser
+    driver.get(server)
+    _wait(driver, lambda d: d.find_element(By.ID, "picker").is_displayed())
+
+    # Labelled controls, and the focus starts in the search box.
+    assert driver.find_element(By.CSS_SELECTOR, "label[for='q']").get_attribute("textContent")
+    assert driver.find_element(By.CSS_SELECTOR, "label[for='corpus']").text == "Collection"
+    assert driver.find_element(By.CSS_SELECTOR, "form[role='search']")
+    assert driver.switch_to.active_element.get_attribute("id") == "q"
+    picker = Select(driver.find_element(By.ID, "corpus"))
+    assert [o.text for o in picker.options] == ["help", "notes"]
+    assert not driver.find_elements(By.CSS_SELECTOR, "[id*='grep'], [name='mode']")
+
+    # Type, Enter: the expected first result, title linked, query terms marked.
+    _search(driver, "forgot password")
+    first = driver.find_elements(By.CSS_SELECTOR, "#results .result")[0]
+    link = first.find_element(By.CSS_SELECTOR, "h2 a")
+    assert link.text == "Reset your password"
+    assert link.get_attribute("href") == "https://example.org/help/reset"
+    marks = [m.text.lower() for m in first.find_elements(By.CSS_SELECTOR, ".excerpt mark")]
+    assert "forgot" in marks and "password" in marks
+    assert not driver.find_element(By.ID, "pager").is_displayed()  # one page only
+    assert "Vault" not in driver.page_source  # the non-public document never shows
+
+    # The hostile document: its title is text, its javascript: URL is no link.
+    _search(driver, "hostile scripts")
+    hostile = driver.find_elements(By.CSS_SELECTOR, "#results .result")[0]
+    heading = hostile.find_element(By.CSS_SELECTOR, "h2")
+    assert heading.text == HOSTILE_TITLE
+    assert not heading.find_elements(By.CSS_SELECTOR, "a, script, img")
+    excerpt = hostile.find_element(By.CSS_SELECTOR, ".excerpt")
+    assert "<b>bold</b>" in excerpt.text and not excerpt.find_elements(By.CSS_SELECTOR, "b")
+    assert [m.text for m in excerpt.find_elements(By.CSS_SELECTOR, "mark")] == [
+        "hostile",
+        "scripts",
+    ]
+    assert driver.execute_script("return window.__pwned === undefined")
+    assert not driver.find_elements(By.CSS_SELECTOR, "a[href^='javascript']")
+
+    # Paging: 23 matching articles, ten a page, the address bar follows.
+    _search(driver, "paging articles")
+    assert len(driver.find_elements(By.CSS_SELECTOR, "#results .result")) == 10
+    assert driver.find_element(By.ID, "prev").get_attribute("disabled") is not None
+    driver.find_element(By.ID, "next").click()
+    _wait(driver, lambda d: _status(d).startswith("Results 11–20"))
+    assert "page=2" in driver.current_url
+    driver.find_element(By.ID, "next").click()
+    _wait(driver, lambda d: _status(d).startswith("Results 21–23"))
+    assert driver.find_element(By.ID, "next").get_attribute("disabled") is not None
+    driver.back()
+    _wait(driver, lambda d: _status(d).startswith("Results 11–20"))
+
+    # The other corpus, and a plain message when nothing matches.
+    picker = Select(driver.find_element(By.ID, "corpus"))
+    picker.select_by_visible_text("notes")
+    _search(driver, "teapots")
+    assert driver.find_element(By.CSS_SELECTOR, "#results h2").text == "A note"
+    _search(driver, "zebra quantum")
+    assert _status(driver).startswith("No results for “zebra quantum”")
+    assert not driver.find_elements(By.CSS_SELECTOR, "#results .result")
+    assert not driver.find_element(By.ID, "pager").is_displayed()
+
+    # Phone width: nothing wider than the screen.
+    picker.select_by_visible_text("help")
+    _search(driver, "password")
+    driver.set_window_size(375, 812)
+    assert driver.execute_script(
+        "return document.documentElement.scrollWidth <= document.documentElement.clientWidth"
+    )
+    driver.set_window_size(1100, 900)
+
+    # The picture for the README.
+    _search(driver, "reset password")
+    shot = tmp_path / "search-page.png"
+    assert driver.save_screenshot(str(shot))
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    target = os.environ.get("TANDEM_SCREENSHOT_DIR")
+    if target:
+        shutil.copy(shot, Path(target) / "search-page.png")
