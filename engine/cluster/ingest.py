@@ -23,6 +23,7 @@ Ray Data's own progress bars (``progress=False`` silences both).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import pickle
@@ -124,14 +125,15 @@ def ingest(
     handles = corpus._calls.handles
     shards = corpus.shards
     fields = dict(corpus.config.fields)
-    read_args = {"num_cpus": 0}
     if kind == "parquet":
-        ds = ray.data.read_parquet(files, ray_remote_args=read_args)
+        ds = ray.data.read_parquet(files, num_cpus=0)
     else:
-        ds = ray.data.read_json(files, lines=True, ray_remote_args=read_args)
+        # Lines as text, decoded by the loaders' own rules: a JSON reader's type
+        # inference would turn a column with one missing integer into floats.
+        ds = ray.data.read_text(files, num_cpus=0, drop_empty_lines=True)
     ds = ds.map_batches(
         _prepare,  # type: ignore[arg-type]  # extra arguments come from fn_args
-        fn_args=(handles, shards, fields, resume, vector_column, write_timeout_s),
+        fn_args=(handles, shards, fields, resume, vector_column, write_timeout_s, kind == "jsonl"),
         batch_format="pyarrow",
         batch_size=batch_size,
         num_cpus=0,
@@ -195,6 +197,7 @@ def _prepare(
     resume: bool,
     vector_column: str | None,
     timeout_s: float,
+    jsonl: bool,
 ) -> pa.Table:
     """Rows → documents (or rejections); marks ids already stored with a vector skipped."""
     from engine.surfaces.loaders import LineError, document_from_json
@@ -204,12 +207,13 @@ def _prepare(
     payloads: list[bytes] = []
     texts: list[str] = []
     vectors: list[list[float] | None] = []
-    for raw in batch.to_pylist():
-        vector = raw.pop(vector_column, None) if vector_column else None
+    for item in batch.to_pylist():
         try:
+            raw = _decoded(item, jsonl)
+            vector = raw.pop(vector_column, None) if vector_column else None
             if vector_column and vector is None:
                 raise LineError(f"no {vector_column!r} value")
-            doc = document_from_json(_without_nulls(raw), fields)
+            doc = document_from_json(raw, fields)
         except LineError:
             kinds.append("rejected")
             ids.append("")
@@ -239,8 +243,23 @@ def _prepare(
     return pa.table(columns)
 
 
+def _decoded(item: dict[str, Any], jsonl: bool) -> dict[str, Any]:
+    """One input row as the loaders take it: a JSON line decoded, or a Parquet row."""
+    from engine.surfaces.loaders import LineError
+
+    if not jsonl:
+        return _without_nulls(item)
+    try:
+        value = json.loads(item["text"])
+    except ValueError as exc:
+        raise LineError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise LineError("expected a JSON object")
+    return value
+
+
 def _without_nulls(raw: dict[str, Any]) -> dict[str, Any]:
-    """Arrow fills a key missing from one row with null; the loaders want it absent."""
+    """Parquet fills a key missing from one row with null; the loaders want it absent."""
     out = {k: v for k, v in raw.items() if v is not None}
     nested = out.get("fields")
     if isinstance(nested, dict):
