@@ -71,6 +71,16 @@ class BeirDataset:
             fingerprint=f"{self.fingerprint}:head{n_docs}",
         )
 
+    def spread_sample(self, n_docs: int) -> tuple[BenchDocument, ...]:
+        """``n_docs`` documents evenly spaced over the corpus (all of them if it is
+        smaller): a throughput sample whose lengths follow the whole corpus, not its head."""
+        if n_docs < 1:
+            raise ValueError(f"n_docs must be >= 1, got {n_docs}")
+        total = len(self.documents)
+        if n_docs >= total:
+            return self.documents
+        return tuple(self.documents[(i * total) // n_docs] for i in range(n_docs))
+
 
 def load_beir(folder: str | Path, name: str | None = None) -> BeirDataset:
     """Load a BEIR folder; raises ``DatasetError`` naming the file that is missing or bad."""

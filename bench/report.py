@@ -71,11 +71,14 @@ def machine_info() -> dict[str, Any]:
 
 
 def config_json(config: RunConfig) -> dict[str, Any]:
+    """The run's configuration; paths relative to the working directory (or ``~/``)."""
+    from bench.run import portable_path
+
     data = asdict(config)
-    data["data_dirs"] = [str(p) for p in config.data_dirs]
+    data["data_dirs"] = [portable_path(p) for p in config.data_dirs]
     data["systems"] = [s.value for s in config.systems]
-    data["out_dir"] = str(config.out_dir)
-    data["cache_dir"] = str(config.cache_dir)
+    data["out_dir"] = portable_path(config.out_dir)
+    data["cache_dir"] = portable_path(config.cache_dir)
     data["backend"] = config.backend.value if config.backend else "auto"
     data["floor_backends"] = [b.value for b in config.floor_backends]
     return data
@@ -101,7 +104,9 @@ def write_report(report: RunReport, out_dir: Path) -> dict[str, Path]:
             line = {
                 **header,
                 **result.to_json(),
+                "dataset": {"name": result.corpus, "path": floor.dataset_path if floor else ""},
                 "query_embedding_p50_ms": floor.p50_ms_by_backend if floor else {},
+                "encoder_docs_per_s": floor.encoder_docs_per_s if floor else None,
             }
             handle.write(json.dumps(line, sort_keys=True) + "\n")
     paths["markdown"].write_text(render_markdown(report, header), encoding="utf-8")
@@ -115,20 +120,22 @@ def _fmt(value: float | None, digits: int) -> str:
 
 
 COLUMNS = (
-    "system | nDCG@10 | R@100 | MRR@10 | ingest docs/s | p50 ms | p95 ms | QPS "
-    "| peak RSS MiB | disk MiB"
+    "system | nDCG@10 | R@100 | MRR@10 | ingest docs/s (embedding incl.) "
+    "| index-only docs/s | p50 ms | p95 ms | QPS | peak RSS MiB | disk MiB"
 )
+N_COLUMNS = COLUMNS.count("|") + 1
 
 
 def _row(r: SystemResult) -> str:
     if r.status is not Status.OK:
         label = "skipped" if r.status is Status.SKIPPED else "error"
-        return f"| {r.system} | {label}: {r.reason} |" + " |" * 8
+        return f"| {r.system} | {label}: {r.reason} |" + " |" * (N_COLUMNS - 2)
     cells = [
         r.system,
         _fmt(r.ndcg_at_10, 4),
         _fmt(r.recall_at_100, 4),
         _fmt(r.mrr_at_10, 4),
+        _fmt(r.ingest_e2e_docs_per_s, 0),
         _fmt(r.ingest_docs_per_s, 0),
         _fmt(r.p50_ms, 2),
         _fmt(r.p95_ms, 2),
@@ -168,6 +175,12 @@ def render_markdown(report: RunReport, header: dict[str, Any]) -> str:
         "Latency: one query at a time, top-10, p50/p95 over every judged query. "
         "Peak RSS: high-water mark of the process that ran only that system "
         "(interpreter, libraries and model included). Quality: ir-measures, top-100 run.",
+        "",
+        "Ingest: the headline includes embedding the documents - Tandem hybrid through its "
+        "own `Corpus.add` on a sample of documents spread over the corpus, every other "
+        "vector system as its index time plus the corpus's embedding time at the raw "
+        "encoder's rate on that sample (same model); index-only: the systems that take "
+        "vectors are handed the cached ones.",
     ]
     ratios = {r.corpus: r for r in report.ratios()}
     for corpus in _corpora(report.results):
@@ -179,7 +192,37 @@ def render_markdown(report: RunReport, header: dict[str, Any]) -> str:
         lines += [_row(r) for r in rows]
         if corpus in ratios:
             lines += ["", *_ratio_lines(ratios[corpus])]
+    lines += ["", *best_peer_table(report.results)]
     return "\n".join(lines) + "\n"
+
+
+def best_peer_table(results: Sequence[SystemResult]) -> list[str]:
+    """One row per corpus: each Tandem hybrid system, the best non-Tandem system by
+    nDCG@10 and the distance between them (positive: Tandem ahead)."""
+    lines = [
+        "## Tandem against the best peer (nDCG@10)",
+        "",
+        "| corpus | Tandem system | Tandem | best peer | peer | Tandem − peer |",
+        "|---|---|---|---|---|---|",
+    ]
+    for corpus in _corpora(results):
+        ok = [
+            r
+            for r in results
+            if r.corpus == corpus and r.status is Status.OK and r.ndcg_at_10 is not None
+        ]
+        peers = [r for r in ok if not r.system.startswith("tandem-")]
+        ours = [r for r in ok if r.system.startswith("tandem-hybrid")]
+        if not peers or not ours:
+            continue
+        best = max(peers, key=lambda r: (r.ndcg_at_10 or 0.0, r.system))
+        for tandem in ours:
+            gap = (tandem.ndcg_at_10 or 0.0) - (best.ndcg_at_10 or 0.0)
+            lines.append(
+                f"| {corpus} | {tandem.system} | {_fmt(tandem.ndcg_at_10, 4)} | {best.system} "
+                f"| {_fmt(best.ndcg_at_10, 4)} | {gap:+.4f} |"
+            )
+    return lines
 
 
 def _corpora(results: Sequence[SystemResult]) -> list[str]:

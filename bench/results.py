@@ -22,6 +22,10 @@ class SystemResult:
     system (Python, its libraries and, for systems that embed queries, the model included);
     ``None`` when systems shared one process (``--in-process``). ``rss_delta_mib`` is the
     growth from just before indexing to the end of the searches (psutil readings).
+
+    Ingest: ``ingest_docs_per_s`` is index-only (systems that take vectors get the cached
+    corpus vectors); ``ingest_e2e_docs_per_s`` includes embedding the documents (see
+    ``bench.runner``); for systems that embed nothing the two are the same.
     """
 
     corpus: str
@@ -35,6 +39,7 @@ class SystemResult:
     mrr_at_10: float | None = None
     ingest_s: float | None = None
     ingest_docs_per_s: float | None = None
+    ingest_e2e_docs_per_s: float | None = None
     p50_ms: float | None = None
     p95_ms: float | None = None
     mean_ms: float | None = None
@@ -63,6 +68,10 @@ class CorpusFloor:
     corpus: str
     p50_ms_by_backend: dict[str, float]
     vectors_from_cache: bool
+    encoder_docs_per_s: float | None = None
+    """The raw encoder's batch throughput (sentence-transformers, torch) on a spread sample."""
+    dataset_path: str = ""
+    """The BEIR folder, relative to the working directory (never absolute)."""
 
     @property
     def floor_ms(self) -> float | None:

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
+import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tqdm import tqdm
 
-from bench.dataset import load_beir
+from bench.dataset import BeirDataset, load_beir
 from bench.encoder import DEFAULT_MODEL, EncoderBackend, SentenceEncoder
 from bench.floor import fastest_backend, measure_floor
 from bench.report import RunReport, write_report
@@ -74,6 +76,7 @@ def _run_corpus(config: RunConfig, data_dir: Path) -> tuple[list[SystemResult], 
     encoders: dict[EncoderBackend, SentenceEncoder] = {}
     from_cache = True
     floor_ms: dict[str, float] = {}
+    encoder_rate: float | None = None
     if needs_model:
         torch_encoder = SentenceEncoder(config.model, EncoderBackend.TORCH)
         encoders[EncoderBackend.TORCH] = torch_encoder
@@ -88,7 +91,14 @@ def _run_corpus(config: RunConfig, data_dir: Path) -> tuple[list[SystemResult], 
             config.cache_dir,
             loaded=encoders,
         )
-    floor = CorpusFloor(dataset.name, floor_ms, vectors_from_cache=from_cache)
+        encoder_rate = encoder_throughput(torch_encoder, dataset, config.encode_subset)
+    floor = CorpusFloor(
+        dataset.name,
+        floor_ms,
+        vectors_from_cache=from_cache,
+        encoder_docs_per_s=encoder_rate,
+        dataset_path=portable_path(data_dir),
+    )
     backend = config.backend or fastest_backend(floor_ms)
     encoders.clear()  # free the parent's models before the systems run
 
@@ -113,9 +123,31 @@ def _run_corpus(config: RunConfig, data_dir: Path) -> tuple[list[SystemResult], 
             k_latency=config.k_latency,
             encode_subset=config.encode_subset,
             isolated=config.isolated,
+            encoder_docs_per_s=encoder_rate,
         )
         results.append(_dispatch(job))
     return results, floor
+
+
+def encoder_throughput(encoder: SentenceEncoder, dataset: BeirDataset, n_docs: int) -> float:
+    """Documents per second the raw encoder embeds (batch 64, torch), timed on ``n_docs``
+    documents spread evenly over the corpus after a short warm-up: the embedding cost any
+    system pays to ingest this corpus with this model, whichever library calls it."""
+    sample = [d.full_text for d in dataset.spread_sample(n_docs)]
+    encoder.encode(sample[:8])
+    start = time.perf_counter()
+    encoder.encode(sample)
+    return len(sample) / (time.perf_counter() - start)
+
+
+def portable_path(path: Path) -> str:
+    """``path`` as a result file records it: relative to the working directory, or
+    ``~/...`` under the home directory; never absolute."""
+    resolved = path.expanduser().resolve()
+    home = Path.home().resolve()
+    if resolved.is_relative_to(home) and not resolved.is_relative_to(Path.cwd().resolve()):
+        return "~/" + resolved.relative_to(home).as_posix()
+    return os.path.relpath(resolved, Path.cwd().resolve())
 
 
 def _dispatch(job: SystemJob) -> SystemResult:

@@ -20,6 +20,7 @@ class SystemName(enum.StrEnum):
     TANTIVY = "tantivy"
     FAISS_FLAT = "faiss-flat"
     BM25S = "bm25s"
+    GLUE = "glue"
     LANCEDB_HYBRID = "lancedb-hybrid"
     TXTAI_HYBRID = "txtai-hybrid"
 

@@ -46,6 +46,14 @@ SPECS: dict[SystemName, SystemSpec] = {
         ),
         SystemSpec(SystemName.BM25S, ("bm25s",), "bm25s_raw:Bm25sSystem"),
         SystemSpec(
+            SystemName.GLUE,
+            ("bm25s", "faiss"),
+            "glue:GlueSystem",
+            peer=True,
+            uses_vectors=True,
+            embeds_queries=True,
+        ),
+        SystemSpec(
             SystemName.LANCEDB_HYBRID,
             ("lancedb", "pyarrow"),
             "lancedb_hybrid:LanceDbHybridSystem",

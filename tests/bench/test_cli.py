@@ -87,6 +87,13 @@ def test_in_process_run_with_vectors_and_floor(
     assert faiss_line["status"] == "ok"
     assert faiss_line["peak_rss_mib"] is None  # shared process: no per-system peak
     assert faiss_line["query_embedding_p50_ms"].keys() == {"torch"}
+    # end-to-end ingest adds the corpus's embedding time at the measured encoder rate
+    rate, n = faiss_line["encoder_docs_per_s"], faiss_line["n_docs"]
+    assert rate > 0
+    assert faiss_line["ingest_e2e_docs_per_s"] == pytest.approx(
+        n / (faiss_line["ingest_s"] + n / rate)
+    )
+    assert not any(p.startswith("/") for p in faiss_line["config"]["data_dirs"])
     assert float(faiss_line["recall_at_100"]) == 1.0
     assert list((tmp_path / "cache" / "vectors").glob("*.npy"))  # corpus vectors cached
     assert "query-embedding floor p50" in capsys.readouterr().out

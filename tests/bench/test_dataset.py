@@ -85,6 +85,17 @@ def test_head_keeps_queries_and_changes_fingerprint(tiny_beir: Path) -> None:
         data.head(0)
 
 
+def test_spread_sample_is_evenly_spaced_and_clamped(tiny_beir: Path) -> None:
+    data = load_beir(tiny_beir)
+    everything = data.spread_sample(10_000)
+    assert everything == data.documents
+    two = data.spread_sample(2)
+    half = len(data.documents) // 2
+    assert two == (data.documents[0], data.documents[half])
+    with pytest.raises(ValueError):
+        data.spread_sample(0)
+
+
 def test_not_a_directory(tmp_path: Path) -> None:
     with pytest.raises(DatasetError, match="not a directory"):
         load_beir(tmp_path / "nope")

@@ -47,6 +47,7 @@ def test_model_use_is_declared_for_vector_systems() -> None:
     assert not SPECS[SystemName.TANDEM_HYBRID].embeds_queries  # Tandem embeds itself
     assert not SPECS[SystemName.TANTIVY].uses_model
     assert {s for s in SystemName if SPECS[s].peer} == {
+        SystemName.GLUE,
         SystemName.LANCEDB_HYBRID,
         SystemName.TXTAI_HYBRID,
     }

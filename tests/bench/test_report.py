@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from bench.ratios import compute_ratios
-from bench.report import RunReport, git_revision, render_markdown, write_report
+from bench.report import RunReport, best_peer_table, git_revision, render_markdown, write_report
 from bench.results import CorpusFloor, Status, SystemResult, skipped
-from bench.run import RunConfig
+from bench.run import RunConfig, portable_path
 from bench.systems.base import SystemName
 
 
@@ -77,9 +77,44 @@ def test_write_report_files_parse(tmp_path: Path) -> None:
     assert SystemResult.from_json(lines[0]) == RESULTS[0]
     markdown = paths["markdown"].read_text()
     assert "| tandem-hybrid | 0.7500 |" in markdown
+    assert "| c | tandem-hybrid | 0.7500 | faiss-flat | 0.7000 | +0.0500 |" in markdown
     assert "skipped: not installed: txtai" in markdown
     assert "tandem-hybrid p50 / embedding p50 (separate runs): 1.10×" in markdown
     assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_result_files_record_no_absolute_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    data = tmp_path / "data" / "beir-c"
+    config = RunConfig(data_dirs=(data,), out_dir=tmp_path / "out", cache_dir=tmp_path / "cache")
+    floor = CorpusFloor("c", {}, vectors_from_cache=True, dataset_path=portable_path(data))
+    paths = write_report(RunReport(config, RESULTS, (floor,)), tmp_path / "out")
+    text = paths["jsonl"].read_text()
+    assert str(tmp_path) not in text
+    line = json.loads(text.splitlines()[0])
+    assert line["dataset"] == {"name": "c", "path": "data/beir-c"}
+    assert line["config"]["data_dirs"] == ["data/beir-c"]
+    assert line["config"]["out_dir"] == "out"
+
+
+def test_portable_path_is_relative_or_under_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert portable_path(tmp_path / "a" / "b") == "a/b"
+    assert portable_path(Path("x")) == "x"
+    home = Path.home().resolve()
+    if not tmp_path.resolve().is_relative_to(home):
+        assert portable_path(home / ".cache" / "t") == "~/.cache/t"
+    assert not portable_path(tmp_path.parent / "sibling").startswith("/")
+
+
+def test_best_peer_row_names_the_best_non_tandem_system() -> None:
+    glue = ok(SystemName.GLUE, 0.77, 12.0)
+    lines = best_peer_table((*RESULTS, glue))
+    assert "| c | tandem-hybrid | 0.7500 | glue | 0.7700 | -0.0200 |" in lines
 
 
 def test_markdown_groups_rows_by_corpus() -> None:
