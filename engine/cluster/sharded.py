@@ -16,49 +16,38 @@ others, with no error and no flag, and the outage shows in ``tandem_shards_up``.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import threading
-import time
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
 import ray
 from prometheus_client import CollectorRegistry
-from tqdm import tqdm
 
-from dense import Embedder, EmbedderUnavailable, embed_query
+from dense import Embedder
+from engine.cluster.actors import start_shard
 from engine.cluster.calls import Handle, ShardCalls, probe
-from engine.cluster.errors import ShardUnavailable
 from engine.cluster.health import ClusterMetrics, Operation, ShardHealth
 from engine.cluster.manifest import ClusterManifest, read_manifest, write_manifest
-from engine.cluster.merge import dedupe_urls, fuse, merge_arm
 from engine.cluster.options import ClusterOptions
-from engine.cluster.routing import group_by_shard, shard_for
-from engine.cluster.runtime import NAMESPACE, start_local_cluster
-from engine.cluster.shard import EmbedderFactory, ShardActor, ShardInfo, ShardSpec
-from engine.cluster.wire import to_row
+from engine.cluster.routing import shard_for
+from engine.cluster.runtime import start_local_cluster
+from engine.cluster.search import ShardedSearcher
+from engine.cluster.shard import EmbedderFactory, ShardInfo
+from engine.cluster.writes import ShardWriter, on_each
 from engine.config import CorpusConfig
-from engine.documents import AddResult, ArmRanks, Document, GrepMatch, Passage, SourceText
+from engine.documents import AddResult, Document, GrepMatch, Passage, SourceText
 from engine.embedders import default_embedder_factory
 from engine.errors import GrepTimeout, InvalidArgument, SourceNotFound
 from engine.filters import Filter, compile_filter
-from engine.limits import MAX_GREP_MATCHES, MAX_LANGUAGE_ID, MAX_OFFSET, MAX_TOP_K
+from engine.limits import MAX_GREP_MATCHES
 from engine.search.searcher import clamp_int
 from engine.search.sources import compile_pattern, evidence_text
-from engine.search.windows import ArmWindows
 from engine.write.batches import checked_documents, checked_ids
-from engine.write.ingest import content_hash, embedding_text
 from engine.write.vector_model import check_embedding_model
-from fusion import FusedHit
-from sparse import MAX_SOURCES, FieldFilter
-from sparse.clamp import clamp_language, clamp_text
 
 logger = logging.getLogger(__name__)
 
@@ -107,6 +96,23 @@ class ShardedCorpus:
             probe_timeout_s=options.probe_timeout_s,
         )
         self._calls = ShardCalls(self._config.name, handles, self._health, metrics)
+        self._searcher = ShardedSearcher(
+            self._config,
+            manifest.shards,
+            embedder,
+            self._calls,
+            self._health,
+            metrics,
+            timeout_s=options.search_timeout_s,
+        )
+        self._writer = ShardWriter(
+            self._config.name,
+            manifest.shards,
+            self._calls,
+            embedder,
+            write_batch=options.write_batch,
+            timeout_s=options.write_timeout_s,
+        )
         self._closed = False
         self._lock = threading.Lock()
 
@@ -174,7 +180,7 @@ class ShardedCorpus:
         if not ray.is_initialized():
             start_local_cluster()
         handles = [
-            _shard_actor(root, manifest, index, factory, opts) for index in range(manifest.shards)
+            start_shard(root, manifest, index, factory, opts) for index in range(manifest.shards)
         ]
         infos: list[ShardInfo] = ray.get(
             [h.info.remote() for h in handles], timeout=opts.start_timeout_s
@@ -238,81 +244,7 @@ class ShardedCorpus:
         Answers from the shards that are up; a shard that fails mid-search is left out.
         """
         compiled = compile_filter(filters, self._config.fields)
-        started = time.perf_counter()
-        text = clamp_text(query)
-        if text is None:
-            return []
-        k = clamp_int(top_k, 1, MAX_TOP_K, 10)
-        skip = clamp_int(offset, 0, MAX_OFFSET, 0)
-        language = clamp_language(language_id)
-        if language is not None and language > MAX_LANGUAGE_ID:
-            return []
-        need = skip + k
-        vector = self._query_vector(text)
-        window = min(max(self._config.window, need), MAX_SOURCES) if vector is not None else need
-        targets = self._health.up()
-        answers: dict[int, ArmWindows] = self._calls.fan_out(
-            targets,
-            "windows",
-            lambda _: (text, vector, need, window, language, compiled),
-            self._options.search_timeout_s,
-        )
-        if len(answers) < self.shards:
-            self.metrics.partial_searches.labels(self.name).inc()
-        ordered = [answers[i] for i in sorted(answers)]
-        sparse = merge_arm([a.sparse for a in ordered], sum(len(a.sparse) for a in ordered))
-        sparse = dedupe_urls(sparse, window)
-        dense = None if vector is None else merge_arm([a.dense for a in ordered], window)
-        weights = (self._config.weights.sparse, self._config.weights.dense)
-        fused = fuse(sparse, dense, k=self._config.rrf_k, weights=weights, limit=need)
-        passages = self._page(fused[skip:need], answers, text, compiled)
-        self.metrics.search_duration.labels(self.name).observe(time.perf_counter() - started)
-        return passages
-
-    def _query_vector(self, text: str) -> npt.NDArray[np.float32] | None:
-        """The query's vector, embedded once here; ``None``: answer from keywords."""
-        embedder = self._embedder
-        if embedder is None or not embedder.is_available():
-            return None
-        try:
-            return embed_query(embedder, text)
-        except EmbedderUnavailable:
-            return None
-
-    def _page(
-        self,
-        page: Sequence[FusedHit],
-        answers: Mapping[int, ArmWindows],
-        text: str,
-        filters: tuple[FieldFilter, ...],
-    ) -> list[Passage]:
-        """Passages for the fused page: the shards sent most of them with their windows;
-        the rest come from their owners in one more round trip."""
-        ready = {p.source_id: p for a in answers.values() for p in a.passages}
-        checked = {sid for a in answers.values() for sid in a.checked}
-        missing = [f.id for f in page if f.id not in checked]
-        if missing:
-            owners = group_by_shard(missing, self.shards)
-            extra = self._calls.fan_out(
-                [i for i in owners if i in answers],
-                "passages",
-                lambda i: ([missing[p] for p in owners[i]], text, filters),
-                self._options.search_timeout_s,
-            )
-            ready.update({p.source_id: p for found in extra.values() for p in found})
-        out: list[Passage] = []
-        for hit in page:
-            passage = ready.get(hit.id)
-            if passage is None:  # not public, deleted meanwhile, or its shard went away
-                continue
-            out.append(
-                dataclasses.replace(
-                    passage,
-                    score=hit.score,
-                    ranks=ArmRanks(sparse=hit.ranks[0], dense=hit.ranks[1]),
-                )
-            )
-        return out
+        return self._searcher.search(query, top_k, offset, language_id, compiled)
 
     def evidence(self, question: str, top_k: int = 5) -> str:
         """A text package of the best sources for an LLM prompt (empty string: none)."""
@@ -388,146 +320,15 @@ class ShardedCorpus:
             vectors_enabled=self._embedder is not None,
         )
         check_embedding_model(
-            embedding_model,
-            self._model_names(),
-            self.name,
-            has_embeddings=supplied is not None,
+            embedding_model, self._model_names(), self.name, has_embeddings=supplied is not None
         )
-        if supplied is None and self._embedder is not None:
-            supplied, embedding_model = self._embed_new(docs), self._embedder.name
-        groups = group_by_shard([d.id for d in docs], self.shards)
         show = progress if progress is not None else len(docs) >= _PROGRESS_MIN
-        bar = tqdm(total=len(docs), disable=not show, desc=f"add {self.name}", unit="doc")
-        bar_lock = threading.Lock()
-
-        def write(index: int) -> AddResult:
-            totals = [0, 0, 0, 0]
-            positions = groups[index]
-            for start in range(0, len(positions), self._options.write_batch):
-                chunk = positions[start : start + self._options.write_batch]
-                counts = self._write_chunk(
-                    index, [docs[p] for p in chunk], supplied, chunk, embedding_model
-                )
-                totals = [a + b for a, b in zip(totals, counts, strict=True)]
-                with bar_lock:
-                    bar.update(len(chunk))
-            return AddResult(*totals)
-
-        with bar:
-            results = self._each_shard(sorted(groups), write)
-        return AddResult(
-            added=sum(r.added for r in results),
-            updated=sum(r.updated for r in results),
-            unchanged=sum(r.unchanged for r in results),
-            degraded=sum(r.degraded for r in results),
-        )
-
-    def _write_chunk(
-        self,
-        index: int,
-        docs: Sequence[Document],
-        supplied: npt.NDArray[np.float32] | None,
-        positions: Sequence[int],
-        model: str | None,
-    ) -> tuple[int, int, int, int]:
-        rows = [to_row(d) for d in docs]
-        if supplied is None:
-            return self._write(index, rows, None, None)
-        vectors = supplied[list(positions)]
-        keep = ~np.isnan(vectors[:, 0])
-        if keep.all():
-            return self._write(index, rows, vectors, model)
-        # Documents the shard holds unchanged keep their stored vectors (no model call),
-        # as do documents the embedder failed on (stored degraded by the shard).
-        counts = [0, 0, 0, 0]
-        with_vectors = [r for r, k in zip(rows, keep, strict=True) if k]
-        without = [r for r, k in zip(rows, keep, strict=True) if not k]
-        if with_vectors:
-            part = self._write(index, with_vectors, vectors[keep], model)
-            counts = [a + b for a, b in zip(counts, part, strict=True)]
-        part = self._write(index, without, None, None)
-        return tuple(a + b for a, b in zip(counts, part, strict=True))  # type: ignore[return-value]
-
-    def _write(
-        self,
-        index: int,
-        rows: list[dict[str, Any]],
-        vectors: npt.NDArray[np.float32] | None,
-        model: str | None,
-    ) -> tuple[int, int, int, int]:
-        payload = ray.put(rows)  # sent again as is if the shard has to be retried
-        result: tuple[int, int, int, int] = self._calls.call(
-            index,
-            "add",
-            payload,
-            vectors,
-            model,
-            timeout_s=self._options.write_timeout_s,
-            operation=Operation.WRITE,
-        )
-        return result
-
-    def _embed_new(self, docs: Sequence[Document]) -> npt.NDArray[np.float32] | None:
-        """Vectors for ``docs``; rows of NaN for documents a shard already holds with the
-        same content and a vector (they keep theirs) or that the embedder failed on."""
-        assert self._embedder is not None
-        if not docs:
-            return None
-        states = self._content_state([d.id for d in docs])
-        todo = [i for i, d in enumerate(docs) if states.get(d.id) != (content_hash(d), True)]
-        dimension = self._embedder.dimension if todo else 1
-        out = np.full((len(docs), dimension), np.nan, dtype=np.float32)
-        for start in range(0, len(todo), _EMBED_CHUNK):
-            chunk = todo[start : start + _EMBED_CHUNK]
-            try:
-                if not self._embedder.is_available():
-                    break
-                out[chunk] = self._embedder.embed(
-                    [embedding_text(docs[i].title, docs[i].text) for i in chunk]
-                )
-            except EmbedderUnavailable as exc:
-                logger.warning(
-                    "embedding %d documents failed (%s); their shards store them degraded",
-                    len(chunk),
-                    type(exc).__name__,
-                )
-        return out
-
-    def _content_state(self, ids: Sequence[str]) -> dict[str, tuple[str, bool]]:
-        groups = group_by_shard(ids, self.shards)
-
-        def ask(index: int) -> dict[str, tuple[str, bool]]:
-            state: dict[str, tuple[str, bool]] = self._calls.call(
-                index,
-                "content_state",
-                [ids[p] for p in groups[index]],
-                timeout_s=self._options.write_timeout_s,
-                operation=Operation.WRITE,
-            )
-            return state
-
-        merged: dict[str, tuple[str, bool]] = {}
-        for part in self._each_shard(sorted(groups), ask):
-            merged.update(part)
-        return merged
+        return self._writer.add(docs, supplied, embedding_model, show)
 
     def delete(self, ids: Iterable[str]) -> int:
         """Delete documents by id; returns how many existed. Unknown ids are ignored."""
         self._check_open()
-        wanted = checked_ids(ids)
-        groups = group_by_shard(wanted, self.shards)
-
-        def remove(index: int) -> int:
-            deleted: int = self._calls.call(
-                index,
-                "delete",
-                [wanted[p] for p in groups[index]],
-                timeout_s=self._options.write_timeout_s,
-                operation=Operation.WRITE,
-            )
-            return deleted
-
-        return sum(self._each_shard(sorted(groups), remove))
+        return self._writer.delete(checked_ids(ids))
 
     # -- operations -----------------------------------------------------------------------
 
@@ -580,24 +381,7 @@ class ShardedCorpus:
                 operation=Operation.READ,
             )
 
-        return self._each_shard(list(range(self.shards)), one)
-
-    def _each_shard(self, indexes: Sequence[int], work: Any) -> list[Any]:
-        """Run ``work(index)`` for every shard in parallel; every shard's work finishes
-        before the first error (if any) is raised, so no write is left half-sent."""
-        if not indexes:
-            return []
-        with ThreadPoolExecutor(max_workers=len(indexes)) as pool:
-            futures = [pool.submit(work, i) for i in indexes]
-        errors = [f.exception() for f in futures if f.exception() is not None]
-        unavailable = [e for e in errors if isinstance(e, ShardUnavailable)]
-        if unavailable and len(unavailable) == len(errors):
-            shards = tuple(sorted(s for e in unavailable for s in e.shards))
-            message = "; ".join(str(e) for e in unavailable)
-            raise ShardUnavailable(message, shards) from unavailable[0]
-        if errors:
-            raise errors[0]  # type: ignore[misc]
-        return [f.result() for f in futures]
+        return on_each(list(range(self.shards)), one)
 
     def _model_names(self) -> list[str]:
         names = [] if self._embedder is None else [self._embedder.name]
@@ -644,57 +428,3 @@ class ShardedCorpus:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-
-def stop_detached(root: str | os.PathLike[str]) -> int:
-    """Stop the detached shard actors of the sharded corpus in ``root``; returns how many."""
-    manifest = read_manifest(Path(root))
-    stopped = 0
-    for index in range(manifest.shards):
-        try:
-            handle = ray.get_actor(_actor_name(manifest, index), namespace=NAMESPACE)
-        except ValueError:
-            continue
-        try:
-            ray.get(handle.close.remote(), timeout=30)
-        except Exception as exc:
-            logger.warning("closing shard %d failed (%s)", index, type(exc).__name__)
-        ray.kill(handle, no_restart=True)
-        stopped += 1
-    return stopped
-
-
-def _actor_name(manifest: ClusterManifest, index: int) -> str:
-    return f"{manifest.config.name}-shard-{index:03d}"
-
-
-def _shard_actor(
-    root: Path,
-    manifest: ClusterManifest,
-    index: int,
-    factory: EmbedderFactory | None,
-    opts: ClusterOptions,
-) -> Handle:
-    spec = ShardSpec(
-        index=index,
-        directory=str(manifest.shard_directory(root, index)),
-        config=manifest.config,
-        embedder_factory=factory,
-        lock_wait_s=opts.lock_wait_s,
-    )
-    options: dict[str, Any] = {
-        "max_restarts": opts.max_restarts,
-        "max_task_retries": 0,  # the coordinator retries (writes) or moves on (searches)
-        "max_concurrency": opts.max_concurrency,
-        "num_cpus": opts.shard_num_cpus,
-    }
-    if manifest.placement is not None:
-        options["resources"] = {manifest.placement[index]: 0.001}
-    if opts.detached:
-        options.update(
-            name=_actor_name(manifest, index),
-            namespace=NAMESPACE,
-            lifetime="detached",
-            get_if_exists=True,
-        )
-    return ray.remote(ShardActor).options(**options).remote(spec)
