@@ -209,8 +209,12 @@ class DocumentFile:
             raise FileNotFoundError(f"no such file: {self.path}")
         self.size = self.path.stat().st_size
         self._raw: IO[bytes] | None = None
+        self._finished = False
 
     def progress(self) -> int:
+        """Bytes of the file read so far (all of them once it was read to the end)."""
+        if self._finished:
+            return self.size
         if self._raw is None or self._raw.closed:
             return 0
         return self._raw.tell()
@@ -225,6 +229,7 @@ class DocumentFile:
                     yield from read_lines(unzipped, self.fields)
             else:
                 yield from read_lines(raw, self.fields)
+        self._finished = True
 
 
 def read_lines(

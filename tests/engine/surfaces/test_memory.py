@@ -1,0 +1,114 @@
+"""Agent memory (``engine.surfaces.memory``) in process, and through the MCP tools
+``remember``/``recall`` and the ``filters`` argument of ``search_knowledge``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mcp.client.session import ClientSession
+
+from engine import CorpusConfig, Document, InvalidArgument, SearchEngine
+from engine.surfaces.memory import MAX_MEMORY_CHARS, Memory, memory_id
+from tests.engine.surfaces.test_mcp import expect_tool_error, payload, run_session
+
+
+@pytest.fixture
+def memory(fast_engine: SearchEngine) -> Memory:
+    return Memory(fast_engine, embedder="fake-model")  # type: ignore[arg-type]
+
+
+def test_remember_then_recall_within_a_scope(memory: Memory, fast_engine: SearchEngine) -> None:
+    assert memory.recall("anything at all") == []  # nothing remembered, no corpus yet
+    first = memory.remember("Alice prefers green tea", "alice", title="drinks")
+    assert first.added and first.id == memory_id("Alice prefers green tea", "alice")
+    assert not memory.remember("Alice prefers green tea", "alice", title="drinks").added  # once
+    memory.remember("Bob prefers green tea too", "bob")
+    corpus = fast_engine.corpus("memory")
+    assert corpus.config.vectors_enabled  # hybrid: created with the given embedder
+    assert len(corpus) == 2
+    mine = memory.recall("green tea", "alice")
+    assert [(m.id, m.title, m.text) for m in mine] == [
+        (first.id, "drinks", "Alice prefers green tea")
+    ]
+    assert {m.text for m in memory.recall("green tea", top_k=10)} == {
+        "Alice prefers green tea",
+        "Bob prefers green tea too",
+    }
+    assert memory.recall("green tea", "carol") == []
+    assert memory.recall("x", "alice") == []  # clamped like search: too short, nothing
+
+
+def test_memory_refuses_what_search_would_refuse(memory: Memory, fast_engine: SearchEngine) -> None:
+    for text, scope, needle in [
+        ("", "a", "non-empty"),
+        ("   ", "a", "non-empty"),
+        ("x" * (MAX_MEMORY_CHARS + 1), "a", str(MAX_MEMORY_CHARS)),
+        ("note", "", "scope"),
+        ("note", "a\nb", "scope"),
+        ("note", "s" * 300, "scope"),
+    ]:
+        with pytest.raises(InvalidArgument, match=needle):
+            memory.remember(text, scope)
+    with pytest.raises(InvalidArgument, match="id"):
+        memory.remember("note", "a", id="../etc/passwd")
+    with pytest.raises(InvalidArgument, match="scope"):
+        memory.recall("note", "bad\x00scope")
+    fast_engine.create_corpus(CorpusConfig(name="plain", embedder=None))
+    with pytest.raises(InvalidArgument, match="not a memory corpus"):
+        Memory(fast_engine, "plain").remember("note", "a")
+
+
+def test_mcp_remember_recall_and_search_filters(tmp_path: Path) -> None:
+    path = tmp_path / "engine"
+    with SearchEngine(path) as engine:
+        engine.create_corpus(
+            CorpusConfig(name="memory", embedder=None, fields={"scope": "keyword"})  # type: ignore[arg-type]
+        )
+        engine.create_corpus(
+            CorpusConfig(name="letters", embedder=None, fields={"year": "integer"})  # type: ignore[arg-type]
+        ).add(
+            [
+                Document(id="l1", text="The war news is grim.", fields={"year": 1942}),
+                Document(id="l2", text="The war is over.", fields={"year": 1945}),
+                Document(
+                    id="l3",
+                    text="Secret war plans.",
+                    fields={"year": 1945},
+                    access_groups=frozenset({"staff"}),
+                ),
+            ]
+        )
+
+    async def scenario(session: ClientSession) -> None:
+        stored = payload(
+            await session.call_tool(
+                "remember", {"text": "The user writes Python", "scope": "project-x"}
+            )
+        )
+        assert stored["added"] is True and stored["scope"] == "project-x"
+        await session.call_tool("remember", {"text": "The user writes Rust", "scope": "other"})
+        recalled = payload(
+            await session.call_tool("recall", {"query": "user writes", "scope": "project-x"})
+        )
+        assert [m["text"] for m in recalled["memories"]] == ["The user writes Python"]
+        everything = payload(await session.call_tool("recall", {"query": "user writes"}))
+        assert len(everything["memories"]) == 2
+        await expect_tool_error(session, "remember", {"text": "x", "scope": "a\u0007b"}, "scope")
+
+        late = payload(
+            await session.call_tool(
+                "search_knowledge",
+                {"corpus": "letters", "query": "war", "filters": {"year": {"gte": 1943}}},
+            )
+        )
+        assert [p["source_id"] for p in late["passages"]] == ["l2"]  # never l3 (private)
+        message = await expect_tool_error(
+            session,
+            "search_knowledge",
+            {"corpus": "letters", "query": "war", "filters": {"yeer": 1}},
+            "yeer",
+        )
+        assert "declared fields" in message
+
+    run_session(path, scenario)
