@@ -1,0 +1,201 @@
+"""``python -m bench http``: load (wrk) and fuzz (schemathesis) runs of ``tandem serve``.
+
+Writes ``http.json`` (every figure, the revision, the load average) and ``http.md`` (the
+tables the README quotes) to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import secrets
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench.dataset import load_beir
+from bench.encoder import DEFAULT_MODEL
+from bench.vector_cache import DEFAULT_CACHE_DIR, VectorCache
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench http",
+        description="tandem serve: keyword and hybrid search QPS and p50/p95 with wrk at "
+        "1, 4 and 16 connections with 1 and 2 workers, against the in-process call; then "
+        "a schemathesis fuzz from /openapi.json (no 5xx, no non-public document, no write "
+        "without the token).",
+    )
+    parser.add_argument("--data", type=Path, help="a BEIR folder (default: the fixture)")
+    parser.add_argument("--out", type=Path, default=Path("bench-results") / "http")
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per wrk run")
+    parser.add_argument("--workers", default="1,2", help="worker counts (default: %(default)s)")
+    parser.add_argument("--no-hybrid", action="store_true", help="keyword corpus only")
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE_DIR)
+    parser.add_argument(
+        "--fuzz-examples",
+        type=int,
+        default=400,
+        help="generated requests per operation (default: %(default)s; 0 skips the fuzz)",
+    )
+    parser.add_argument("--no-load", action="store_true", help="skip the wrk runs")
+    return parser
+
+
+def _revision() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main(argv: Sequence[str]) -> int:
+    from bench.http.fuzz import build_fuzz_engine, directory_counts, run_fuzz
+    from bench.http.load import HYBRID, KEYWORD, as_dicts, in_process_baseline, load_runs
+    from bench.http.server import build_engine, several_processes_allowed, tandem_serve
+    from bench.run import FIXTURE_DIR
+
+    args = _parser().parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = {
+        "revision": _revision(),
+        "timestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        "python": platform.python_version(),
+        "loadavg_start": list(os.getloadavg()),
+        "note": "wrk, the server and the machine's other work share the same cores; "
+        "latency figures are noisy (see the load averages)",
+    }
+    with tempfile.TemporaryDirectory(prefix="tandem-http-bench-") as tmp:
+        if not args.no_load:
+            dataset = load_beir(args.data or FIXTURE_DIR)
+            queries = [q.text for q in dataset.queries]
+            home = Path(tmp) / "engine"
+            build_engine(
+                home,
+                dataset,
+                hybrid=not args.no_hybrid,
+                model=args.model,
+                cache=VectorCache(args.cache),
+            )
+            corpora = [KEYWORD] if args.no_hybrid else [KEYWORD, HYBRID]
+            wanted = [int(w) for w in args.workers.split(",") if w.strip()]
+            many = several_processes_allowed(home)
+            workers = [w for w in wanted if w == 1 or many]
+            result["dataset"] = {
+                "name": dataset.name,
+                "documents": len(dataset.documents),
+                "queries": len(queries),
+            }
+            result["workers_skipped"] = [w for w in wanted if w not in workers]
+            result["baseline"] = as_dicts(
+                [in_process_baseline(home, corpus, queries) for corpus in corpora]
+            )
+            result["runs"] = as_dicts(load_runs(home, queries, corpora, workers, args.duration))
+        if args.fuzz_examples > 0:
+            fuzz_home = Path(tmp) / "fuzz"
+            before = build_fuzz_engine(fuzz_home)
+            # The server has a token; the fuzz never sends it (writes must answer 401).
+            with tandem_serve(fuzz_home, token=secrets.token_urlsafe(32)) as base:
+                report = run_fuzz(base, args.fuzz_examples)
+            report.directory_unchanged = directory_counts(fuzz_home) == before
+            result["fuzz"] = report.as_dict()
+    result["loadavg_end"] = list(os.getloadavg())
+    (args.out / "http.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    markdown = render(result)
+    (args.out / "http.md").write_text(markdown, encoding="utf-8")
+    print(markdown)
+    return 0
+
+
+def _ratio(runs: list[dict[str, Any]], corpus: str, connections: int) -> float | None:
+    one = [
+        r for r in runs if (r["workers"], r["corpus"], r["connections"]) == (1, corpus, connections)
+    ]
+    two = [
+        r for r in runs if (r["workers"], r["corpus"], r["connections"]) == (2, corpus, connections)
+    ]
+    if not one or not two or not one[0]["qps"]:
+        return None
+    return float(two[0]["qps"] / one[0]["qps"])
+
+
+def render(result: dict[str, Any]) -> str:
+    lines = [
+        f"revision `{result['revision']}`, {result['timestamp']}, {result['machine']}, "
+        f"Python {result['python']}, load average at start {result['loadavg_start']}, "
+        f"at end {result['loadavg_end']}. {result['note']}.",
+        "",
+    ]
+    runs: list[dict[str, Any]] = result.get("runs", [])
+    if runs:
+        data = result["dataset"]
+        lines += [
+            f"Dataset {data['name']}: {data['documents']} documents, {data['queries']} queries "
+            "cycled; top-10 search bodies POSTed by wrk on 127.0.0.1.",
+            "",
+            "| workers | corpus | connections | QPS | p50 ms | p95 ms | p99 ms | errors "
+            "| load 1m |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in runs:
+            lines.append(
+                f"| {r['workers']} | {r['corpus']} | {r['connections']} | {r['qps']:.0f} | "
+                f"{r['p50_ms']:.2f} | {r['p95_ms']:.2f} | {r['p99_ms']:.2f} | "
+                f"{r['status_errors'] + r['socket_errors']} | {r['loadavg_1m']:.1f} |"
+            )
+        lines += [
+            "",
+            "| corpus | in-process p50 ms | HTTP p50 ms (1 worker, 1 connection) | overhead ms |",
+            "|---|---|---|---|",
+        ]
+        for b in result["baseline"]:
+            http = next(
+                (
+                    r
+                    for r in runs
+                    if (r["workers"], r["corpus"], r["connections"]) == (1, b["corpus"], 1)
+                ),
+                None,
+            )
+            if http is not None:
+                lines.append(
+                    f"| {b['corpus']} | {b['p50_ms']:.2f} | {http['p50_ms']:.2f} | "
+                    f"{http['p50_ms'] - b['p50_ms']:+.2f} |"
+                )
+        lines.append("")
+        for connections in (4, 16):
+            for corpus in ("kw", "hy"):
+                ratio = _ratio(runs, corpus, connections)
+                if ratio is not None:
+                    lines.append(
+                        f"- 2 workers / 1 worker QPS, {corpus}, {connections} connections: "
+                        f"{ratio:.2f}×"
+                    )
+        if result.get("workers_skipped"):
+            lines.append(
+                f"- workers {result['workers_skipped']} skipped: this engine admits one process "
+                "per directory"
+            )
+        lines.append("")
+    fuzz = result.get("fuzz")
+    if fuzz:
+        lines += [
+            f"Fuzz (schemathesis, {fuzz['operations']} operations, positive and negative "
+            f"cases, no token): {fuzz['requests']} requests in {fuzz['seconds']} s; "
+            f"server errors {fuzz['server_errors']}, non-public documents returned "
+            f"{fuzz['private_leaks']}, writes accepted without the token "
+            f"{fuzz['writes_accepted_without_token']}, directory unchanged "
+            f"{fuzz['directory_unchanged']}, response-schema mismatches "
+            f"{fuzz['schema_mismatches']}; statuses {fuzz['by_status']}.",
+            "",
+        ]
+    return "\n".join(lines)
