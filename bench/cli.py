@@ -163,6 +163,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args[:1] == ["scale"]:
             return _main_scale(args[1:])
+        if args[:1] == ["cluster"]:
+            from bench.cluster import main_cluster
+
+            return main_cluster(args[1:])
         if args[:1] == ["http"]:
             from bench.http import main as main_http  # `python -m bench http --help`
 

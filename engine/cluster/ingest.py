@@ -40,14 +40,14 @@ import ray.data
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from tqdm import tqdm
 
-from dense import Embedder
 from engine.cluster.calls import reraise_engine_error
+from engine.cluster.embedding import EmbeddingWorker
 from engine.cluster.errors import ShardUnavailable
 from engine.cluster.routing import group_by_shard
 from engine.cluster.shard import EmbedderFactory
 from engine.cluster.sharded import ShardedCorpus
 from engine.cluster.wire import to_row
-from engine.config import EmbedderSpec, FieldType
+from engine.config import FieldType
 from engine.embedders import default_embedder_factory
 from engine.errors import InvalidArgument
 from engine.write.ingest import embedding_text
@@ -279,46 +279,20 @@ def _stored_with_vectors(
     return stored
 
 
-class _Embed:
-    """One embedding model per actor; embeds the batch's documents (not the skipped)."""
-
-    def __init__(self, spec: EmbedderSpec, factory: EmbedderFactory | None, gpu: bool) -> None:
-        from engine.config import SentenceTransformerEmbedding
-
-        if factory is None and isinstance(spec, SentenceTransformerEmbedding):
-            from dense.local import SentenceTransformerEmbedder
-
-            self._embedder: Embedder = SentenceTransformerEmbedder(
-                spec.model,
-                device="cuda" if gpu else "cpu",
-                onnx_queries=False,
-                progress=False,
-            )
-            _limit_torch_threads()
-        else:
-            self._embedder = (factory or default_embedder_factory)(spec)
+class _Embed(EmbeddingWorker):
+    """Ray Data's view of a worker: embeds a batch's documents (not skipped or rejected)."""
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         kinds = batch.column(_KIND).to_pylist()
         texts = batch.column(_TEXT).to_pylist()
         todo = [i for i, k in enumerate(kinds) if k == "doc"]
-        dimension = self._embedder.dimension
+        dimension = self.dimension
         vectors = np.zeros((len(kinds), dimension), dtype=np.float32)
         if todo:
-            vectors[todo] = self._embedder.embed([texts[i] for i in todo])
+            vectors[todo] = self.embed([texts[i] for i in todo])
         flat = pa.array(vectors.reshape(-1), type=pa.float32())
         column = pa.FixedSizeListArray.from_arrays(flat, dimension)
         return batch.drop_columns([_TEXT]).append_column(_VECTOR, column)
-
-
-def _limit_torch_threads() -> None:
-    """One intra-op thread per reserved CPU (Ray sets ``OMP_NUM_THREADS`` to match)."""
-    try:
-        import torch
-    except ImportError:
-        return
-    threads = int(os.environ.get("OMP_NUM_THREADS", "1") or 1)
-    torch.set_num_threads(max(1, threads))
 
 
 def _write(

@@ -45,6 +45,7 @@ from engine.surfaces.cli_args import (
     open_corpus,
     open_engine,
 )
+from engine.surfaces.cluster_cli import cluster_app
 from engine.surfaces.loaders import DocumentFile
 from engine.surfaces.progress import AddProgress, wants_progress
 
@@ -430,6 +431,10 @@ def mcp(ctx: typer.Context, path: PathOpt = None) -> None:
     if not home.is_dir():
         raise CommandError(f"no Tandem engine at {home} (use --path or ${HOME_ENV})")
     serve_stdio(home)
+
+
+# Sharded corpora on Ray: the commands live in their own module (Ray loads only when one runs).
+app.add_typer(cluster_app)
 
 
 # -- entry point ----------------------------------------------------------------------------

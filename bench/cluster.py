@@ -1,0 +1,293 @@
+"""``python -m bench cluster``: a sharded corpus against one node, on a local Ray cluster.
+
+What it measures (``cluster.json`` keys in brackets), everything through the public API:
+
+- quality: SciFact-style nDCG@10 of one node and of ``--shards`` shards, keyword-only
+  and hybrid, from the same documents and vectors (``single_keyword_ndcg10``,
+  ``sharded_keyword_ndcg10``, ``single_hybrid_ndcg10``, ``sharded_hybrid_ndcg10``);
+- latency: hybrid search p50/p95 of each, timed in alternating blocks so both see the
+  same machine load (``p50_overhead_ms``, ``p95_overhead_ms``; keyword too);
+- embedding: documents/s of one and of two embedding actors (``embed_scaling_2_actors``)
+  and end-to-end Ray Data ingest documents/s (``ingest_docs_per_s``);
+- faults: a shard SIGKILLed during an ingest and during a search loop
+  (``lost_documents``, ``search_errors``, lowest ``tandem_shards_up`` seen);
+- capacity: one shard's memory and query rate at ``--capacity-docs`` synthetic documents.
+
+The machine is shared: the load average is recorded at start and end, and latency
+figures move with it (quality and loss figures do not).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.cluster_faults import ingest_with_kill, search_loop_with_kill
+from bench.cluster_measures import embed_scaling, end_to_end_ingest, shard_capacity
+from bench.dataset import BeirDataset, load_beir
+from bench.encoder import DEFAULT_MODEL, SentenceEncoder
+from bench.quality import evaluate
+from bench.timing import LatencyStats, time_interleaved
+from bench.vector_cache import DEFAULT_CACHE_DIR, VectorCache
+from engine import (
+    CorpusConfig,
+    Document,
+    SearchableCorpus,
+    SearchEngine,
+    SentenceTransformerEmbedding,
+)
+
+logger = logging.getLogger(__name__)
+
+BATCH = 1_000
+
+
+@dataclass(frozen=True)
+class ClusterBenchConfig:
+    data_dir: Path
+    out_dir: Path
+    shards: int = 4
+    model: str = DEFAULT_MODEL
+    cache_dir: Path = DEFAULT_CACHE_DIR
+    rounds: int = 3
+    embed_docs: int = 400
+    ingest_docs: int = 1_000
+    loop_seconds: float = 20.0
+    capacity_docs: int = 50_000
+    progress: bool = True
+
+
+def run_cluster_bench(config: ClusterBenchConfig) -> dict[str, Any]:
+    from engine.cluster import ShardedCorpus, start_local_cluster
+
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    start_local_cluster(num_cpus=2)
+    load_start = os.getloadavg()
+    dataset = load_beir(config.data_dir)
+    vectors, _ = VectorCache(config.cache_dir).get_or_compute(
+        SentenceEncoder(config.model), dataset, progress=config.progress
+    )
+    docs = [Document(id=d.doc_id, title=d.title, text=d.text) for d in dataset.documents]
+    results: dict[str, Any] = {
+        "corpus": dataset.name,
+        "documents": len(docs),
+        "queries": len(dataset.queries),
+        "shards": config.shards,
+        "model": config.model,
+        "revision": _revision(),
+        "load_avg_start": list(load_start),
+        "cpus": os.cpu_count(),
+    }
+    with tempfile.TemporaryDirectory(prefix="tandem-cluster-bench-") as tmp:
+        root = Path(tmp)
+        engine = SearchEngine(root / "single")
+        single = {
+            "keyword": engine.create_corpus(CorpusConfig(name="kw", embedder=None)),
+            "hybrid": engine.create_corpus(
+                CorpusConfig(name="hy", embedder=SentenceTransformerEmbedding(model=config.model))
+            ),
+        }
+        sharded = {
+            "keyword": ShardedCorpus.create(
+                root / "sharded-kw", CorpusConfig(name="kw", embedder=None), config.shards
+            ),
+            "hybrid": ShardedCorpus.create(
+                root / "sharded-hy",
+                CorpusConfig(name="hy", embedder=SentenceTransformerEmbedding(model=config.model)),
+                config.shards,
+            ),
+        }
+        try:
+            everything: list[SearchableCorpus] = [*single.values(), *sharded.values()]
+            for corpus in everything:
+                _load(corpus, docs, vectors, config.model)
+            results.update(_quality(dataset, single, sharded))
+            results.update(_latency(dataset, single, sharded, config.rounds))
+            results.update(embed_scaling(config.model, dataset, config.embed_docs))
+            results.update(
+                end_to_end_ingest(root, dataset, config.shards, config.model, config.ingest_docs)
+            )
+            results.update(
+                search_loop_with_kill(
+                    sharded["hybrid"], [q.text for q in dataset.queries], config.loop_seconds
+                )
+            )
+            results.update(ingest_with_kill(root, docs, vectors, config.shards, config.model))
+            if config.capacity_docs > 0:
+                results.update(shard_capacity(root, config.capacity_docs, config.model))
+        finally:
+            for corpus in sharded.values():
+                corpus.close()
+            engine.close()
+    results["load_avg_end"] = list(os.getloadavg())
+    config.out_dir.mkdir(parents=True, exist_ok=True)
+    (config.out_dir / "cluster.json").write_text(json.dumps(results, indent=2) + "\n", "utf-8")
+    (config.out_dir / "cluster.md").write_text(render_table(results), "utf-8")
+    return results
+
+
+def _load(
+    corpus: SearchableCorpus, docs: Sequence[Document], vectors: np.ndarray, model: str
+) -> None:
+    hybrid = corpus.config.embedder is not None
+    for start in range(0, len(docs), BATCH):
+        chunk = docs[start : start + BATCH]
+        if hybrid:
+            corpus.add(chunk, embeddings=vectors[start : start + BATCH], embedding_model=model)
+        else:
+            corpus.add(chunk)
+
+
+def _quality(
+    dataset: BeirDataset,
+    single: Mapping[str, SearchableCorpus],
+    sharded: Mapping[str, SearchableCorpus],
+) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for label, corpora in (("single", single), ("sharded", sharded)):
+        for kind, corpus in corpora.items():
+            run = {
+                q.query_id: [p.source_id for p in corpus.search(q.text, top_k=10)]
+                for q in dataset.queries
+            }
+            out[f"{label}_{kind}_ndcg10"] = round(evaluate(dataset.qrels, run).ndcg_at_10, 4)
+    for kind in ("keyword", "hybrid"):
+        out[f"{kind}_ndcg10_delta"] = round(
+            out[f"sharded_{kind}_ndcg10"] - out[f"single_{kind}_ndcg10"], 4
+        )
+    return out
+
+
+def _latency(
+    dataset: BeirDataset,
+    single: Mapping[str, SearchableCorpus],
+    sharded: Mapping[str, SearchableCorpus],
+    rounds: int,
+) -> dict[str, float]:
+    texts = [q.text for q in dataset.queries]
+    out: dict[str, float] = {}
+    for kind in ("hybrid", "keyword"):
+        one, many = single[kind], sharded[kind]
+        for text in texts[:20]:  # warm both (model sessions, caches)
+            one.search(text)
+            many.search(text)
+        a: list[float] = []
+        b: list[float] = []
+        for r in range(rounds):  # which goes first in a block alternates by round
+            if r % 2 == 0:
+                x, y = time_interleaved(one.search, many.search, texts)
+            else:
+                y, x = time_interleaved(many.search, one.search, texts)
+            a.extend(x)
+            b.extend(y)
+        s1, s2 = LatencyStats.from_seconds(a), LatencyStats.from_seconds(b)
+        prefix = "" if kind == "hybrid" else "keyword_"
+        out[f"{prefix}single_p50_ms"] = round(s1.p50_ms, 3)
+        out[f"{prefix}single_p95_ms"] = round(s1.p95_ms, 3)
+        out[f"{prefix}sharded_p50_ms"] = round(s2.p50_ms, 3)
+        out[f"{prefix}sharded_p95_ms"] = round(s2.p95_ms, 3)
+        out[f"{prefix}p50_overhead_ms"] = round(s2.p50_ms - s1.p50_ms, 3)
+        out[f"{prefix}p95_overhead_ms"] = round(s2.p95_ms - s1.p95_ms, 3)
+        out[f"{prefix}sharded_qps_one_client"] = round(s2.qps, 1)
+    return out
+
+
+def _revision() -> str:
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).resolve().parent,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return done.stdout.strip()
+
+
+TARGETS: tuple[tuple[str, str, Callable[[Any], bool]], ...] = (
+    ("keyword_ndcg10_delta", "|Δ| ≤ 0.005", lambda v: abs(v) <= 0.005),
+    ("hybrid_ndcg10_delta", "|Δ| ≤ 0.005", lambda v: abs(v) <= 0.005),
+    ("p50_overhead_ms", "≤ 3 ms", lambda v: v <= 3.0),
+    ("embed_scaling_2_actors", "≥ 1.6×", lambda v: v >= 1.6),
+    ("lost_documents", "0", lambda v: v == 0),
+    ("search_errors", "0", lambda v: v == 0),
+)
+
+
+def render_table(results: dict[str, Any]) -> str:
+    lines = [
+        f"# Sharded ({results['shards']} shards) vs one node — {results['corpus']}, "
+        f"{results['documents']} docs, {results['queries']} queries, rev {results['revision']}",
+        "",
+        f"load average {results['load_avg_start'][0]:.2f} at start, "
+        f"{results['load_avg_end'][0]:.2f} at end, {results['cpus']} CPUs (shared machine: "
+        "latency and throughput figures are noisy; quality and loss figures are not)",
+        "",
+        "| measure | value |",
+        "|---|---|",
+    ]
+    skip = {"corpus", "documents", "queries", "shards", "revision", "load_avg_start"}
+    skip |= {"load_avg_end", "cpus", "model"}
+    for key, value in results.items():
+        if key not in skip:
+            lines.append(f"| {key} | {value} |")
+    lines += ["", "| target | wanted | measured | met |", "|---|---|---|---|"]
+    for key, wanted, check in TARGETS:
+        if key in results:
+            value = results[key]
+            lines.append(f"| {key} | {wanted} | {value} | {'yes' if check(value) else 'NO'} |")
+    return "\n".join(lines) + "\n"
+
+
+def main_cluster(argv: Sequence[str]) -> int:
+    """``python -m bench cluster [--data DIR] [--out DIR] ...`` (registered in bench.cli)."""
+    import argparse
+
+    from bench.run import FIXTURE_DIR
+
+    parser = argparse.ArgumentParser(
+        prog="python -m bench cluster",
+        description="A sharded corpus (Ray actors on a local cluster) against one node: "
+        "quality, latency overhead, embedding scaling, ingest, faults, shard capacity.",
+    )
+    parser.add_argument("--data", type=Path, help="a BEIR folder (default: the fixture)")
+    parser.add_argument("--out", type=Path, default=Path("bench-results") / "cluster")
+    parser.add_argument("--shards", type=int, default=4)
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE_DIR)
+    parser.add_argument("--rounds", type=int, default=3, help="latency rounds over the queries")
+    parser.add_argument("--embed-docs", type=int, default=400)
+    parser.add_argument("--ingest-docs", type=int, default=1_000)
+    parser.add_argument("--loop-seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--capacity-docs", type=int, default=60_000, help="0 skips the shard-capacity run"
+    )
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    config = ClusterBenchConfig(
+        data_dir=args.data or FIXTURE_DIR,
+        out_dir=args.out,
+        shards=args.shards,
+        model=args.model,
+        cache_dir=args.cache,
+        rounds=args.rounds,
+        embed_docs=args.embed_docs,
+        ingest_docs=args.ingest_docs,
+        loop_seconds=args.loop_seconds,
+        capacity_docs=args.capacity_docs,
+        progress=not args.no_progress,
+    )
+    results = run_cluster_bench(config)
+    print(render_table(results))
+    return 0

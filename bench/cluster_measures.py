@@ -1,0 +1,130 @@
+"""Throughput and capacity measures of ``python -m bench cluster`` (see ``bench.cluster``)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray
+
+from bench.dataset import BeirDataset
+from bench.scale.synth import iter_documents, make_corpus, queries, query_vectors, vectors
+from bench.timing import LatencyStats, dir_size_bytes
+from engine import CorpusConfig, Document
+from engine.cluster import ShardedCorpus
+from engine.cluster.embedding import EmbeddingWorker
+from engine.cluster.ingest import ingest
+from engine.config import SentenceTransformerEmbedding
+
+_EMBED_BATCH = 32
+
+
+def embed_scaling(model: str, dataset: BeirDataset, n_docs: int) -> dict[str, float]:
+    """Documents/s of one and of two embedding actors (one CPU each) on the same texts.
+
+    Models are loaded before the clock starts; the two settings run in ABBA order so a
+    change of machine load mid-run weighs on both.
+    """
+    texts = [d.full_text for d in dataset.documents[:n_docs]]
+    batches = [texts[i : i + _EMBED_BATCH] for i in range(0, len(texts), _EMBED_BATCH)]
+    spec = SentenceTransformerEmbedding(model=model)
+    worker: Any = ray.remote(num_cpus=1)(EmbeddingWorker)
+    pool: list[Any] = [worker.remote(spec) for _ in range(2)]
+    ray.get([w.warm_up.remote() for w in pool])
+    rates: dict[int, list[float]] = {1: [], 2: []}
+    for actors in (1, 2, 2, 1):
+        started = time.perf_counter()
+        ray.get([pool[i % actors].embed.remote(b) for i, b in enumerate(batches)])
+        rates[actors].append(len(texts) / (time.perf_counter() - started))
+    for handle in pool:
+        ray.kill(handle)
+    one, two = float(np.mean(rates[1])), float(np.mean(rates[2]))
+    return {
+        "embed_docs": len(texts),
+        "embed_docs_per_s_1_actor": round(one, 1),
+        "embed_docs_per_s_2_actors": round(two, 1),
+        "embed_scaling_2_actors": round(two / one, 3),
+    }
+
+
+def end_to_end_ingest(
+    root: Path, dataset: BeirDataset, shards: int, model: str, n_docs: int
+) -> dict[str, Any]:
+    """Ray Data ingest of ``n_docs`` documents from JSON Lines, embedded on two actors,
+    into a fresh sharded corpus: documents/s over the whole job (start-up included)."""
+    source = root / "ingest.jsonl"
+    with open(source, "w", encoding="utf-8") as fh:
+        for doc in dataset.documents[:n_docs]:
+            fh.write(json.dumps({"_id": doc.doc_id, "title": doc.title, "text": doc.text}) + "\n")
+    config = CorpusConfig(name="e2e", embedder=SentenceTransformerEmbedding(model=model))
+    corpus = ShardedCorpus.create(root / "e2e", config, shards)
+    try:
+        report = ingest(corpus, source, embed_actors=2, batch_size=64, progress=False)
+        stored = corpus.stats()
+    finally:
+        corpus.close()
+    return {
+        "ingest_docs": report.written,
+        "ingest_seconds": round(report.seconds, 1),
+        "ingest_docs_per_s": round(report.docs_per_s, 1),
+        "ingest_vectors_stored": stored["vectors"],
+    }
+
+
+def shard_capacity(root: Path, n_docs: int, model: str) -> dict[str, Any]:
+    """One shard holding ``n_docs`` synthetic documents (384-d random unit vectors): its
+    process memory per document, its disk per document, and its query rate (keyword and
+    vector windows for a query embedded elsewhere, one client)."""
+    import psutil
+
+    synth = make_corpus(n_docs, seed=13)
+    docs = [Document(id=d.doc_id, title=d.title, text=d.text) for d in iter_documents(synth)]
+    matrix = vectors(synth)
+    corpus = ShardedCorpus.create(
+        root / "capacity",
+        CorpusConfig(name="cap", embedder=SentenceTransformerEmbedding(model=model)),
+        1,
+    )
+    try:
+        info = corpus.shard_info()[0]
+        assert info is not None
+        process = psutil.Process(info.pid)
+        rss_empty = process.memory_info().rss
+        started = time.perf_counter()
+        for start in range(0, n_docs, 5_000):
+            corpus.add(
+                docs[start : start + 5_000],
+                embeddings=matrix[start : start + 5_000],
+                embedding_model=model,
+            )
+        add_s = time.perf_counter() - started
+        handle = corpus._calls.handles[0]
+        texts = queries(synth, 200)
+        qvecs = query_vectors(200, seed=13)
+        started = time.perf_counter()
+        ray.get(handle.windows.remote(texts[0], qvecs[0], 10, 100, None, ()))
+        first_s = time.perf_counter() - started  # builds the HNSW graph past 50k vectors
+        samples = []
+        for text, vec in zip(texts, qvecs, strict=True):
+            t0 = time.perf_counter()
+            ray.get(handle.windows.remote(text, vec, 10, 100, None, ()))
+            samples.append(time.perf_counter() - t0)
+        stats = LatencyStats.from_seconds(samples)
+        rss_full = process.memory_info().rss
+        disk = dir_size_bytes(root / "capacity")
+    finally:
+        corpus.close()
+    return {
+        "capacity_docs": n_docs,
+        "capacity_add_docs_per_s": round(n_docs / add_s, 1),
+        "capacity_first_search_s": round(first_s, 2),
+        "capacity_shard_rss_mb": round(rss_full / 2**20, 1),
+        "capacity_rss_bytes_per_doc": round((rss_full - rss_empty) / n_docs, 1),
+        "capacity_disk_bytes_per_doc": round(disk / n_docs, 1),
+        "capacity_windows_p50_ms": round(stats.p50_ms, 3),
+        "capacity_windows_p95_ms": round(stats.p95_ms, 3),
+        "capacity_windows_qps_one_client": round(stats.qps, 1),
+    }

@@ -1,0 +1,66 @@
+"""``EmbeddingWorker``: one embedding model, loaded once, in one Ray actor.
+
+Ingest runs a pool of these on Ray Data (one CPU each, or one GPU each when the cluster
+has GPUs); the benchmark runs them as plain actors to measure how embedding throughput
+grows with workers. A worker on CPUs uses one intra-op thread per CPU Ray reserved for
+it (Ray sets ``OMP_NUM_THREADS`` to match), so workers on one node do not oversubscribe it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from dense import Embedder
+from engine.cluster.shard import EmbedderFactory
+from engine.config import EmbedderSpec, SentenceTransformerEmbedding
+from engine.embedders import default_embedder_factory
+
+
+class EmbeddingWorker:
+    """Embeds documents with the model ``spec`` names (or ``factory``'s embedder)."""
+
+    def __init__(
+        self, spec: EmbedderSpec, factory: EmbedderFactory | None = None, gpu: bool = False
+    ) -> None:
+        if factory is None and isinstance(spec, SentenceTransformerEmbedding):
+            from dense.local import SentenceTransformerEmbedder
+
+            self._embedder: Embedder = SentenceTransformerEmbedder(
+                spec.model,
+                device="cuda" if gpu else "cpu",
+                onnx_queries=False,
+                progress=False,
+            )
+            if not gpu:
+                _limit_torch_threads()
+        else:
+            self._embedder = (factory or default_embedder_factory)(spec)
+
+    @property
+    def name(self) -> str:
+        return self._embedder.name
+
+    @property
+    def dimension(self) -> int:
+        return self._embedder.dimension
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        """Unit rows, one per text, in order (``EmbedderUnavailable`` on provider trouble)."""
+        return self._embedder.embed(texts)
+
+    def warm_up(self) -> int:
+        """Load the model now (so that load time stays out of a measurement)."""
+        return int(self.embed(["warm up"]).shape[1])
+
+
+def _limit_torch_threads() -> None:
+    try:
+        import torch
+    except ImportError:
+        return
+    threads = int(os.environ.get("OMP_NUM_THREADS", "1") or 1)
+    torch.set_num_threads(max(1, threads))

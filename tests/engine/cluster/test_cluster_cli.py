@@ -1,0 +1,73 @@
+"""``tandem cluster``: create, load, search and health, in process on the test cluster."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+pytest.importorskip("ray.data")
+
+from engine.surfaces.cli import app
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, result.output
+
+
+def test_create_load_search_health(ray_cluster: None, tmp_path: Path) -> None:
+    root = tmp_path / "sharded"
+    source = tmp_path / "docs.jsonl"
+    lines = [
+        {
+            "id": f"d{i}",
+            "title": f"Note {i}",
+            "text": f"kettle descaling step {i}",
+            "year": 2000 + i,
+        }
+        for i in range(30)
+    ]
+    lines.append({"id": "s1", "text": "kettle secrets", "access_groups": ["staff"]})
+    source.write_text("\n".join(json.dumps(x) for x in lines) + "\nnot json\n", "utf-8")
+
+    code, out = run(
+        "cluster",
+        "create",
+        str(root),
+        "--name",
+        "notes",
+        "--shards",
+        "2",
+        "--embedder",
+        "none",
+        "--field",
+        "year:integer",
+    )
+    assert code == 0, out
+    code, out = run("cluster", "load", str(root), str(source), "--quiet")
+    assert code == 0, out
+    assert "written 31" in out and "rejected 1" in out
+    code, out = run(
+        "cluster",
+        "search",
+        str(root),
+        "kettle descaling",
+        "--json",
+        "-k",
+        "50",
+        "--filter",
+        '{"year": {"gte": 2020}}',
+    )
+    assert code == 0, out
+    hits = json.loads(out)["passages"]
+    assert {h["source_id"] for h in hits} == {f"d{i}" for i in range(20, 30)}
+    code, out = run("cluster", "health", str(root), "--json")
+    assert code == 0, out
+    shards = json.loads(out)
+    assert [s["up"] for s in shards] == [True, True]
+    assert sum(s["documents"] for s in shards) == 31
+    code, out = run("cluster", "create", str(root), "--name", "notes", "--shards", "2")
+    assert code != 0  # the directory already holds a sharded corpus
