@@ -1,4 +1,5 @@
-"""Command line: ``python -m bench [run options]`` and ``python -m bench scale [options]``."""
+"""Command line: ``python -m bench [run options]``, ``python -m bench scale [options]`` and
+``python -m bench processes [options]``."""
 
 from __future__ import annotations
 
@@ -147,6 +148,40 @@ def _main_scale(argv: Sequence[str]) -> int:
     return 0
 
 
+def _processes_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench processes",
+        description="Several processes on one engine directory: throughput with 2 "
+        "processes, p95 with c clients over 2 processes, visibility lag across processes, "
+        "cost of the per-search change check.",
+    )
+    parser.add_argument("--data", type=Path, help="a BEIR folder (default: the fixture)")
+    parser.add_argument("--out", type=Path, default=Path("bench-results") / "processes")
+    parser.add_argument("--duration", type=float, default=8.0, help="seconds per load run")
+    parser.add_argument("--no-hybrid", action="store_true", help="skip the real-model runs")
+    parser.add_argument("--lag-documents", type=int, default=200)
+    return parser
+
+
+def _main_processes(argv: Sequence[str]) -> int:
+    from bench.processes import ProcessesConfig, render_table, run_processes, write_result
+    from bench.run import FIXTURE_DIR
+
+    args = _processes_parser().parse_args(argv)
+    config = ProcessesConfig(
+        data_dir=args.data or FIXTURE_DIR,
+        out_dir=args.out,
+        duration_s=args.duration,
+        hybrid=not args.no_hybrid,
+        lag_documents=args.lag_documents,
+    )
+    result = run_processes(config)
+    path = write_result(result, config)
+    print(render_table(result))
+    print(f"written: {path}")
+    return 0
+
+
 def _quiet_libraries() -> None:
     """Model-loading progress bars and library debug lines would drown the run's own
     progress; spawned workers inherit the environment variables."""
@@ -163,10 +198,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args[:1] == ["scale"]:
             return _main_scale(args[1:])
-        if args[:1] == ["cluster"]:
-            from bench.cluster import main_cluster
-
-            return main_cluster(args[1:])
+        if args[:1] == ["processes"]:
+            return _main_processes(args[1:])
         if args[:1] == ["http"]:
             from bench.http import main as main_http  # `python -m bench http --help`
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
-import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -14,9 +14,10 @@ import numpy.typing as npt
 from tqdm import tqdm
 
 from dense import Embedder
-from engine.config import CorpusConfig, save_config
+from engine.config import CorpusConfig, EmbedderSpec, save_config
 from engine.dimension_guard import DimensionGuard
 from engine.documents import AddResult, Document, GrepMatch, Passage, SourceText
+from engine.embedders import default_embedder_factory
 from engine.errors import InvalidArgument, sealed
 from engine.fields import sparse_kinds
 from engine.filters import Filter, compile_filter
@@ -34,6 +35,7 @@ from engine.write.batches import checked_documents, checked_ids
 from engine.write.indexes import DerivedIndexes
 from engine.write.ingest import Ingestor
 from engine.write.reembed import check_switch, reembed_degraded
+from engine.write.sync import CorpusSync, file_stamp
 from engine.write.vector_model import check_embedding_model
 from sparse import FieldFilter, KeywordSearchFacade, SearchBackend, TantivyBackend
 
@@ -48,7 +50,11 @@ class Corpus:
 
     Thread-safety: ``search``, ``evidence``, ``fetch_source`` and ``grep`` may run from any
     number of threads while one writer runs ``add``/``delete``/``repair`` (writes are
-    serialised by a per-corpus lock).
+    serialised by the corpus's write lock, across threads and processes).
+
+    Processes: every search first checks, with one ``PRAGMA data_version``, whether
+    another process committed; if so this process's indexes follow before it searches
+    (``engine.write.sync``).
     """
 
     def __init__(
@@ -59,13 +65,18 @@ class Corpus:
         metrics: EngineMetrics,
         gate: contextlib.AbstractContextManager[None] | None = None,
         search_threads: int | None = 1,
+        *,
+        read_only: bool = False,
+        busy_timeout: float = 30.0,
+        embedder_for: Callable[[EmbedderSpec], Embedder] | None = None,
     ) -> None:
         self._dir = directory
         self._gate = gate if gate is not None else contextlib.nullcontext()
         self._config = config
         self._metrics = metrics
-        self._write_lock = threading.RLock()
-        self._store = DocumentStore(directory / "store.sqlite3")
+        self._embedder_for = embedder_for
+        self._store = DocumentStore(directory / "store.sqlite3", read_only=read_only)
+        self._store_inode = (file_stamp(directory / "store.sqlite3") or (-1, 0))[0]
         self._indexes = DerivedIndexes(
             directory,
             self._store,
@@ -73,8 +84,19 @@ class Corpus:
             vectors_enabled=embedder is not None,
             fields=sparse_kinds(config.fields),
             search_threads=search_threads,
+            read_only=read_only,
         )
-        self._indexes.open()
+        self._sync = CorpusSync(
+            directory,
+            self._store,
+            self._indexes,
+            name=config.name,
+            read_only=read_only,
+            busy_timeout=busy_timeout,
+            on_change=lambda: self._visibility.invalidate(),
+            on_config_change=self._adopt_config,
+        )
+        self._sync.open_indexes()
         self._embedder = None if embedder is None else self._guard(embedder)
         embedder = self._embedder
         self._visibility = DenseVisibility(self._store)
@@ -123,6 +145,16 @@ class Corpus:
     def __repr__(self) -> str:
         return f"Corpus(name={self.name!r})"
 
+    @property
+    def read_only(self) -> bool:
+        return self._sync.read_only
+
+    def is_current(self) -> bool:
+        """False once this corpus was dropped (here or by another process, possibly
+        re-created since): reopen it through ``SearchEngine.corpus``."""
+        stamp = file_stamp(self._dir / "store.sqlite3")
+        return not self._sync.dropped and stamp is not None and stamp[0] == self._store_inode
+
     # -- reads ----------------------------------------------------------------------------
 
     @sealed
@@ -150,6 +182,7 @@ class Corpus:
         filter — unknown field, wrong type — raises ``InvalidArgument`` naming the field.
         """
         compiled = compile_filter(filters, self._config.fields)
+        self._sync.follow()
         return self._searcher.search(query, top_k, offset, language_id, compiled)
 
     @sealed
@@ -174,6 +207,7 @@ class Corpus:
         configured, unreachable, timed out, not pulled, malformed output). ``search`` is
         never affected by any of this.
         """
+        self._sync.follow()
         return self._questions.ask(self._config, question, user, top_k, language_id)
 
     @sealed
@@ -232,7 +266,7 @@ class Corpus:
         totals = [0, 0, 0, 0]
         show = progress if progress is not None else len(docs) >= _PROGRESS_MIN
         with (
-            self._write_lock,
+            self._sync.writing(),
             self._indexes.bulk_writes(),
             tqdm(total=len(docs), disable=not show, desc=f"add {self.name}", unit="doc") as bar,
         ):
@@ -255,7 +289,7 @@ class Corpus:
     def delete(self, ids: Iterable[str]) -> int:
         """Delete documents by id; returns how many existed. Unknown ids are ignored."""
         wanted = checked_ids(ids)
-        with self._write_lock:
+        with self._sync.writing():
             self._visibility.invalidate()
             deleted = self._store.delete(wanted)
             self._indexes.apply([], deleted, self._store.seq)
@@ -274,8 +308,10 @@ class Corpus:
             raise InvalidArgument("batch_size must be in 1..10000")
         if max_documents is not None and max_documents < 1:
             raise InvalidArgument("max_documents must be >= 1 or None")
+        if not self.read_only and not self._store.count_status(EmbeddingStatus.DEGRADED):
+            return 0  # nothing to heal: no need to wait for the write lock
         healed = 0
-        with self._write_lock:
+        with self._sync.writing():
             try:
                 while max_documents is None or healed < max_documents:
                     size = (
@@ -314,7 +350,7 @@ class Corpus:
         failed on stay degraded and heal like other degraded documents.
         """
         check_switch(self._config, config, batch_size)
-        with self._write_lock:
+        with self._sync.writing():
             if self._embedder is None:
                 raise InvalidArgument(
                     f"corpus {self.name!r} has vectors off; create a new corpus to turn them on"
@@ -327,6 +363,7 @@ class Corpus:
                 self._indexes.drop_vectors(self._store.seq)
                 self._visibility.invalidate()
                 save_config(self._dir / "config.json", config)
+                self._sync.config_stamp = file_stamp(self._dir / "config.json")
                 self._config = config
                 self._searcher.install(dataclasses.replace(self._searcher.state, config=config))
                 self._questions.reset()
@@ -385,6 +422,33 @@ class Corpus:
         """For stored ids: (content hash, has a vector) — what need not be embedded again."""
         return self._store.content_state(ids)
 
+    def _adopt_config(self) -> None:
+        """Another process changed ``config.json`` (an embedder switch): search and write
+        with the new config and embedder from now on. (Its vectors arrive through the
+        store: the switch's new epoch made this process's vector index start over.)"""
+        try:
+            raw = json.loads((self._dir / "config.json").read_text("utf-8"))
+            config = CorpusConfig.model_validate(raw)
+        except (OSError, ValueError) as exc:
+            logger.warning("corpus config unreadable (%s); keeping the one loaded", type(exc))
+            return
+        if config == self._config:
+            return
+        embedder: Embedder | None = None
+        if config.embedder is not None and self._embedder is not None:
+            resolve = self._embedder_for or default_embedder_factory
+            embedder = self._guard(resolve(config.embedder))
+        self._config = config
+        self._embedder = embedder
+        self._ingestor = Ingestor(
+            config.name, self._store, self._indexes, embedder, self._metrics, config.fields
+        )
+        self._questions.reset()
+        self._searcher.install(
+            dataclasses.replace(self._searcher.state, config=config, embedder=embedder)
+        )
+        logger.info("corpus %s: config changed by another process; adopted", self.name)
+
     def _guard(self, embedder: Embedder) -> Embedder:
         def expected() -> int | None:
             index = self._indexes.faiss
@@ -401,6 +465,7 @@ class Corpus:
 
     @sealed
     def stats(self) -> dict[str, int | bool]:
+        self._sync.follow()
         return {
             "documents": self._store.count(),
             "degraded": self._store.count_status(EmbeddingStatus.DEGRADED),
@@ -422,15 +487,22 @@ class Corpus:
 
     @sealed
     def flush(self) -> None:
-        with self._write_lock:
+        """Commit pending index writes and save the vector index file (waits for the
+        write lock; nothing to do on a read-only engine)."""
+        if self.read_only:
+            return
+        with self._sync.writing():
             self._indexes.flush()
 
     @sealed
     def close(self) -> None:
-        with self._write_lock:
+        """Release everything; saves this process's vector index first when the write
+        lock is free (closing never waits for another process's write)."""
+        with self._sync.closing() as holder:
             self._questions.reset()
             self._searcher.close()
             try:
-                self._indexes.close()
+                self._indexes.close(flush=holder)
             finally:
                 self._store.close()
+        self._sync.close()

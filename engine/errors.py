@@ -42,7 +42,17 @@ class SourceNotFound(EngineError, KeyError):
 
 
 class EngineLocked(EngineError):
-    """Another process holds this engine directory open for writing."""
+    """The engine directory's write lock is held elsewhere (base of ``EngineBusy``)."""
+
+
+class EngineBusy(EngineLocked):
+    """A write waited its whole ``busy_timeout`` for another write (another process, or
+    another thread or engine of this one) to finish; nothing of it was written."""
+
+
+class EngineReadOnly(EngineError):
+    """A write was asked of an engine opened with ``read_only=True`` (or of a directory a
+    read-only engine cannot open)."""
 
 
 class StorageError(EngineError):

@@ -9,7 +9,8 @@ Commit semantics - what is visible when:
 - Writing needs tantivy's single-writer lock. If another writer (this process or another)
   holds it, the call raises ``SparseIndexLockedError``; searching keeps working.
 - ``commit()`` exists for callers that batch: everything is committed already, so it only
-  reloads the reader to pick up commits made by another process.
+  reloads the reader to pick up commits made by another process (readers reload only
+  then, or after a write through this object: never on their own).
 - ``create_missing=False``: opening never creates an index (only ``clear()`` does), for
   owners that share the directory with other processes and rebuild it under their own
   lock. ``read_only=True``: never writes; a directory this process may not write to is
@@ -262,6 +263,10 @@ class TantivyIndex:
                     self._shadow = ShadowDirectory(path)
                 path = self._shadow.sync()
             index = tantivy.Index(self.schema, str(path), reuse=True)
+            # Readers see new commits when ``commit()`` (or a write here) reloads them,
+            # never behind their owner's back: an owner that shares the directory with
+            # other processes decides when its view moves.
+            index.config_reader("manual")
         except SparseIndexCorruptError:
             raise
         except (ValueError, OSError) as exc:

@@ -59,6 +59,7 @@ class DocumentStore:
         self._all_readers: weakref.WeakSet[ReaderHandle] = weakref.WeakSet()
         self._readers_lock = threading.Lock()
         self._writer_conn: sqlite3.Connection | None = None
+        self._closed = False
         if read_only:
             self.state()  # fails now, clearly, if there is no readable store
             return
@@ -69,9 +70,7 @@ class DocumentStore:
                 "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
                 (str(SCHEMA_VERSION),),
             )
-            self._writer_conn.execute(
-                "INSERT OR IGNORE INTO meta(key, value) VALUES ('seq', '0')"
-            )
+            self._writer_conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('seq', '0')")
 
     @property
     def read_only(self) -> bool:
@@ -115,6 +114,8 @@ class DocumentStore:
         handle: ReaderHandle | None = getattr(self._local, "reader", None)
         conn = None if handle is None else handle.conn
         if conn is None:
+            if self._closed:
+                raise StorageError(f"{self._path} is closed")
             if self._read_only:
                 conn = self._connect_read_only()
             else:
@@ -127,6 +128,7 @@ class DocumentStore:
         return conn
 
     def close(self) -> None:
+        self._closed = True
         with self._readers_lock:
             for handle in list(self._all_readers):
                 handle.close()

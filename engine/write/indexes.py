@@ -9,6 +9,19 @@ store, re-using stored vectors (nothing is re-embedded).
 
 The FAISS file is saved lazily (on flush/close, and after enough unsaved changes): the
 vectors it holds are in the store anyway, so a crash costs a cheap catch-up, not data.
+
+Several processes. Every process keeps its own view: a tantivy reader over the shared
+index directory and an in-memory FAISS index. Only the process holding the corpus's write
+lock writes index files (tantivy commits, ``vectors.faiss``, markers) and repairs a
+lagging, missing or damaged index (``open(holder=True)``, ``repair_keyword``). The others
+``follow``: their FAISS index applies the store's changes since the ``seq`` it reflects
+(tombstones, then changed rows with their stored vectors, read in one read transaction),
+and their tantivy reader reloads when ``tantivy.seq`` moves. While that marker is behind
+the store (a writer between its store and index commits, or one that died there) the
+follower re-reads it on every search (``keyword_pending``). A keyword-index write that
+failed after the store committed leaves a ``tantivy.behind`` flag file, and a rebuild
+writes the marker -1 first: in both cases every process answers keyword searches from
+the database fallback until the holder has caught the index up.
 """
 
 from __future__ import annotations
@@ -24,7 +37,7 @@ import numpy as np
 
 from dense import FaissIndex, FaissIndexCorrupt
 from engine.errors import StorageError
-from engine.storage import DocumentStore, StoredDocument
+from engine.storage import DocumentStore, StoredDocument, StoreState
 from sparse import FieldKind, SparseDocument, SparseError, TantivyIndex
 from sparse.analyzers import Analyzer, LanguageAnalyzers
 
@@ -82,6 +95,7 @@ class DerivedIndexes:
         vectors_enabled: bool,
         fields: Mapping[str, FieldKind] | None = None,
         search_threads: int | None = 1,
+        read_only: bool = False,
     ) -> None:
         self._dir = directory
         self._search_threads = search_threads
@@ -92,8 +106,16 @@ class DerivedIndexes:
         )
         # The store holds the text: excerpts are cut there (one way for every strategy),
         # and keyword hits read small stored documents.
-        self.tantivy = TantivyIndex(directory / "tantivy", analyzers, fields, store_text=False)
+        self.tantivy = TantivyIndex(
+            directory / "tantivy",
+            analyzers,
+            fields,
+            store_text=False,
+            create_missing=False,  # created by the lock holder only (``clear()``)
+            read_only=read_only,
+        )
         self._tantivy_marker = directory / "tantivy.seq"
+        self._behind_flag = directory / "tantivy.behind"
         self._vectors_enabled = vectors_enabled
         self._faiss_path = directory / "vectors.faiss"
         self._faiss_marker = directory / "vectors.seq"
@@ -103,20 +125,36 @@ class DerivedIndexes:
         self._pending_keyword: list[SparseDocument] | None = None  # inside bulk_writes()
         self._pending_seq = -1
         self._lock = threading.RLock()
+        # What this process's view reflects (see the module docstring, "Several processes").
+        self._applied = -1  # the store seq the in-memory FAISS index reflects
+        self._epoch: int | None = None
+        self._tantivy_seen = -1  # tantivy.seq when the tantivy reader last reloaded
+        self._followed_seq = -1  # the store seq last followed
+        self._keyword_flagged = False  # behind flag, or a rebuild running elsewhere
+        self._vectors_file_stale = False  # vectors.faiss damaged or missing: save soon
+        self.keyword_pending = False  # tantivy.seq behind the store: re-read it per search
 
     # -- opening ------------------------------------------------------------------------
 
-    def open(self) -> None:
-        """Bring both indexes up to the store's ``seq`` (catch up or rebuild)."""
+    def open(self, *, holder: bool = True) -> None:
+        """Bring both indexes up to the store's ``seq``. The holder of the write lock
+        catches index files up or rebuilds them; any other process only follows."""
+        if not holder:
+            self._open_following()
+            return
         with self._lock:
+            state = self._store.state()
+            self._epoch = state.epoch
             try:
                 self._open_tantivy()
             except (SparseError, OSError) as exc:
                 # The store still answers through the database fallback; retry on next write.
-                self._tantivy_behind = True
-                logger.warning("keyword index unavailable at open (%s)", type(exc).__name__)
+                self._keyword_failed(exc, "unavailable at open")
             if self._vectors_enabled:
                 self._open_faiss()
+            else:
+                self._applied = state.seq
+            self._followed_seq = state.seq
 
     def _open_tantivy(self) -> None:
         marker = _read_marker(self._tantivy_marker)
@@ -132,11 +170,12 @@ class DerivedIndexes:
                 logger.warning("tantivy catch-up failed; rebuilding from the store")
                 self._rebuild_tantivy()
                 return
+        self.tantivy.commit()  # reload: another process may have committed since
         if self.tantivy.doc_count() != self._store.count():
             logger.warning("keyword index disagrees with the store; rebuilding it")
             self._rebuild_tantivy()
             return
-        _write_marker(self._tantivy_marker, seq)
+        self._mark_tantivy(seq)
 
     def _catch_up_tantivy(self, since: int) -> None:
         deleted = self._store.tombstones_since(since)
@@ -154,9 +193,25 @@ class DerivedIndexes:
     def _rebuild_tantivy(self) -> None:
         seq = self._store.seq
         logger.info("rebuilding the keyword index from the store")
+        _write_marker(self._tantivy_marker, -1)  # other processes: not usable meanwhile
         self.tantivy.clear()
         self._catch_up_tantivy(-1)
+        self._mark_tantivy(seq)
+
+    def _mark_tantivy(self, seq: int) -> None:
+        """The keyword index holds everything up to ``seq``: say so, to every process."""
         _write_marker(self._tantivy_marker, seq)
+        self._tantivy_seen = seq
+        self._tantivy_behind = self._keyword_flagged = False
+        self._behind_flag.unlink(missing_ok=True)
+
+    def _keyword_failed(self, exc: BaseException, what: str) -> None:
+        self._tantivy_behind = True
+        try:
+            self._behind_flag.touch()
+        except OSError:
+            logger.warning("could not flag the keyword index as behind")
+        logger.warning("keyword index %s (%s); will catch up", what, type(exc).__name__)
 
     def _open_faiss(self) -> None:
         marker = _read_marker(self._faiss_marker)
@@ -180,6 +235,97 @@ class DerivedIndexes:
             self.faiss = None
             self._catch_up_faiss(-1)
             self.save_vectors(seq)
+        self._applied = seq
+
+    # -- following other processes' writes (no file written) --------------------------------
+
+    def _open_following(self) -> None:
+        with self._lock:
+            state = self._store.state()
+            self._epoch = state.epoch
+            if self._vectors_enabled:
+                marker = _read_marker(self._faiss_marker)  # before the file: may only lag
+                self.faiss = None
+                if marker >= 0 and self._faiss_path.exists():
+                    try:
+                        self.faiss = FaissIndex.load(
+                            self._faiss_path, search_threads=self._search_threads
+                        )
+                    except (FaissIndexCorrupt, OSError):
+                        logger.warning("vector index file is damaged; loading stored vectors")
+                        marker, self._vectors_file_stale = -1, True
+                self._applied = marker if self.faiss is not None else -1
+                self._follow_faiss(verify=True)
+            else:
+                self._applied = state.seq
+            self._follow_tantivy(state.seq)
+
+    def follow(self, state: StoreState) -> None:
+        """Apply what other processes committed up to ``state`` to this process's view:
+        FAISS in memory, a reload of the tantivy reader. Writes no file."""
+        with self._lock:
+            if self._epoch is not None and state.epoch != self._epoch:
+                self.faiss, self._applied = None, -1  # every vector was dropped at once
+            self._epoch = state.epoch
+            if self._vectors_enabled:
+                self._follow_faiss()
+            else:
+                self._applied = state.seq
+            self._follow_tantivy(state.seq)
+
+    def follows(self, state: StoreState) -> bool:
+        """True when this process's view already reflects ``state`` (nothing to do)."""
+        return (
+            state.seq <= self._followed_seq
+            and state.seq <= self._applied
+            and state.epoch == self._epoch
+        )
+
+    def poll_keyword(self) -> None:
+        """While ``keyword_pending``: reload tantivy if its marker moved."""
+        with self._lock:
+            self._follow_tantivy(self._followed_seq)
+
+    def _follow_faiss(self, *, verify: bool = False) -> None:
+        with self._store.read_snapshot() as snapshot:
+            if snapshot.seq > self._applied:
+                self._catch_up_faiss(self._applied)
+            if verify and (0 if self.faiss is None else len(self.faiss)) != (
+                self._store.count_with_vectors()
+            ):
+                logger.warning("vector index disagrees with the store; loading stored vectors")
+                self.faiss = None
+                self._catch_up_faiss(-1)
+                self._vectors_file_stale = True
+            self._applied = max(self._applied, snapshot.seq)
+
+    def _follow_tantivy(self, seq: int) -> None:
+        self._followed_seq = max(self._followed_seq, seq)
+        marker = _read_marker(self._tantivy_marker)
+        if marker != self._tantivy_seen and marker >= 0:
+            try:
+                self.tantivy.commit()  # reload: every commit before the marker shows
+                self._tantivy_seen = marker
+            except (SparseError, OSError) as exc:
+                logger.debug("keyword index reload failed (%s)", type(exc).__name__)
+        lagging = marker < self._followed_seq
+        self._keyword_flagged = marker < 0 or (lagging and self._behind_flag.exists())
+        self.keyword_pending = lagging or self._tantivy_seen != marker
+
+    def repair_keyword(self, seq: int) -> None:
+        """For the write-lock holder: catch the keyword index files up to ``seq`` (or
+        rebuild them) if they lag, were flagged behind or are missing."""
+        with self._lock:
+            self._follow_tantivy(seq)  # the last holder's commits, first
+            if (
+                self._tantivy_seen >= seq
+                and not self._tantivy_behind
+                and not self._keyword_flagged
+                and self.tantivy.is_available()
+            ):
+                return
+            self._tantivy_behind = True  # replays from the marker (or rebuilds)
+            self._apply_keyword([], [], seq)
 
     def _catch_up_faiss(self, since: int) -> None:
         if self.faiss is not None:
@@ -219,6 +365,8 @@ class DerivedIndexes:
         """
         with self._lock:
             self._apply_keyword(written, deleted, seq)
+            # The holder is caught up, and nobody else commits while it holds the lock.
+            self._applied = self._followed_seq = seq
             if not self._vectors_enabled:
                 return
             with_vectors = [d for d in written if d.embedding is not None]
@@ -256,10 +404,9 @@ class DerivedIndexes:
         self._pending_keyword = []
         try:
             self.tantivy.upsert(pending)
-            _write_marker(self._tantivy_marker, self._pending_seq)
+            self._mark_tantivy(self._pending_seq)
         except (SparseError, OSError) as exc:
-            self._tantivy_behind = True
-            logger.warning("keyword index write failed (%s); will catch up", type(exc).__name__)
+            self._keyword_failed(exc, "write failed")
 
     def _apply_keyword(
         self, written: Sequence[StoredDocument], deleted: Sequence[str], seq: int
@@ -281,15 +428,15 @@ class DerivedIndexes:
                 self.tantivy.delete(deleted)
             if written:
                 self.tantivy.upsert([to_sparse(d) for d in written])
-            _write_marker(self._tantivy_marker, seq)
+            self._mark_tantivy(seq)
         except (SparseError, OSError) as exc:
-            self._tantivy_behind = True
-            logger.warning("keyword index write failed (%s); will catch up", type(exc).__name__)
+            self._keyword_failed(exc, "write failed")
 
     def apply_vectors(self, ids: Sequence[str], vectors: np.ndarray, seq: int) -> None:
         with self._lock:
             if ids:
                 self._faiss_upsert(ids, vectors)
+            self._applied = self._followed_seq = seq
             self._unsaved += len(ids)
             if self._save_due():
                 self.save_vectors(seq)
@@ -298,11 +445,14 @@ class DerivedIndexes:
         """Forget every vector (an embedder switch)."""
         with self._lock:
             self.faiss = None
+            self._applied = seq
+            self._epoch = self._store.state().epoch
             self.save_vectors(seq)
 
     def _save_due(self) -> bool:
         held = 0 if self.faiss is None else len(self.faiss)
-        return self._unsaved >= max(_FAISS_SAVE_EVERY, held // _FAISS_SAVE_FRACTION)
+        due = self._unsaved >= max(_FAISS_SAVE_EVERY, held // _FAISS_SAVE_FRACTION)
+        return due or self._vectors_file_stale
 
     def save_vectors(self, seq: int) -> None:
         """Persist the vector index and its marker. The vectors are safe in the store
@@ -317,23 +467,32 @@ class DerivedIndexes:
             except OSError as exc:
                 raise StorageError(f"could not save the vector index: {exc}") from exc
             self._unsaved = 0
+            self._vectors_file_stale = False
 
     @property
     def keyword_index_current(self) -> bool:
-        """False while a failed keyword-index write is waiting to be caught up: the
-        index then lacks acknowledged documents, so the cascade must not trust it."""
-        return not self._tantivy_behind
+        """False while a failed keyword-index write is waiting to be caught up (here or
+        in another process), or while it is being rebuilt: the index then lacks
+        acknowledged documents, so the cascade must not trust it."""
+        return not (self._tantivy_behind or self._keyword_flagged)
 
     def flush(self) -> None:
+        """Commit pending keyword writes and save the vector file (write-lock holder)."""
         with self._lock:
             self._flush_pending_keyword()
             if self._tantivy_behind:
                 self._apply_keyword([], [], self._store.seq)
-        if self._vectors_enabled and self._unsaved:
-            self.save_vectors(self._store.seq)
+            if self._vectors_enabled and (
+                self._unsaved
+                or self._vectors_file_stale
+                or _read_marker(self._faiss_marker) < self._applied
+            ):
+                self.save_vectors(self._applied)
 
-    def close(self) -> None:
-        self.flush()
+    def close(self, *, flush: bool = True) -> None:
+        """Release the indexes; ``flush`` first only when holding the write lock."""
+        if flush:
+            self.flush()
         self.tantivy.close()
 
     def size_on_disk(self) -> int:

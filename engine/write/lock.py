@@ -72,6 +72,12 @@ class WriteLock:
         return self._path
 
     @property
+    def mutex(self) -> threading.RLock:
+        """The in-process half alone: waits for this process's holder, never for another
+        process's."""
+        return self._mutex
+
+    @property
     def held(self) -> bool:
         """True while a thread of this process holds the lock (any thread)."""
         return self._depth > 0
@@ -135,16 +141,20 @@ class WriteLock:
             sleep = min(sleep * 2, _MAX_SLEEP_S)
 
 
-def network_filesystem(path: Path) -> str | None:
-    """The type of the network filesystem ``path`` lives on, or None (local, or unknown:
-    only Linux's ``/proc/self/mountinfo`` is consulted)."""
-    try:
-        lines = Path("/proc/self/mountinfo").read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return None
+def network_filesystem(path: Path, mountinfo: str | None = None) -> str | None:
+    """The type of the network filesystem ``path`` lives on, or None (local, or unknown).
+
+    Reads Linux's ``/proc/self/mountinfo`` unless ``mountinfo`` (its text) is given; the
+    mount point that is the longest prefix of ``path`` decides.
+    """
+    if mountinfo is None:
+        try:
+            mountinfo = Path("/proc/self/mountinfo").read_text(encoding="utf-8")
+        except OSError:
+            return None
     target = str(path.resolve())
     best, best_type = "", ""
-    for line in lines:
+    for line in mountinfo.splitlines():
         left, sep, right = line.partition(" - ")
         fields = left.split()
         if not sep or len(fields) < 5 or not right.split():

@@ -14,7 +14,6 @@ from engine import (
     CorpusExists,
     CorpusNotFound,
     Document,
-    EngineLocked,
     InvalidArgument,
     OllamaEmbedding,
     SearchEngine,
@@ -51,22 +50,26 @@ def test_corpus_names_cannot_escape_the_root(tmp_path: Path, name: str) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["root"]
 
 
-def test_a_second_process_gets_a_clear_error(tmp_path: Path) -> None:
-    with SearchEngine(tmp_path):
+def test_a_second_process_and_a_second_engine_share_the_directory(tmp_path: Path) -> None:
+    with SearchEngine(tmp_path) as first:
+        first.create_corpus(CorpusConfig(name="kw", embedder=None)).add(
+            [Document(id="d1", title="Tandem bicycles", text="Two riders, one frame.")]
+        )
         code = (
             "import sys\n"
-            "from engine import SearchEngine, EngineLocked\n"
-            "try:\n"
-            f"    SearchEngine({str(tmp_path)!r})\n"
-            "except EngineLocked:\n"
-            "    sys.exit(3)\n"
+            "from engine import Document, SearchEngine\n"
+            f"with SearchEngine({str(tmp_path)!r}) as engine:\n"
+            "    corpus = engine.corpus('kw')\n"
+            "    assert corpus.search('bicycles')[0].source_id == 'd1'\n"
+            "    corpus.add([Document(id='d2', text='Written by another process.')])\n"
         )
-        done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2],
-                              timeout=120, check=False)
-        assert done.returncode == 3
-        with pytest.raises(EngineLocked):
-            SearchEngine(tmp_path)  # a second engine in this process too
-    SearchEngine(tmp_path).close()  # released on close
+        done = subprocess.run(
+            [sys.executable, "-c", code], cwd=Path(__file__).parents[2], timeout=120, check=False
+        )
+        assert done.returncode == 0
+        assert first.corpus("kw").search("another process")[0].source_id == "d2"
+        with SearchEngine(tmp_path) as second:  # a second engine in this process too
+            assert len(second.corpus("kw")) == 2
 
 
 def test_config_is_frozen_and_strict() -> None:

@@ -14,11 +14,16 @@ an acknowledgement, or a random moment — and then checks, after reopening:
   not be embedded (the poisoned batches), read from the engine's metrics registry.
 
 Figures (kill points by phase, documents lost) are printed; run with ``-s`` to see them.
+
+Two processes: ``test_sigkill_of_a_writer_harms_no_reader`` runs the same rounds while a
+second process (``crash_reader.py``) searches throughout. It must see 0 errors; after each
+round's reopen, its own indexes must agree with the store (checked inside it).
 """
 
 from __future__ import annotations
 
 import collections
+import json
 import os
 import queue
 import random
@@ -32,7 +37,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import SearchEngine
+from engine import CorpusConfig, SearchEngine, SentenceTransformerEmbedding
 from tests.support.crash_child import (
     CORPUS,
     Op,
@@ -46,6 +51,7 @@ from tests.support.reliability_support import faiss_threads, stored_rows
 
 ROOT = Path(__file__).resolve().parents[3]
 CHILD = ROOT / "tests" / "support" / "crash_child.py"
+READER = ROOT / "tests" / "support" / "crash_reader.py"
 SEED = int(os.environ.get("TANDEM_CRASH_SEED", "20261129"))
 BATCHES_PER_ROUND = 10
 
@@ -221,7 +227,48 @@ def _verify(
     return effective, lost
 
 
-def _crash_rounds(root: Path, kind: str, kills: int, seed: int) -> CrashLog:
+class ReaderProcess:
+    """The second process: searches throughout; checks its own view on request."""
+
+    def __init__(self, root: Path) -> None:
+        self._proc = subprocess.Popen(
+            [sys.executable, str(READER), str(root)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        assert self._ask(None) == "READY"
+
+    def _ask(self, command: str | None) -> str:
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        if command is not None:
+            self._proc.stdin.write(command + "\n")
+            self._proc.stdin.flush()
+        return self._proc.stdout.readline().strip()
+
+    def check(self, root: Path, gone: set[str]) -> None:
+        rows = stored_rows(root / "corpora" / CORPUS)
+        path = root.parent / "expected.json"
+        docs = {k: [v[0], v[1], v[3]] for k, v in rows.items()}
+        path.write_text(json.dumps({"docs": docs, "gone": sorted(gone - rows.keys())}))
+        answer = self._ask(f"CHECK {path}")
+        assert answer == "OK", f"reader process: {answer}"
+
+    def stop(self) -> tuple[int, int, str]:
+        _, searches, errors, first = self._ask("STOP").split(" ", 3)
+        self._proc.wait(timeout=60)
+        return int(searches), int(errors), first
+
+    def kill(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait(timeout=30)
+
+
+def _crash_rounds(
+    root: Path, kind: str, kills: int, seed: int, reader: ReaderProcess | None = None
+) -> CrashLog:
     rng = random.Random(seed)
     log = CrashLog()
     done: list[Op] = []
@@ -236,6 +283,8 @@ def _crash_rounds(root: Path, kind: str, kills: int, seed: int) -> CrashLog:
         acked = [*done, *(plan(b) for b in acked_batches)]
         touched = {d for b in range(start, nxt + 1) for d in plan(b).ids}
         done, lost = _verify(root, kind, acked, in_flight, touched, seed + i)
+        if reader is not None:
+            reader.check(root, touched)
         if killed:
             log.kills += 1
             log.landed[_landed(lines)] += 1
@@ -270,3 +319,24 @@ def test_sigkill_during_ingest_with_the_real_model(tmp_path: Path) -> None:
     print(log.summary("real"))
     assert log.kills >= 2
     assert log.lost == 0
+
+
+@pytest.mark.timeout(240)
+def test_sigkill_of_a_writer_harms_no_reader(tmp_path: Path) -> None:
+    """Two processes: a writer killed at 10+ points, a reader searching all along."""
+    root = tmp_path / "engine"
+    fake = WordHashEmbedder()
+    with SearchEngine(root, embedder_factory=factory_for(fake)) as engine:
+        engine.create_corpus(CorpusConfig(name=CORPUS, embedder=SentenceTransformerEmbedding()))
+    reader = ReaderProcess(root)
+    try:
+        with faiss_threads(1):
+            log = _crash_rounds(root, "hybrid", 12, SEED + 11, reader)
+        searches, errors, first = reader.stop()
+    finally:
+        reader.kill()
+    print(log.summary("two-process hybrid") + f" reader: searches={searches} errors={errors}")
+    assert log.kills >= 10, "too few kills landed (the child finished first)"
+    assert log.lost == 0
+    assert errors == 0, first
+    assert searches > 0

@@ -1,0 +1,207 @@
+"""One corpus, many processes: taking the write lock, and following other processes' writes.
+
+``CorpusSync`` is the corpus's side of the SQLite-like model (see ``engine.write.lock``):
+
+- ``writing()`` takes the corpus's write lock (``<corpus>/write.lock``) within the busy
+  timeout — ``EngineBusy`` past it, ``EngineReadOnly`` on a read-only engine — and, as the
+  new holder, first brings this process's indexes up to the store and repairs a keyword
+  index left behind by a writer that died or failed. Until the write ends, this process is
+  the only writer anywhere (``exclusive``).
+- ``follow()`` runs before every search: one ``PRAGMA data_version`` when nothing changed.
+  When another connection committed, it reads the store's counters and, if they moved,
+  forgets cached visibility, re-reads a changed ``config.json`` (another process switched
+  the embedder) and lets the derived indexes follow (``DerivedIndexes.follow``). While a
+  local write runs, readers skip this: the writer updates the indexes itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from engine.errors import CorpusNotFound, EngineBusy, EngineReadOnly
+from engine.storage import DocumentStore
+from engine.write.indexes import DerivedIndexes
+from engine.write.lock import WriteLock
+
+logger = logging.getLogger(__name__)
+
+Stamp = tuple[int, int] | None
+
+
+def file_stamp(path: Path) -> Stamp:
+    """(inode, mtime in ns) of ``path``, None when it is missing: changes on every save."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns)
+
+
+class CorpusSync:
+    """The write lock and change-following of one open corpus (see the module docstring).
+
+    ``on_change`` is called whenever another process's commits are about to be followed
+    (the owner forgets what it cached about visibility), ``on_config_change`` when
+    ``config.json`` changed on disk since it was last read; ``name`` is for messages only.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        store: DocumentStore,
+        indexes: DerivedIndexes,
+        *,
+        name: str,
+        read_only: bool,
+        busy_timeout: float,
+        on_change: Callable[[], None],
+        on_config_change: Callable[[], None],
+    ) -> None:
+        self._dir = directory
+        self._store = store
+        self._indexes = indexes
+        self._name = name
+        self._busy_timeout = busy_timeout
+        self._on_change = on_change
+        self._on_config_change = on_config_change
+        self._lock = None if read_only else WriteLock(directory / "write.lock")
+        self._local_lock = threading.RLock()  # read-only engines: orders close and writes
+        self._follow_lock = threading.Lock()
+        self._depth = 0
+        self.exclusive = False
+        self.dropped = False
+        self.config_stamp = file_stamp(directory / "config.json")
+
+    @property
+    def read_only(self) -> bool:
+        return self._lock is None
+
+    def open_indexes(self) -> None:
+        """Open the derived indexes: as the holder (repairing) if the write lock is free
+        right now, else following whatever the holder keeps on disk."""
+        if self._lock is not None and self._lock.acquire(0):
+            try:
+                self._indexes.open(holder=True)
+            finally:
+                self._lock.release()
+        else:
+            self._indexes.open(holder=False)
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def follow(self) -> None:
+        """Bring this process's view up to every committed write (cheap when none)."""
+        if self._store.changed():
+            self._catch_up(holder=False)
+        if self._indexes.keyword_pending and not self.exclusive:
+            self._indexes.poll_keyword()
+
+    def _catch_up(self, *, holder: bool) -> None:
+        state = self._store.state()
+        if state.dropped:
+            self.dropped = True
+            raise CorpusNotFound(f"corpus {self._name!r} was dropped")
+        if self.exclusive and not holder:
+            return  # a write of this process is under way and updates the indexes itself
+        if self._indexes.follows(state):
+            return
+        with self._follow_lock:
+            self._store.invalidate_caches()
+            self._on_change()
+            stamp = file_stamp(self._dir / "config.json")
+            if stamp != self.config_stamp:
+                self.config_stamp = stamp
+                self._on_config_change()
+            self._indexes.follow(state)
+
+    # -- writes ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def writing(self, timeout: float | None = None) -> Iterator[None]:
+        """Hold the corpus's write lock for one write (re-entrant in one thread); wait at
+        most ``timeout`` seconds (default: the engine's busy timeout)."""
+        lock = self._lock
+        if lock is None:
+            raise EngineReadOnly(f"corpus {self._name!r} is open read-only")
+        if self.dropped:
+            raise CorpusNotFound(f"corpus {self._name!r} was dropped")
+        wait = self._busy_timeout if timeout is None else timeout
+        if not lock.acquire(wait):
+            raise EngineBusy(
+                f"corpus {self._name!r}: another write held the lock for {wait:g} s (busy_timeout)"
+            )
+        outermost = self._depth == 0
+        self._depth += 1
+        try:
+            if outermost:
+                self._take_over()
+            yield
+        finally:
+            self._depth -= 1
+            if outermost:
+                try:
+                    self._settle()
+                finally:
+                    self.exclusive = False
+                    lock.release()
+
+    def _take_over(self) -> None:
+        """As the new holder: follow everything committed so far, then repair."""
+        self._catch_up(holder=True)
+        self.exclusive = True
+        self._indexes.repair_keyword(self._store.seq)
+
+    def _settle(self) -> None:
+        """After a write (also a failed one): leave the indexes matching the store."""
+        with contextlib.suppress(CorpusNotFound):
+            self._catch_up(holder=True)
+
+    @contextlib.contextmanager
+    def closing(self) -> Iterator[bool]:
+        """For ``close``: waits for this process's writes, then yields whether it holds
+        the write lock too (taken only if free right now: closing never waits for
+        another process) and has followed every commit, so it may save what it holds."""
+        lock = self._lock
+        if lock is None:
+            with self._local_lock:
+                yield False
+            return
+        with lock.mutex:
+            got = lock.acquire(0)
+            try:
+                if got:
+                    try:
+                        self._catch_up(holder=True)
+                    except CorpusNotFound:
+                        got = False
+                yield got
+            finally:
+                if lock.held:
+                    lock.release()
+
+    def close(self) -> None:
+        if self._lock is not None:
+            self._lock.close()
+
+
+def mark_dropped(directory: Path, busy_timeout: float) -> None:
+    """Before a corpus directory is deleted: wait for its write lock, then record the
+    drop in its store, so every process that has it open stops answering for it."""
+    lock = WriteLock(directory / "write.lock")
+    if not lock.acquire(busy_timeout):
+        lock.close()
+        raise EngineBusy(f"{directory.name}: a write held the lock for {busy_timeout:g} s")
+    try:
+        store = DocumentStore(directory / "store.sqlite3")
+        try:
+            store.mark_dropped()
+        finally:
+            store.close()
+    finally:
+        lock.release()
+        lock.close()

@@ -1,0 +1,259 @@
+"""Many processes, one engine directory: writes serialised, every commit seen everywhere.
+
+Three real processes (two writing and searching, one searching) share one hybrid corpus
+for a few seconds (``TANDEM_PROCESSES_S``, default 6). Afterwards:
+
+- in every process, the store, that process's view of the tantivy index and its own
+  in-memory FAISS index hold exactly the same documents (FAISS: those with a vector);
+- replaying every search against the writers' logs: a document whose ``add`` returned
+  before the search started, and whose delete had not started before it ended, was found
+  — by the keyword arm at rank 1 and by the dense arm — and a document whose ``delete``
+  returned before the search started (not re-added meanwhile) was never returned;
+- no process saw an error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from engine import (
+    CorpusConfig,
+    CorpusNotFound,
+    Document,
+    SearchEngine,
+    SentenceTransformerEmbedding,
+)
+from tests.support.fakes import WordHashEmbedder, factory_for
+from tests.support.reliability_support import stored_rows
+
+ROOT = Path(__file__).resolve().parents[3]
+WORKER = ROOT / "tests" / "support" / "process_worker.py"
+DURATION_S = float(os.environ.get("TANDEM_PROCESSES_S", "6"))
+MAX_DURATION_S = 120.0
+MIN_EVENTS = 40
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: str
+    started: float
+    returned: float
+
+
+def _spawn(root: Path, role: str, name: str, seed: int, logdir: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), str(root), role, name, str(seed), str(logdir)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+
+
+def _ask(proc: subprocess.Popen[str], command: str, answer: str) -> str:
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(command + "\n")
+    proc.stdin.flush()
+    line = proc.stdout.readline()
+    assert line.startswith(answer), f"{command}: {line!r}"
+    return line[len(answer) :].strip()
+
+
+def _events(logdir: Path) -> dict[str, list[Event]]:
+    by_id: dict[str, list[Event]] = defaultdict(list)
+    for path in logdir.glob("*.events"):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            fields = line.split()
+            if len(fields) != 4:  # a line being written while the test polls
+                continue
+            kind, doc_id, started, returned = fields
+            by_id[doc_id].append(Event(kind, float(started), float(returned)))
+    return by_id
+
+
+def _promise(history: list[Event], start: float, end: float) -> bool | None:
+    """True: the search had to find the document; False: it must not have; None: either
+    is allowed (a write of it overlapped the search)."""
+    if any(e.started <= end and e.returned >= start for e in history):
+        return None
+    before = [e for e in history if e.returned < start]
+    if not before:
+        return False
+    return max(before, key=lambda e: e.returned).kind != "delete"
+
+
+@pytest.mark.timeout(400)
+def test_processes_sharing_a_directory_agree_and_keep_every_promise(tmp_path: Path) -> None:
+    root = tmp_path / "engine"
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    with SearchEngine(root, embedder_factory=factory_for(WordHashEmbedder())) as engine:
+        engine.create_corpus(
+            CorpusConfig(name="c", embedder=SentenceTransformerEmbedding(model="fake"))
+        )
+    roles = [("writer", "p0"), ("writer", "p1"), ("searcher", "s0")]
+    procs = [_spawn(root, role, name, i + 1, logdir) for i, (role, name) in enumerate(roles)]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().strip() == "READY"
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write("GO\n")
+            proc.stdin.flush()
+        # At least DURATION_S, and until the writers wrote enough (a loaded box is slow).
+        started = time.monotonic()
+        while time.monotonic() - started < DURATION_S or (
+            sum(len(v) for v in _events(logdir).values()) < MIN_EVENTS
+            and time.monotonic() - started < MAX_DURATION_S
+        ):
+            time.sleep(0.5)
+        for proc in procs:
+            _ask(proc, "STOP", "STOPPED")
+        views = {
+            name: json.loads(_ask(proc, "REPORT", "VIEW"))
+            for (_, name), proc in zip(roles, procs, strict=True)
+        }
+    finally:
+        for proc in procs:
+            if proc.poll() is None and proc.stdin is not None:
+                proc.stdin.write("EXIT\n")
+                proc.stdin.flush()
+        for proc in procs:
+            proc.wait(timeout=60)
+
+    stored = stored_rows(root / "corpora" / "c")
+    with_vectors = sorted(k for k, v in stored.items() if v[3])
+    events = _events(logdir)
+    assert sum(len(v) for v in events.values()) >= MIN_EVENTS, "the writers hardly wrote"
+    for name, view in views.items():
+        assert view["errors"] == [], f"{name}: {view['errors'][:2]}"
+        assert view["tantivy"] == sorted(stored), f"{name}: keyword index differs from store"
+        assert view["faiss"] == with_vectors, f"{name}: vector index differs from store"
+
+    checked = {"found": 0, "absent": 0, "either": 0}
+    broken: list[str] = []
+    for path in logdir.glob("*.searches"):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            doc_id, started, ended, found, sparse, dense = line.split()
+            must = _promise(events.get(doc_id, []), float(started), float(ended))
+            if must is None:
+                checked["either"] += 1
+            elif must:
+                checked["found"] += 1
+                if found != "1" or sparse != "1" or dense == "None":
+                    broken.append(f"{path.stem}: missed {doc_id} ({found} {sparse} {dense})")
+            else:
+                checked["absent"] += 1
+                if found == "1":
+                    broken.append(f"{path.stem}: deleted {doc_id} returned")
+    sizes = [len(v["faiss"]) for v in views.values()]
+    print(f"[processes] searches checked {checked}, vectors per process {sizes}")
+    assert not broken, broken[:10]
+    assert checked["found"] > 20 and checked["absent"] > 5
+
+
+_GAUGE_WRITER = """
+import sys
+from engine import Document, SearchEngine
+from tests.support.fakes import POISON, WordHashEmbedder, factory_for
+
+fake = WordHashEmbedder()
+fake.refuse_poison = True
+with SearchEngine(sys.argv[1], embedder_factory=factory_for(fake)) as engine:
+    corpus = engine.corpus("c")
+    corpus.add([Document(id=f"ok{i}", text=f"plain text {i}") for i in range(7)])
+    corpus.add([Document(id=f"bad{i}", text=f"{POISON} {i}") for i in range(3)])
+    corpus.delete(["ok0"])
+    for _ in range(4):
+        corpus.search("plain text")
+    print(engine.registry.get_sample_value(
+        "tandem_searches_total", {"corpus": "c", "strategy": "hybrid"}))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_state_gauges_are_exact_in_every_process_counters_are_per_process(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "engine"
+    with SearchEngine(root, embedder_factory=factory_for(WordHashEmbedder())) as engine:
+        corpus = engine.create_corpus(
+            CorpusConfig(name="c", embedder=SentenceTransformerEmbedding(model="fake"))
+        )
+        corpus.search("before anything")  # this process's own count: 1
+        done = subprocess.run(
+            [sys.executable, "-c", _GAUGE_WRITER, str(root)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            timeout=100,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert float(done.stdout.strip().splitlines()[-1]) == 4.0  # the writer's own
+        sample = engine.registry.get_sample_value
+        assert sample("tandem_documents", {"corpus": "c"}) == 9.0  # written elsewhere
+        assert sample("tandem_documents_degraded", {"corpus": "c"}) == 3.0
+        assert sample("tandem_searches_total", {"corpus": "c", "strategy": "hybrid"}) == 1.0
+        assert corpus.stats()["vectors"] == 6  # this process's FAISS followed the writer
+
+
+def _two_dims(spec: object) -> WordHashEmbedder:
+    """Model "a" embeds in 32 dimensions, any other model in 48."""
+    model = getattr(spec, "model", "a")
+    return WordHashEmbedder(dimension=32 if model == "a" else 48, name=f"word-hash-{model}")
+
+
+def test_an_embedder_switch_elsewhere_is_followed(tmp_path: Path) -> None:
+    """Two engines stand in for two processes (each its own files, locks and indexes)."""
+    with (
+        SearchEngine(tmp_path, embedder_factory=_two_dims) as first,
+        SearchEngine(tmp_path, embedder_factory=_two_dims) as second,
+    ):
+        first.create_corpus(
+            CorpusConfig(name="c", embedder=SentenceTransformerEmbedding(model="a"))
+        ).add([Document(id=f"d{i}", text=f"printer paper tray {i}") for i in range(5)])
+        other = second.corpus("c")
+        assert other.search("printer")[0].ranks.dense is not None
+        first.switch_embedder("c", SentenceTransformerEmbedding(model="b"))
+        hits = other.search("printer paper")  # follows: new config, new vectors
+        assert hits and hits[0].ranks.dense is not None
+        assert other.config.embedder == SentenceTransformerEmbedding(model="b")
+        other.add([Document(id="new", text="parcel locker")])  # embedded with model b
+        assert first.corpus("c").stats()["vectors"] == 6
+        assert first.corpus("c").search("parcel locker")[0].source_id == "new"
+
+
+def test_a_corpus_dropped_elsewhere_stops_answering_and_can_be_recreated(
+    tmp_path: Path,
+) -> None:
+    with SearchEngine(tmp_path) as first, SearchEngine(tmp_path) as second:
+        first.create_corpus(CorpusConfig(name="c", embedder=None)).add(
+            [Document(id="old", text="the old corpus")]
+        )
+        stale = second.corpus("c")
+        assert stale.search("old corpus")[0].source_id == "old"
+        first.drop_corpus("c")
+        with pytest.raises(CorpusNotFound):
+            stale.search("old corpus")
+        with pytest.raises(CorpusNotFound):
+            second.corpus("c")
+        first.create_corpus(CorpusConfig(name="c", embedder=None)).add(
+            [Document(id="new", text="the new corpus")]
+        )
+        fresh = second.corpus("c")
+        assert fresh is not stale
+        assert [h.source_id for h in fresh.search("corpus")] == ["new"]
+        with pytest.raises(CorpusNotFound):
+            stale.add([Document(id="lost", text="must not land anywhere")])
