@@ -17,7 +17,7 @@ from dense.contracts import (
     QueryEmbedder,
     embed_query,
 )
-from dense.faiss_index import FaissIndex, IndexKind
+from dense.faiss_index import FaissIndex, IndexKind, VectorStorage
 from dense.index_file import FaissIndexCorrupt
 
 if TYPE_CHECKING:
@@ -45,5 +45,6 @@ __all__ = [
     "OllamaEmbedder",
     "QueryEmbedder",
     "SentenceTransformerEmbedder",
+    "VectorStorage",
     "embed_query",
 ]

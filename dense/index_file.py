@@ -1,27 +1,32 @@
-"""The on-disk format of a ``FaissIndex``: checksummed, written atomically, streamed.
+"""The on-disk format of a ``FaissIndex``: written atomically, checksummed, memory-mapped.
 
-Layout (all integers little-endian)::
+Layout (integers little-endian, every section 64-byte aligned)::
 
-    magic      8 bytes   b"TNDMFAIS"
-    version    u32       FORMAT_VERSION
-    header_len u64       length of the JSON header
-    body_len   u64       length of the binary body
-    digest     32 bytes  sha256(header + body)
-    header     JSON      dimension, id table (label order), row count, params, has_faiss
-    body       labels int64[rows] | vectors float32[rows, dimension] | FAISS structure
+    graph      the FAISS structure (IndexIDMap over IndexHNSW*), when the index has one:
+               first, because FAISS memory-maps a structure from the start of a file
+    sections   base_labels int64[B] | base_alive uint8[B] | base_vectors float32[B, d]
+               (absent when a float32 graph stores them) | tail_labels int64[T] |
+               tail_vectors float32[T, d]
+    header     JSON: dimension, id table (label order), params, storage kind, and for the
+               graph and each section its offset, length and sha256
+    trailer    magic b"TNDMFAIS" | version u32 | header offset u64 | header length u64 |
+               file length u64 | sha256(header) 32 bytes
 
-The vectors are the source of truth; the serialised FAISS structure (HNSW only, to the
-end of the file) is a cache that saves a rebuild. Any mismatch in magic, version,
-lengths, digest or shapes raises ``FaissIndexCorrupt`` so the caller can rebuild from its
-document store.
+The base rows are the ones a graph covers (retired rows included: the graph still holds
+them); the tail holds the live rows added since. Without a graph every live row is base.
 
-Memory. Both directions stream through 16 MiB pieces: a save writes and hashes the live
-arrays and lets FAISS write its structure through a callback, then fills in the preamble;
-a load first verifies the digest over the whole file (nothing is deserialised from an
-unverified file), then reads the vectors straight into their final array and lets FAISS
-read its structure through a callback. No part of the file is ever held twice, so a
-million 384-d vectors with their HNSW graph (3.2 GB on disk) load in about that much
-memory, not three times it.
+Opening. The trailer, the header and the small sections (labels, retired-row mask) are
+verified against their sha256 before anything is used. The large sections — vectors and
+the graph — are then memory-mapped, not read: a million 384-d vectors reopen in the time
+it takes to parse the id table. The graph is checked structurally (every count, offset
+and neighbour id in range) so that walking it is memory-safe whatever the disk returned;
+the large sections' digests are checked at once when they are small
+(``VERIFY_AT_OPEN_BYTES``) and otherwise by ``Verification.run`` — the index runs it on
+its background thread — since hashing gigabytes would dominate a reopen. Any mismatch
+raises (or reports) ``FaissIndexCorrupt`` so the caller can rebuild from its store.
+
+Saving streams the live arrays in 16 MiB pieces (hashing as it goes) and lets FAISS write
+its structure through a callback: no part of the index is ever copied in memory.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import json
 import os
 import struct
 import tempfile
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -40,13 +45,17 @@ from typing import IO, Any
 import numpy as np
 import numpy.typing as npt
 
-from dense._faiss import faiss_module
+from dense._graph import Graph, VectorStorage, load_graph
+from dense._vector_store import Labels, Mask, Vectors
 from dense.contracts import DenseError
 
 MAGIC = b"TNDMFAIS"
-FORMAT_VERSION = 2  # 1 held the FAISS structure's length in the header (read in memory)
-_PREAMBLE = struct.Struct("<8sIQQ32s")
-_CHUNK_BYTES = 16 << 20  # hash, write and read in 16 MiB pieces
+FORMAT_VERSION = 3  # 2 kept the vectors twice and read them all at open
+_TRAILER = struct.Struct("<8sIQQQ32s")
+_ALIGN = 64
+_CHUNK_BYTES = 16 << 20
+VERIFY_AT_OPEN_BYTES = 64 << 20  # larger vector/graph sections are hashed after opening
+_SMALL = ("base_labels", "base_alive", "tail_labels")
 
 
 class FaissIndexCorrupt(DenseError):
@@ -55,70 +64,78 @@ class FaissIndexCorrupt(DenseError):
 
 @dataclass(frozen=True)
 class IndexSnapshot:
-    """Everything a ``FaissIndex`` needs to come back exactly as it was saved.
+    """Everything a ``FaissIndex`` needs to come back as it was saved.
 
-    Saving, the arrays are views of the live index; loading, they are fresh arrays the
-    caller may adopt. ``faiss_index`` is the FAISS structure (HNSW) or ``None``.
+    Saving, the arrays are views of the live index. Loading, ``base_vectors`` is a
+    read-only memory map (or the graph's own storage), the rest are fresh arrays.
     """
 
     dimension: int
     ids: list[str]  # position = int64 label; includes removed ids (labels stay stable)
-    labels: npt.NDArray[np.int64]  # label of each stored row
-    vectors: npt.NDArray[np.float32]  # (rows, dimension)
+    base_labels: Labels
+    base_alive: Mask
+    base_vectors: Vectors
+    tail_labels: Labels
+    tail_vectors: Vectors
     params: dict[str, Any] = field(default_factory=dict)
-    faiss_index: Any = None
+    storage: VectorStorage = VectorStorage.FLOAT32
+    graph: Graph | None = None
+    keepalive: object = None  # what owns base_vectors' memory when loaded
 
 
+@dataclass(frozen=True)
+class Verification:
+    """Digests of the large sections, to check after opening (see the module doc)."""
+
+    path: Path
+    spans: tuple[tuple[str, int, int, str], ...]  # name, offset, length, sha256 hex
+
+    def run(self, proceed: Any = None) -> None:
+        """Hash the sections; ``FaissIndexCorrupt`` on a mismatch. ``proceed()``
+        returning False (a closing index) stops early without a verdict."""
+        try:
+            with open(self.path, "rb") as fh:
+                for name, offset, length, digest in self.spans:
+                    got = _sha256_span(fh, offset, length, proceed)
+                    if got is None:
+                        return
+                    if got != digest:
+                        raise FaissIndexCorrupt(f"{self.path}: {name} checksum mismatch")
+        except OSError as exc:
+            raise FaissIndexCorrupt(f"{self.path}: unreadable ({exc})") from exc
+
+
+# ---------------------------------------------------------------------------- writing
 class _HashingWriter:
     def __init__(self, fh: IO[bytes]) -> None:
         self._fh = fh
         self.digest = hashlib.sha256()
-        self.written = 0
+        self.position = 0
 
     def write(self, data: bytes | memoryview) -> int:
         self.digest.update(data)
         self._fh.write(data)
-        self.written += len(data) if isinstance(data, bytes) else data.nbytes
-        return self.written
+        self.position += len(data) if isinstance(data, bytes) else data.nbytes
+        return self.position
+
+    def restart(self) -> None:
+        self.digest = hashlib.sha256()
+
+    def pad(self) -> None:
+        gap = -self.position % _ALIGN
+        if gap:
+            self._fh.write(b"\0" * gap)
+            self.position += gap
 
 
 def write_snapshot(path: Path, snap: IndexSnapshot) -> None:
     """Write ``snap`` to ``path`` atomically: temp file in the same dir, fsync, rename."""
-    labels = np.ascontiguousarray(snap.labels, dtype="<i8")
-    vectors = np.ascontiguousarray(snap.vectors, dtype="<f4")
-    header = json.dumps(
-        {
-            "dimension": snap.dimension,
-            "ids": snap.ids,
-            "rows": int(labels.shape[0]),
-            "params": snap.params,
-            "has_faiss": snap.faiss_index is not None,
-        },
-        separators=(",", ":"),
-    ).encode("utf-8")
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(b"\0" * _PREAMBLE.size)
-            out = _HashingWriter(fh)
-            out.write(header)
-            for array in (labels, vectors):
-                view = _byte_view(array)
-                for start in range(0, view.nbytes, _CHUNK_BYTES):
-                    out.write(view[start : start + _CHUNK_BYTES])
-            if snap.faiss_index is not None:
-                faiss = faiss_module()
-                writer = faiss.PyCallbackIOWriter(out.write)
-                faiss.write_index(snap.faiss_index, writer)
-                del writer  # flushes its buffer into ``out``
-            body_len = out.written - len(header)
-            fh.seek(0)
-            fh.write(
-                _PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(header), body_len, out.digest.digest())
-            )
+            _write(fh, snap)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp_name, path)
@@ -129,102 +146,204 @@ def write_snapshot(path: Path, snap: IndexSnapshot) -> None:
     _fsync_dir(path.parent)
 
 
-def read_snapshot(path: Path) -> IndexSnapshot:
-    """Read and verify a snapshot; raise ``FaissIndexCorrupt`` on any damage."""
+def _write(fh: IO[bytes], snap: IndexSnapshot) -> None:
+    out = _HashingWriter(fh)
+    spans: dict[str, list[Any]] = {}
+    if snap.graph is not None:
+        snap.graph.write(out.write)
+        spans["graph"] = [0, out.position, out.digest.hexdigest()]
+        out.pad()
+    arrays: list[tuple[str, npt.NDArray[Any]]] = [
+        ("base_labels", np.ascontiguousarray(snap.base_labels, dtype="<i8")),
+        ("base_alive", np.ascontiguousarray(snap.base_alive, dtype=np.uint8)),
+    ]
+    floats_in_graph = snap.graph is not None and snap.storage is VectorStorage.FLOAT32
+    if not floats_in_graph:
+        arrays.append(("base_vectors", snap.base_vectors))
+    arrays += [
+        ("tail_labels", np.ascontiguousarray(snap.tail_labels, dtype="<i8")),
+        ("tail_vectors", snap.tail_vectors),
+    ]
+    for name, array in arrays:
+        out.restart()
+        start = out.position
+        for piece in _pieces(array):
+            out.write(piece)
+        spans[name] = [start, out.position - start, out.digest.hexdigest()]
+        out.pad()
+    header = json.dumps(
+        {
+            "dimension": snap.dimension,
+            "ids": snap.ids,
+            "base_rows": int(snap.base_labels.shape[0]),
+            "tail_rows": int(snap.tail_labels.shape[0]),
+            "params": snap.params,
+            "storage": snap.storage.value,
+            "sections": spans,
+        },
+        separators=(",", ":"),
+    ).encode("utf-8")
+    header_at = out.position
+    fh.write(header)
+    end = header_at + len(header) + _TRAILER.size
+    fh.write(
+        _TRAILER.pack(
+            MAGIC, FORMAT_VERSION, header_at, len(header), end, hashlib.sha256(header).digest()
+        )
+    )
+
+
+def _pieces(array: npt.NDArray[Any]) -> Iterator[memoryview]:
+    """The array's bytes in 16 MiB pieces, converting row blocks only if it must."""
+    rows = array.shape[0] if array.ndim else 0
+    if rows == 0:
+        return
+    row_bytes = max(1, array.nbytes // rows)
+    step = max(1, _CHUNK_BYTES // row_bytes)
+    little = array.dtype.newbyteorder("<") if array.dtype.byteorder == ">" else array.dtype
+    for start in range(0, rows, step):
+        block = np.ascontiguousarray(array[start : start + step], dtype=little)
+        yield block.reshape(-1).view(np.uint8).data
+
+
+# ---------------------------------------------------------------------------- reading
+def read_snapshot(path: Path) -> tuple[IndexSnapshot, Verification]:
+    """Open a saved index (see the module doc); ``FaissIndexCorrupt`` on any damage."""
+    path = Path(path)
     try:
         with open(path, "rb") as fh:
-            return _read(fh, path)
+            header, size = _read_header(fh, path)
+            try:
+                return _decode(fh, path, header, size)
+            except (ValueError, KeyError, TypeError, RuntimeError) as exc:
+                raise FaissIndexCorrupt(f"{path}: inconsistent contents ({exc})") from exc
     except OSError as exc:
         raise FaissIndexCorrupt(f"{path}: unreadable ({exc})") from exc
 
 
-def _read(fh: IO[bytes], path: Path) -> IndexSnapshot:
+def _read_header(fh: IO[bytes], path: Path) -> tuple[dict[str, Any], int]:
     size = os.fstat(fh.fileno()).st_size
-    preamble = fh.read(_PREAMBLE.size)
-    if len(preamble) < _PREAMBLE.size:
-        raise FaissIndexCorrupt(f"{path}: truncated ({size} bytes, no complete header)")
-    magic, version, header_len, body_len, digest = _PREAMBLE.unpack(preamble)
+    if size < _TRAILER.size:
+        raise FaissIndexCorrupt(f"{path}: truncated ({size} bytes, no trailer)")
+    fh.seek(size - _TRAILER.size)
+    magic, version, header_at, header_len, end, digest = _TRAILER.unpack(fh.read(_TRAILER.size))
     if magic != MAGIC:
         raise FaissIndexCorrupt(f"{path}: not a Tandem FAISS index (bad magic)")
     if version != FORMAT_VERSION:
         raise FaissIndexCorrupt(f"{path}: unsupported format version {version}")
-    if size != _PREAMBLE.size + header_len + body_len:
-        raise FaissIndexCorrupt(
-            f"{path}: truncated or padded ({size} bytes, "
-            f"expected {_PREAMBLE.size + header_len + body_len})"
-        )
-    hasher = hashlib.sha256()
-    while chunk := fh.read(_CHUNK_BYTES):
-        hasher.update(chunk)
-    if hasher.digest() != digest:
-        raise FaissIndexCorrupt(f"{path}: checksum mismatch")
-    fh.seek(_PREAMBLE.size)
+    if end != size or header_at + header_len + _TRAILER.size != size:
+        raise FaissIndexCorrupt(f"{path}: truncated or padded ({size} bytes, expected {end})")
+    fh.seek(header_at)
+    raw = fh.read(header_len)
+    if hashlib.sha256(raw).digest() != digest:
+        raise FaissIndexCorrupt(f"{path}: header checksum mismatch")
     try:
-        return _decode(fh, header_len, body_len)
-    except (ValueError, KeyError, TypeError, RuntimeError) as exc:
-        raise FaissIndexCorrupt(f"{path}: inconsistent contents ({exc})") from exc
+        header = json.loads(raw.decode("utf-8"))
+    except ValueError as exc:
+        raise FaissIndexCorrupt(f"{path}: unreadable header ({exc})") from exc
+    if not isinstance(header, dict):
+        raise FaissIndexCorrupt(f"{path}: unreadable header")
+    header["_header_at"] = header_at
+    return header, size
 
 
-def _decode(fh: IO[bytes], header_len: int, body_len: int) -> IndexSnapshot:
-    header = json.loads(fh.read(header_len).decode("utf-8"))
-    dim, rows = int(header["dimension"]), int(header["rows"])
-    ids = header["ids"]
-    if dim <= 0 or rows < 0 or not isinstance(ids, list):
+def _decode(
+    fh: IO[bytes], path: Path, header: dict[str, Any], size: int
+) -> tuple[IndexSnapshot, Verification]:
+    dim, ids = int(header["dimension"]), header["ids"]
+    rows_b, rows_t = int(header["base_rows"]), int(header["tail_rows"])
+    storage = VectorStorage.from_str(str(header["storage"]))
+    if dim <= 0 or rows_b < 0 or rows_t < 0 or not isinstance(ids, list):
         raise ValueError("bad dimension, row count or id table")
-    arrays_len = rows * 8 + rows * dim * 4
-    has_faiss = bool(header["has_faiss"])
-    if body_len < arrays_len or (body_len > arrays_len) != has_faiss:
-        raise ValueError(f"body is {body_len} bytes for {rows} rows of dimension {dim}")
-    labels = _read_array(fh, np.dtype("<i8"), (rows,)).astype(np.int64, copy=False)
-    vectors = _read_array(fh, np.dtype("<f4"), (rows, dim)).astype(np.float32, copy=False)
-    if rows and (labels.min() < 0 or labels.max() >= len(ids)):
-        raise ValueError("row label outside the id table")
-    if len(np.unique(labels)) != rows:
-        raise ValueError("duplicate row labels")
-    faiss_index = None
-    if has_faiss:
-        faiss = faiss_module()
-        reader = faiss.PyCallbackIOReader(_bounded_reader(fh, body_len - arrays_len))
-        faiss_index = faiss.read_index(reader)
-        del reader
-    return IndexSnapshot(
+    spans: dict[str, tuple[int, int, str]] = {
+        name: (int(v[0]), int(v[1]), str(v[2])) for name, v in header["sections"].items()
+    }
+    limit = int(header["_header_at"])
+    for offset, length, _digest in spans.values():
+        if offset < 0 or length < 0 or offset + length > limit:
+            raise ValueError("section outside the file")
+    has_graph = "graph" in spans
+    expect = {
+        "base_labels": rows_b * 8,
+        "base_alive": rows_b,
+        "tail_labels": rows_t * 8,
+        "tail_vectors": rows_t * dim * 4,
+    }
+    if not (has_graph and storage is VectorStorage.FLOAT32):
+        expect["base_vectors"] = rows_b * dim * 4
+    for name, length in expect.items():
+        if name not in spans or spans[name][1] != length:
+            raise ValueError(f"section {name} missing or of the wrong length")
+    for name in _SMALL:
+        offset, length, digest = spans[name]
+        if _sha256_span(fh, offset, length, None) != digest:
+            raise FaissIndexCorrupt(f"{path}: {name} checksum mismatch")
+    base_labels = _read(fh, spans["base_labels"], np.dtype("<i8"), (rows_b,)).astype(np.int64)
+    base_alive = _read(fh, spans["base_alive"], np.dtype(np.uint8), (rows_b,)).astype(np.bool_)
+    tail_labels = _read(fh, spans["tail_labels"], np.dtype("<i8"), (rows_t,)).astype(np.int64)
+    large = tuple(
+        (name, *spans[name]) for name in ("graph", "base_vectors", "tail_vectors") if name in spans
+    )
+    verification = Verification(path, large)
+    if sum(length for _n, _o, length, _d in large) <= VERIFY_AT_OPEN_BYTES:
+        verification.run()
+        verification = Verification(path, ())
+    graph = None
+    if has_graph:
+        graph = load_graph(path, storage, base_labels, dim)
+    if "base_vectors" in spans:
+        base_vectors = _map(path, spans["base_vectors"][0], (rows_b, dim))
+    elif graph is not None:
+        base_vectors = graph.float_view()
+    else:  # pragma: no cover - excluded by the length checks above
+        raise ValueError("no base vectors")
+    tail_vectors = _map(path, spans["tail_vectors"][0], (rows_t, dim))
+    snap = IndexSnapshot(
         dimension=dim,
         ids=[str(i) for i in ids],
-        labels=labels,
-        vectors=vectors,
+        base_labels=base_labels,
+        base_alive=base_alive,
+        base_vectors=base_vectors,
+        tail_labels=tail_labels,
+        tail_vectors=np.array(tail_vectors, dtype=np.float32),
         params=dict(header["params"]),
-        faiss_index=faiss_index,
+        storage=storage,
+        graph=graph,
+        keepalive=graph if "base_vectors" not in spans else base_vectors,
     )
+    return snap, verification
 
 
-def _read_array(fh: IO[bytes], dtype: np.dtype[Any], shape: tuple[int, ...]) -> Any:
-    """Read straight into a fresh array (no intermediate bytes object)."""
-    array = np.empty(shape, dtype=dtype)
-    view = _byte_view(array)
-    done = 0
-    while done < view.nbytes:
-        got = fh.readinto(view[done : done + _CHUNK_BYTES])  # type: ignore[attr-defined]
-        if not got:
-            raise ValueError("file ended inside the vectors")
-        done += got
-    return array
+def _read(
+    fh: IO[bytes], span: tuple[int, int, str], dtype: np.dtype[Any], shape: tuple[int, ...]
+) -> Any:
+    fh.seek(span[0])
+    data = fh.read(span[1])
+    if len(data) != span[1]:
+        raise ValueError("file ended inside a section")
+    return np.frombuffer(data, dtype=dtype).reshape(shape)
 
 
-def _bounded_reader(fh: IO[bytes], limit: int) -> Callable[[int], bytes]:
-    """FAISS's read callback, kept inside the structure's section of the file."""
-    left = [limit]
-
-    def read(n: int) -> bytes:
-        data = fh.read(min(n, left[0]))
-        left[0] -= len(data)
-        return data
-
-    return read
+def _map(path: Path, offset: int, shape: tuple[int, int]) -> Vectors:
+    if shape[0] == 0:
+        return np.zeros(shape, dtype=np.float32)
+    mapped: Vectors = np.memmap(path, dtype="<f4", mode="r", offset=offset, shape=shape)
+    return mapped
 
 
-def _byte_view(array: npt.NDArray[Any]) -> memoryview:
-    """A flat, writable-if-the-array-is byte view of ``array`` (empty arrays included)."""
-    return np.ascontiguousarray(array).reshape(-1).view(np.uint8).data
+def _sha256_span(fh: IO[bytes], offset: int, length: int, proceed: Any) -> str | None:
+    hasher = hashlib.sha256()
+    fh.seek(offset)
+    left = length
+    while left > 0:
+        if proceed is not None and not proceed():
+            return None
+        chunk = fh.read(min(_CHUNK_BYTES, left))
+        if not chunk:
+            raise FaissIndexCorrupt(f"file ended inside a section at {offset + length - left}")
+        hasher.update(chunk)
+        left -= len(chunk)
+    return hasher.hexdigest()
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -17,6 +17,7 @@ from typing import Annotated, Generic, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainSerializer, field_validator
 
+from dense import VectorStorage
 from engine.limits import CORPUS_NAME_PATTERN, MAX_LANGUAGE_ID
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
@@ -138,6 +139,10 @@ class CorpusConfig(_Frozen):
     ``fields`` maps a filterable field's name (``[a-z][a-z0-9_]{0,63}``) to its
     ``FieldType``; documents carry values for them in ``Document.fields`` and searches
     filter on them. ``natural`` (``None``: off) configures ``Corpus.ask``.
+    ``vector_storage`` is how the vector index's HNSW graph (built from 50,000 vectors)
+    holds them: ``float32`` (default, exact scores) or ``sq8`` (8-bit codes, a quarter of
+    the memory; candidates re-ranked exactly from the float vectors, which a reopened
+    corpus memory-maps). Set at creation.
     """
 
     name: Annotated[str, Field(min_length=1, max_length=64)]
@@ -152,6 +157,7 @@ class CorpusConfig(_Frozen):
         Mapping[str, FieldType], AfterValidator(_frozen_map), PlainSerializer(_plain_dict)
     ] = FrozenMap({})
     natural: NaturalLanguage | None = None
+    vector_storage: VectorStorage = VectorStorage.FLOAT32
 
     @field_validator("name")
     @classmethod

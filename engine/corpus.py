@@ -85,6 +85,7 @@ class Corpus:
             fields=sparse_kinds(config.fields),
             search_threads=search_threads,
             read_only=read_only,
+            vector_storage=config.vector_storage,
         )
         self._sync = CorpusSync(
             directory,
@@ -466,10 +467,12 @@ class Corpus:
     @sealed
     def stats(self) -> dict[str, int | bool]:
         self._sync.follow()
+        faiss = self._indexes.faiss
         return {
             "documents": self._store.count(),
             "degraded": self._store.count_status(EmbeddingStatus.DEGRADED),
             "vectors": 0 if self._indexes.faiss is None else len(self._indexes.faiss),
+            "vector_graph_pending": faiss is not None and faiss.graph_pending,
             "vectors_enabled": self._embedder is not None,
             "embedder_up": self._embedder is not None and self._embedder.is_available(),
             "index_bytes": self._indexes.size_on_disk(),

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dense import FaissIndex, FaissIndexCorrupt
+from dense import FaissIndex, FaissIndexCorrupt, VectorStorage
 from engine.errors import StorageError
 from engine.storage import DocumentStore, StoredDocument, StoreState
 from sparse import FieldKind, SparseDocument, SparseError, TantivyIndex
@@ -96,8 +96,10 @@ class DerivedIndexes:
         fields: Mapping[str, FieldKind] | None = None,
         search_threads: int | None = 1,
         read_only: bool = False,
+        vector_storage: VectorStorage = VectorStorage.FLOAT32,
     ) -> None:
         self._dir = directory
+        self._vector_storage = vector_storage
         self._search_threads = search_threads
         self._store = store
         analyzers = LanguageAnalyzers(
@@ -218,7 +220,11 @@ class DerivedIndexes:
         index: FaissIndex | None = None
         if marker >= 0 and self._faiss_path.exists():
             try:
-                index = FaissIndex.load(self._faiss_path, search_threads=self._search_threads)
+                index = FaissIndex.load(
+                    self._faiss_path,
+                    search_threads=self._search_threads,
+                    on_graph=self._graph_ready,
+                )
             except (FaissIndexCorrupt, OSError):
                 logger.warning("vector index file is damaged; rebuilding from stored vectors")
                 index, marker = None, -1
@@ -351,7 +357,12 @@ class DerivedIndexes:
 
     def _faiss_upsert(self, ids: Sequence[str], vectors: np.ndarray) -> None:
         if self.faiss is None:
-            self.faiss = FaissIndex(int(vectors.shape[1]), search_threads=self._search_threads)
+            self.faiss = FaissIndex(
+                int(vectors.shape[1]),
+                search_threads=self._search_threads,
+                storage=self._vector_storage,
+                on_graph=self._graph_ready,
+            )
         self.faiss.add(list(ids), vectors)
 
     # -- writes (called after the store committed) -------------------------------------------
@@ -493,7 +504,15 @@ class DerivedIndexes:
         """Release the indexes; ``flush`` first only when holding the write lock."""
         if flush:
             self.flush()
+        if self.faiss is not None:
+            self.faiss.close()  # stops a background graph build
         self.tantivy.close()
+
+    def _graph_ready(self) -> None:
+        """A background HNSW build finished: the next flush saves it (a reopen then
+        memory-maps the graph instead of building it again)."""
+        with self._lock:
+            self._unsaved += 1
 
     def size_on_disk(self) -> int:
         total = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,8 +15,9 @@ from hypothesis import strategies as st
 from dense import AllowList, FaissIndex, FaissIndexCorrupt, IndexKind
 
 DIM = 16
-FLAT = {"hnsw_threshold": 1_000_000}
-HNSW = {"hnsw_threshold": 0, "exact_filter_limit": 0}  # force the graph, even when filtered
+FLAT: dict[str, Any] = {"hnsw_threshold": 1_000_000}
+# force the graph, even when filtered
+HNSW: dict[str, Any] = {"hnsw_threshold": 0, "exact_filter_limit": 0, "build_delay_s": 0}
 KINDS = pytest.mark.parametrize("params", [FLAT, HNSW], ids=["flat", "hnsw"])
 
 
@@ -25,10 +27,11 @@ def unit(rng: np.random.Generator, n: int, dim: int = DIM) -> np.ndarray:
     return unit_rows
 
 
-def build(params: dict[str, int], n: int = 500, seed: int = 0) -> tuple[FaissIndex, np.ndarray]:
+def build(params: dict[str, Any], n: int = 500, seed: int = 0) -> tuple[FaissIndex, np.ndarray]:
     vectors = unit(np.random.default_rng(seed), n)
     index = FaissIndex(DIM, **params)
     index.add([f"d{i}" for i in range(n)], vectors)
+    assert index.wait_for_graph(timeout=120)
     return index, vectors
 
 
@@ -119,8 +122,10 @@ def test_switches_to_hnsw_at_threshold_and_back_after_removals() -> None:
     assert kind_of(index) is IndexKind.FLAT
     more = unit(rng, 5)
     index.add([f"b{i}" for i in range(5)], more)
-    assert index.search(more[0], 1)[0][0] == "b0"
+    assert index.search(more[0], 1)[0][0] == "b0"  # exact until the graph serves
+    assert index.wait_for_graph(timeout=120)
     assert kind_of(index) is IndexKind.HNSW
+    assert index.search(more[0], 1)[0][0] == "b0"
     index.remove([f"a{i}" for i in range(50)])
     assert index.search(more[1], 1)[0][0] == "b1"
     assert kind_of(index) is IndexKind.FLAT and len(index) == 54
@@ -133,6 +138,7 @@ def test_hnsw_recall_at_10_matches_flat() -> None:
     flat, hnsw = FaissIndex(32, **FLAT), FaissIndex(32, hnsw_threshold=0)
     flat.add(ids, vectors)
     hnsw.add(ids, vectors)
+    assert hnsw.wait_for_graph(timeout=120)
     assert hnsw.kind is IndexKind.HNSW and flat.kind is IndexKind.FLAT
     queries = unit(rng, 100, dim=32)
     found = 0

@@ -50,11 +50,25 @@ def on_new_thread(fn: Any) -> Any:
     return out[0]
 
 
+def graph_index(n: int, **params: Any) -> FaissIndex:
+    """An index whose searches walk an HNSW graph (exact searches never call FAISS)."""
+    index = FaissIndex(DIM, hnsw_threshold=0, **params)
+    index.add([f"d{i}" for i in range(n)], vectors(n))
+    assert index.wait_for_graph(timeout=60)
+    return index
+
+
+def record_searches(index: FaissIndex) -> ThreadRecorder:
+    graph = index._graph
+    assert graph is not None
+    recorder = ThreadRecorder(graph.index)
+    graph.index = recorder
+    return recorder
+
+
 def test_search_from_another_thread_uses_the_index_setting() -> None:
-    index = FaissIndex(DIM, search_threads=1)
-    index.add([f"d{i}" for i in range(50)], vectors(50))
-    recorder = ThreadRecorder(index._index)
-    index._index = recorder
+    index = graph_index(50, search_threads=1)
+    recorder = record_searches(index)
 
     def search_and_report() -> int:
         index.search(vectors(1, seed=1)[0], 5)
@@ -69,20 +83,22 @@ def test_search_from_another_thread_uses_the_index_setting() -> None:
 def test_hnsw_build_uses_every_core_even_when_searches_use_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    index = FaissIndex(DIM, hnsw_threshold=0, search_threads=1)
-    recorders: list[ThreadRecorder] = []
-    real_new = index._new_faiss
+    import dense._graph
 
-    def recording_new(kind: IndexKind) -> ThreadRecorder:
-        recorders.append(ThreadRecorder(real_new(kind)))
+    recorders: list[ThreadRecorder] = []
+    real_new = dense._graph.new_graph_index
+
+    def recording_new(*args: Any) -> ThreadRecorder:
+        recorders.append(ThreadRecorder(real_new(*args)))
         return recorders[-1]
 
-    monkeypatch.setattr(index, "_new_faiss", recording_new)
-    index.add([f"d{i}" for i in range(200)], vectors(200))
+    monkeypatch.setattr(dense._graph, "new_graph_index", recording_new)
+    index = graph_index(200, search_threads=1)
     hits = index.search(vectors(1, seed=2)[0], 3)
     assert len(hits) == 3 and index.kind is IndexKind.HNSW
     assert recorders[-1].add_threads == [build_threads()]
     assert recorders[-1].search_threads == [1]
+    index.close()
 
 
 def test_omp_threads_restores_the_previous_count() -> None:
@@ -97,13 +113,9 @@ def test_omp_threads_restores_the_previous_count() -> None:
 
 
 def test_two_indexes_keep_their_own_search_threads() -> None:
-    one = FaissIndex(DIM, search_threads=1)
-    default = FaissIndex(DIM, search_threads=None)
-    recorders = []
-    for index in (one, default):
-        index.add([f"d{i}" for i in range(20)], vectors(20))
-        recorders.append(ThreadRecorder(index._index))
-        index._index = recorders[-1]
+    one = graph_index(20, search_threads=1)
+    default = graph_index(20, search_threads=None)
+    recorders = [record_searches(one), record_searches(default)]
     with omp_threads(2):  # the caller's own setting, which the None index keeps
         one.search(vectors(1, seed=3)[0], 3)
         default.search(vectors(1, seed=3)[0], 3)
