@@ -2,7 +2,9 @@
 
 The only knob that changes how a corpus searches is ``embedder``: ``None`` means vectors
 off (keyword search); anything else means hybrid search whenever the embedder is healthy.
-``rrf_k``, ``weights`` and ``window`` tune fusion within the hybrid strategy.
+``fusion`` picks how the hybrid strategy merges its two arms (reciprocal rank fusion by
+default, or a convex combination of z-scored arm scores); ``rrf_k``, ``weights`` and
+``window`` tune it.
 ``fields`` declares the filterable metadata fields; ``natural`` turns on natural-language
 questions (``Corpus.ask``) through a local Ollama model.
 """
@@ -101,6 +103,34 @@ class FusionWeights(_Frozen):
     dense: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] = 1.0
 
 
+class RRFFusion(_Frozen):
+    """Reciprocal rank fusion (the default): ``Σ w_i / (k + rank_i)`` with the corpus's
+    ``rrf_k`` and ``weights`` (see ``fusion.rrf``). Only ranks count."""
+
+    kind: Literal["rrf"] = "rrf"
+
+
+DEFAULT_DENSE_WEIGHT = 0.6
+"""``ZScoreFusion``'s vector-arm weight, chosen on SciFact's training judgements (see the
+README's Results section); never on the judgements that are reported."""
+
+
+class ZScoreFusion(_Frozen):
+    """A convex combination of z-scored arm scores: each arm's scores are standardised
+    within its candidate window (``window``), then combined as
+    ``(1 - dense_weight) * z_keyword + dense_weight * z_vector`` (see
+    ``fusion.zscore_fusion``). Unlike RRF the margins count: an arm sure of its first hit
+    moves it further than an arm that is not. A documented per-corpus choice, not the
+    default: measured, it helps some corpora a lot and others not at all (README)."""
+
+    kind: Literal["zscore"] = "zscore"
+    dense_weight: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = DEFAULT_DENSE_WEIGHT
+
+
+FusionSpec = Annotated[RRFFusion | ZScoreFusion, Field(discriminator="kind")]
+_FUSION_SHORTHANDS = {"rrf": RRFFusion, "zscore": ZScoreFusion}
+
+
 class FieldType(enum.StrEnum):
     """The type of a filterable field: exact strings, 64-bit integers, or calendar dates."""
 
@@ -139,6 +169,8 @@ class CorpusConfig(_Frozen):
     ``fields`` maps a filterable field's name (``[a-z][a-z0-9_]{0,63}``) to its
     ``FieldType``; documents carry values for them in ``Document.fields`` and searches
     filter on them. ``natural`` (``None``: off) configures ``Corpus.ask``.
+    ``fusion`` is ``RRFFusion()`` (default) or ``ZScoreFusion(dense_weight=...)``; the
+    names ``"rrf"`` and ``"zscore"`` are shorthands for their defaults.
     ``vector_storage`` is how the vector index's HNSW graph (built from 50,000 vectors)
     holds them: ``float32`` (default, exact scores) or ``sq8`` (8-bit codes, a quarter of
     the memory; candidates re-ranked exactly from the float vectors, which a reopened
@@ -150,6 +182,7 @@ class CorpusConfig(_Frozen):
     rrf_k: Annotated[float, Field(gt=0, le=10_000, allow_inf_nan=False)] = 60.0
     weights: FusionWeights = FusionWeights()
     window: Annotated[int, Field(ge=1, le=500)] = 100
+    fusion: FusionSpec = RRFFusion()
     languages: Annotated[
         Mapping[int, str], AfterValidator(_frozen_map), PlainSerializer(_plain_dict)
     ] = FrozenMap({})
@@ -174,6 +207,18 @@ class CorpusConfig(_Frozen):
     def _model_name_shorthand(cls, value: object) -> object:
         if isinstance(value, str):
             return SentenceTransformerEmbedding(model=value)
+        return value
+
+    @field_validator("fusion", mode="before")
+    @classmethod
+    def _fusion_shorthand(cls, value: object) -> object:
+        if isinstance(value, str):
+            spec = _FUSION_SHORTHANDS.get(value.strip().lower())
+            if spec is None:
+                raise ValueError(
+                    f"unknown fusion {value!r}; valid: {', '.join(sorted(_FUSION_SHORTHANDS))}"
+                )
+            return spec()
         return value
 
     @field_validator("languages")

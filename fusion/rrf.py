@@ -6,6 +6,7 @@ Pure functions: no I/O, no logging, no third-party imports.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -55,9 +56,12 @@ def rrf(
     - An empty ranking contributes nothing. A single non-empty ranking (or several with
       the others empty) yields its own order, duplicates dropped.
     - The result holds the union of all ids, truncated to ``limit`` (``None`` = all).
-    - Order is deterministic: score descending, then best (minimum) rank across the
-      rankings ascending, then id ascending. Scores are summed with ``math.fsum`` (exactly
-      rounded), so the order of the rankings never changes a score.
+    - Order is deterministic (``order_key``): score descending, then best (minimum) rank
+      across the rankings ascending, then the ranks in argument order (the first ranking's
+      rank first; absent counts as last), then id ascending. Exact ties are common: a
+      document ranked (1, 2) and one ranked (2, 1) score the same; the ranking passed
+      first decides between them, never an arbitrary id. Scores are summed with
+      ``math.fsum`` (exactly rounded), so the order of the rankings never changes a score.
     - A weight of 0 keeps the ranking's ids in the union (with no score from it).
 
     Raises:
@@ -71,14 +75,26 @@ def rrf(
     cap = checked_limit(limit)
 
     entries = _fuse(arms, constant, arm_weights)
-    entries.sort()  # ids are unique, so tuple order never compares past the id
+    hits = [FusedHit(doc_id, score, tuple(ranks)) for doc_id, score, ranks in entries]
+    hits.sort(key=order_key)
     if cap is not None:
-        del entries[cap:]
-    return [FusedHit(doc_id, score, tuple(ranks)) for _, _, doc_id, score, ranks in entries]
+        del hits[cap:]
+    return hits
 
 
-_Entry = tuple[float, int, str, float, list[int | None]]
-"""(-score, best rank, id, score, ranks): sortable as is, ties broken left to right."""
+_ABSENT = sys.maxsize
+"""Sorts after every real rank."""
+
+
+def order_key(hit: FusedHit) -> tuple[float, int, tuple[int, ...], str]:
+    """The documented result order: score descending, best rank, ranks in argument
+    order (absent last), id. Ids are unique in a result, so the key is total."""
+    ranks = tuple(_ABSENT if rank is None else rank for rank in hit.ranks)
+    return (-hit.score, min(ranks, default=_ABSENT), ranks, hit.id)
+
+
+_Entry = tuple[str, float, list[int | None]]
+"""(id, score, ranks)."""
 
 
 def _fuse(arms: Sequence[Sequence[str]], k: float, weights: Sequence[float]) -> list[_Entry]:
@@ -86,7 +102,6 @@ def _fuse(arms: Sequence[Sequence[str]], k: float, weights: Sequence[float]) -> 
     width = len(arms)
     ranks_by_id: dict[str, list[int | None]] = {}
     score_by_id: dict[str, float] = {}
-    best_by_id: dict[str, int] = {}
     for arm, ranking in enumerate(arms):
         weight = weights[arm]
         # dict.fromkeys keeps each id's first occurrence, in order: the dedup rule.
@@ -95,11 +110,8 @@ def _fuse(arms: Sequence[Sequence[str]], k: float, weights: Sequence[float]) -> 
             if ranks is None:
                 ranks_by_id[doc_id] = ranks = [None] * width
                 score_by_id[doc_id] = weight / (k + rank)
-                best_by_id[doc_id] = rank
             else:
                 score_by_id[doc_id] += weight / (k + rank)
-                if rank < best_by_id[doc_id]:
-                    best_by_id[doc_id] = rank
             ranks[arm] = rank
     entries: list[_Entry] = []
     for doc_id, ranks in ranks_by_id.items():
@@ -110,7 +122,7 @@ def _fuse(arms: Sequence[Sequence[str]], k: float, weights: Sequence[float]) -> 
             score = math.fsum(
                 weights[arm] / (k + rank) for arm, rank in enumerate(ranks) if rank is not None
             )
-        entries.append((-score, best_by_id[doc_id], doc_id, score, ranks))
+        entries.append((doc_id, score, ranks))
     return entries
 
 

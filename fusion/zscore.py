@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from fusion._args import checked_limit, checked_weights
 from fusion.errors import FusionError
-from fusion.rrf import FusedHit
+from fusion.rrf import FusedHit, order_key
 
 ScoredRanking = Sequence[tuple[str, float]]
 """One arm's candidate window: ``(id, score)`` pairs, best first (higher score = better)."""
@@ -48,12 +48,13 @@ def zscore_fusion(
       preference. A single non-empty ranking whose scores do not increase along it yields
       its own order.
     - The result holds the union of all ids, truncated to ``limit`` (``None`` = all).
-    - Order is deterministic: fused score descending, then best (minimum) rank across the
-      rankings ascending, then id ascending. Means, variances and sums use ``math.fsum``
-      (exactly rounded), so the order of the rankings never changes a score.
+    - Order is deterministic, as in ``rrf`` (``fusion.rrf.order_key``): fused score
+      descending, then best (minimum) rank, then the ranks in argument order, then id.
+      Means, variances and sums use ``math.fsum`` (exactly rounded), so the order of the
+      rankings never changes a score.
     - A weight of 0 keeps the ranking's ids in the union (with no score from it); when
       every non-empty ranking weighs 0, every fused score is 0 and the order is the
-      tie-break's (best rank, then id).
+      tie-break's.
 
     Raises:
         FusionError: (a ``ValueError``) if a score is not a finite real number; if an entry
@@ -81,18 +82,17 @@ def zscore_fusion(
                 ranks_by_id[doc_id] = ranks = [None] * width
             ranks[arm_index] = rank
 
-    entries: list[tuple[float, int, str, float, list[int | None]]] = []
+    hits: list[FusedHit] = []
     for doc_id, ranks in ranks_by_id.items():
         terms = [
             arm_weights[index] * z_by_arm[index].get(doc_id, floor_by_arm[index]) for index in live
         ]
         score = math.fsum(terms) / total_weight if live else 0.0
-        best = min(rank for rank in ranks if rank is not None)
-        entries.append((-score, best, doc_id, score, ranks))
-    entries.sort()  # ids are unique, so tuple order never compares past the id
+        hits.append(FusedHit(doc_id, score, tuple(ranks)))
+    hits.sort(key=order_key)
     if cap is not None:
-        del entries[cap:]
-    return [FusedHit(doc_id, score, tuple(ranks)) for _, _, doc_id, score, ranks in entries]
+        del hits[cap:]
+    return hits
 
 
 def _standardised(arm: dict[str, float]) -> tuple[dict[str, float], float]:

@@ -1,8 +1,8 @@
 """One search, end to end: clamp, route, run the arms, fuse, build passages.
 
-Every answer is built the same way whichever strategy ran — fused with ``fusion.rrf``
-(one arm alone yields its own order) and checked against the store for visibility — so
-nothing in a ``Passage`` reveals the strategy.
+Every answer is built the same way whichever strategy ran — fused by the corpus's
+``fusion`` (``engine.search.fusing``; one arm alone yields its own order) and checked
+against the store for visibility — so nothing in a ``Passage`` reveals the strategy.
 """
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ from engine.documents import ArmRanks, Passage
 from engine.limits import MAX_LANGUAGE_ID, MAX_OFFSET, MAX_TOP_K
 from engine.metrics import EngineMetrics
 from engine.search.excerpts import excerpt_for, query_terms
+from engine.search.fusing import fuse_arms
 from engine.search.router import resolve_strategy
 from engine.search.strategy import Arm, FallbackReason, Strategy
 from engine.search.visibility import DenseVisibility
 from engine.search.windows import ArmWindows, arm_windows
 from engine.storage import DocumentStore
 from engine.write.indexes import DerivedIndexes
-from fusion import FusedHit, rrf
+from fusion import FusedHit
 from sparse import MAX_SOURCES, FieldFilter, KeywordHit, KeywordSearchFacade
 from sparse.clamp import clamp_language, clamp_text
 
@@ -204,7 +205,7 @@ class Searcher:
         # The index keeps no text: excerpts are cut from the store in ``_passages``.
         hits = p.keyword_full.search(text, need, language, filters=filters, excerpts=False)
         p.metrics.arm_duration.labels(p.corpus, Arm.SPARSE.value).observe(time.perf_counter() - t0)
-        return rrf([[h.source_id for h in hits]], k=p.config.rrf_k, limit=need), hits
+        return fuse_arms(p.config, hits, None, need), hits
 
     def _hybrid(
         self,
@@ -230,7 +231,7 @@ class Searcher:
             vector = embed_query(embedder, text, before_model=start_sparse_arm)
             t1 = time.perf_counter()
             p.metrics.embed_duration.labels(p.corpus, "query").observe(t1 - t0)
-            dense_ids: list[str] = []
+            dense: list[tuple[str, float]] = []
             index = p.indexes.faiss
             if index is not None and vector.shape[-1] != index.dimension:
                 # The provider changed under us (a model switch in progress): this query
@@ -238,7 +239,7 @@ class Searcher:
                 raise EmbedderUnavailable("query vector dimension differs from the index")
             if index is not None and len(index) > 0:
                 allow = p.visibility.allow_list(index, language, filters)
-                dense_ids = [doc_id for doc_id, _ in index.search(vector, window, allow=allow)]
+                dense = index.search(vector, window, allow=allow)
             p.metrics.arm_duration.labels(p.corpus, Arm.DENSE.value).observe(
                 time.perf_counter() - t1
             )
@@ -249,14 +250,7 @@ class Searcher:
         sparse_hits = done[0] if done else self._sparse_arm(p, text, window, language, filters)
         if not sparse_hits and p.store.has_public_documents():
             p.metrics.sparse_arm_empty.labels(p.corpus).inc()
-        weights = (p.config.weights.sparse, p.config.weights.dense)
-        fused = rrf(
-            [[h.source_id for h in sparse_hits], dense_ids],
-            k=p.config.rrf_k,
-            weights=weights,
-            limit=need,
-        )
-        return fused, sparse_hits
+        return fuse_arms(p.config, sparse_hits, dense, need), sparse_hits
 
     def _sparse_arm(
         self,

@@ -18,8 +18,9 @@ import numpy.typing as npt
 from dense import FaissIndex
 from engine.config import CorpusConfig
 from engine.documents import Passage
+from engine.search.fusing import fuse_arms
 from engine.search.visibility import DenseVisibility
-from fusion import FusedHit, rrf
+from fusion import FusedHit
 from sparse import FieldFilter, KeywordSearchFacade
 
 
@@ -116,12 +117,8 @@ def arm_windows(
                 for doc_id, score in index.search(vector, window, allow=allow)
             )
     sparse = tuple(ScoredHit(h.source_id, h.score, h.url) for h in hits)
-    rankings = [[h.id for h in sparse]]
-    if vector is not None:
-        rankings.append([h.id for h in dense])
-    config = parts.config
-    weights = None if vector is None else [config.weights.sparse, config.weights.dense]
-    local = rrf(rankings, k=config.rrf_k, weights=weights, limit=need)
+    dense_window = None if vector is None else [(h.id, h.score or 0.0) for h in dense]
+    local = fuse_arms(parts.config, hits, dense_window, need)
     return ArmWindows(
         sparse=sparse,
         dense=dense,

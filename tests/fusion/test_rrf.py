@@ -45,8 +45,11 @@ def exact_score(ranks: Sequence[int | None], k: Fraction, weights: Sequence[Frac
     )
 
 
-def order_key(hit: FusedHit) -> tuple[float, int, str]:
-    return (-hit.score, min(r for r in hit.ranks if r is not None), hit.id)
+def order_key(hit: FusedHit) -> tuple[float, int, tuple[float, ...], str]:
+    """The documented order, written independently: score, best rank, ranks in argument
+    order (absent last), id."""
+    ranks = tuple(math.inf if r is None else r for r in hit.ranks)
+    return (-hit.score, min(r for r in hit.ranks if r is not None), ranks, hit.id)
 
 
 # --- hand-computed tables -------------------------------------------------------------
@@ -84,13 +87,14 @@ F = Fraction
         ),
         pytest.param(
             # k = 1: z = 1/2 (rank 1), m = 1/2 (rank 1), a = 1/4 + 1/4 (best rank 3),
-            # p = r = 1/3 (rank 2). Scores tie exactly; best rank, then id, break the ties.
+            # p = r = 1/3 (rank 2). Scores tie exactly; best rank, then the first
+            # ranking's rank (z and p are in it, m and r are not) break the ties.
             [["z", "p", "a"], ["m", "r", "a"]],
             1,
             None,
             [
-                ("m", F(1, 2), (None, 1)),
                 ("z", F(1, 2), (1, None)),
+                ("m", F(1, 2), (None, 1)),
                 ("a", F(1, 4) + F(1, 4), (3, 3)),
                 ("p", F(1, 3), (2, None)),
                 ("r", F(1, 3), (None, 2)),
@@ -178,7 +182,7 @@ def test_ids_are_the_union_of_the_inputs_up_to_limit(
     k=k_st,
     weights=st.lists(st.floats(min_value=0, max_value=10), min_size=5, max_size=5),
 )
-def test_order_is_score_then_best_rank_then_id(
+def test_order_is_score_then_best_rank_then_ranks_then_id(
     rankings: list[list[str]], k: float, weights: list[float]
 ) -> None:
     hits = rrf(rankings, k=k, weights=weights[: len(rankings)])
@@ -216,8 +220,13 @@ def test_permuting_the_arms_permutes_only_the_ranks(
     before = rrf(rankings, k=k)
     after = rrf(permuted, k=k)
 
-    assert [(h.id, h.score) for h in after] == [(h.id, h.score) for h in before]
-    assert [h.ranks for h in after] == [tuple(h.ranks[i] for i in order) for h in before]
+    # Scores never change; exact ties may reorder (the first ranking breaks them).
+    assert {h.id: h.score for h in after} == {h.id: h.score for h in before}
+    ranks_before = {h.id: h.ranks for h in before}
+    assert {h.id: h.ranks for h in after} == {
+        doc_id: tuple(ranks[i] for i in order) for doc_id, ranks in ranks_before.items()
+    }
+    assert after == sorted(after, key=order_key)
 
 
 @given(
@@ -234,7 +243,8 @@ def test_permuting_arms_with_their_weights_changes_nothing(
     before = rrf(rankings, weights=arm_weights)
     after = rrf([rankings[i] for i in order], weights=[arm_weights[i] for i in order])
 
-    assert [(h.id, h.score) for h in after] == [(h.id, h.score) for h in before]
+    assert {h.id: h.score for h in after} == {h.id: h.score for h in before}
+    assert after == sorted(after, key=order_key)
 
 
 @given(rankings=rankings_st, k=st.integers(min_value=1, max_value=1000), data=st.data())

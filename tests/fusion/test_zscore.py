@@ -54,8 +54,10 @@ def reference(
     return {d: (s / total if total else 0.0) for d, s in fused.items()}
 
 
-def order_key(hit: FusedHit) -> tuple[float, int, str]:
-    return (-hit.score, min(r for r in hit.ranks if r is not None), hit.id)
+def order_key(hit: FusedHit) -> tuple[float, int, tuple[float, ...], str]:
+    """As documented for rrf: score, best rank, ranks in argument order, id."""
+    ranks = tuple(math.inf if r is None else r for r in hit.ranks)
+    return (-hit.score, min(r for r in hit.ranks if r is not None), ranks, hit.id)
 
 
 # --- hand-computed ----------------------------------------------------------------------
@@ -151,8 +153,9 @@ def test_the_order_of_the_arms_changes_nothing_but_the_ranks_tuple(
     w = weights[: len(arms)]
     forward = zscore_fusion(arms, weights=w)
     backward = zscore_fusion(arms[::-1], weights=w[::-1])
-    assert [(h.id, h.score) for h in forward] == [(h.id, h.score) for h in backward]
-    assert [h.ranks for h in forward] == [h.ranks[::-1] for h in backward]
+    assert {h.id: h.score for h in forward} == {h.id: h.score for h in backward}
+    assert {h.id: h.ranks for h in forward} == {h.id: h.ranks[::-1] for h in backward}
+    assert backward == sorted(backward, key=order_key)
 
 
 @relaxed

@@ -1,0 +1,116 @@
+"""``CorpusConfig(fusion=...)``: the corpus's answers are exactly the chosen fusion of its
+two scored arm windows, every answer carries each arm's rank, and the choice persists."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from engine import Corpus, CorpusConfig, Document, SearchEngine
+from engine.config import RRFFusion, ZScoreFusion
+from fusion import FusedHit, rrf, zscore_fusion
+from tests.support.fakes import HashEmbedder, SwitchableEmbedder
+
+TOPICS = ["printer", "fuser", "toner", "paper", "network", "driver", "password", "invoice"]
+DOCS = [
+    Document(
+        id=f"doc-{n:02d}",
+        title=f"{TOPICS[n % 8]} {TOPICS[(n * 3) % 8]} guide",
+        text=" ".join(TOPICS[(n + i) % 8] for i in range(n % 5 + 1)) + f" note {n}",
+    )
+    for n in range(40)
+]
+QUERIES = ["printer fuser", "toner paper jam", "network driver password", "invoice"]
+
+
+@pytest.fixture
+def embedder() -> SwitchableEmbedder:
+    return SwitchableEmbedder(HashEmbedder())
+
+
+@pytest.fixture
+def engine(tmp_path: Path, embedder: SwitchableEmbedder) -> Iterator[SearchEngine]:
+    with SearchEngine(tmp_path / "engine", embedder_factory=lambda spec: embedder) as eng:
+        yield eng
+
+
+def make(engine: SearchEngine, name: str, fusion: object) -> Corpus:
+    config = CorpusConfig.model_validate({"name": name, "embedder": "hash", "fusion": fusion})
+    corpus = engine.create_corpus(config)
+    corpus.add(DOCS)
+    return corpus
+
+
+def expected(corpus: Corpus, embedder: SwitchableEmbedder, text: str) -> list[FusedHit]:
+    """The corpus's own scored windows, fused by the pure function its config names."""
+    vector = embedder.embed([text])[0]
+    windows = corpus._arm_windows(text, vector, 10, corpus.config.window, None, ())
+    sparse = [(h.id, h.score or 0.0) for h in windows.sparse]
+    dense = [(h.id, h.score or 0.0) for h in windows.dense]
+    spec = corpus.config.fusion
+    if isinstance(spec, ZScoreFusion):
+        weights = (1 - spec.dense_weight, spec.dense_weight)
+        return zscore_fusion([sparse, dense], weights=weights, limit=10)
+    return rrf([[i for i, _ in sparse], [i for i, _ in dense]], k=corpus.config.rrf_k, limit=10)
+
+
+@pytest.mark.parametrize("fusion", ["rrf", "zscore", ZScoreFusion(dense_weight=0.8)])
+def test_answers_are_the_configured_fusion_of_the_arm_windows(
+    engine: SearchEngine, embedder: SwitchableEmbedder, fusion: object
+) -> None:
+    corpus = make(engine, "c", fusion)
+    for text in QUERIES:
+        hits = corpus.search(text, top_k=10)
+        want = expected(corpus, embedder, text)
+        assert [h.source_id for h in hits] == [f.id for f in want]
+        for hit, fused in zip(hits, want, strict=True):
+            assert hit.score == pytest.approx(fused.score)
+            assert (hit.ranks.sparse, hit.ranks.dense) == fused.ranks
+        assert any(h.ranks.sparse and h.ranks.dense for h in hits)
+
+
+def test_the_two_fusions_can_order_differently(
+    engine: SearchEngine, embedder: SwitchableEmbedder
+) -> None:
+    by_rank = make(engine, "by-rank", "rrf")
+    by_score = make(engine, "by-score", ZScoreFusion(dense_weight=0.5))
+    orders = {
+        text: (
+            [h.source_id for h in by_rank.search(text)],
+            [h.source_id for h in by_score.search(text)],
+        )
+        for text in QUERIES
+    }
+    assert any(a != b for a, b in orders.values())  # the choice is not a no-op
+
+
+def test_zscore_keyword_fallback_keeps_the_keyword_order(
+    engine: SearchEngine, embedder: SwitchableEmbedder
+) -> None:
+    corpus = make(engine, "z", "zscore")
+    keyword = engine.create_corpus(CorpusConfig(name="kw", embedder=None))
+    keyword.add(DOCS)
+    embedder.down = True
+    for text in QUERIES:
+        hits = corpus.search(text)
+        assert [h.source_id for h in hits] == [h.source_id for h in keyword.search(text)]
+        assert all(h.ranks.dense is None and h.ranks.sparse for h in hits)
+
+
+def test_the_choice_persists_and_rejects_unknown_names(tmp_path: Path) -> None:
+    factory = lambda spec: HashEmbedder()  # noqa: E731
+    with SearchEngine(tmp_path / "e", embedder_factory=factory) as eng:
+        eng.create_corpus(
+            CorpusConfig.model_validate({"name": "z", "embedder": "hash", "fusion": "zscore"})
+        )
+        eng.create_corpus(CorpusConfig.model_validate({"name": "r", "embedder": "hash"}))
+    with SearchEngine(tmp_path / "e", embedder_factory=factory) as eng:
+        assert eng.corpus("z").config.fusion == ZScoreFusion()
+        assert eng.corpus("r").config.fusion == RRFFusion()
+    with pytest.raises(ValidationError, match="unknown fusion"):
+        CorpusConfig.model_validate({"name": "x", "fusion": "borda"})
+    with pytest.raises(ValidationError):
+        CorpusConfig(name="x", fusion=ZScoreFusion(dense_weight=1.5))
