@@ -105,14 +105,17 @@ def _main_run(argv: Sequence[str]) -> int:
 
 
 def _scale_parser() -> argparse.ArgumentParser:
+    from bench.scale.anchors import DEFAULT_DATA_DIR
+
     parser = argparse.ArgumentParser(
         prog="python -m bench scale",
-        description="Cost against corpus size on synthetic corpora (Zipfian text, random "
-        "unit vectors, fixed seed).",
+        description="Cost against corpus size on synthetic corpora (Zipfian text; vectors "
+        "drawn around real MiniLM embeddings with real query embeddings, or random unit "
+        "vectors; fixed seed).",
     )
     parser.add_argument(
         "--docs",
-        default="10000,100000,1000000",
+        default="100000,1000000",
         help="comma-separated corpus sizes (default: %(default)s)",
     )
     parser.add_argument("--queries", type=int, default=200)
@@ -121,6 +124,23 @@ def _scale_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=Path("bench-results") / "scale")
     parser.add_argument(
         "--no-tandem", action="store_true", help="raw arms only (skip the Tandem corpora)"
+    )
+    parser.add_argument(
+        "--random-vectors",
+        action="store_true",
+        help="random unit vectors and queries instead of realistic ones (the old baseline)",
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=DEFAULT_DATA_DIR,
+        help="BEIR corpora whose embeddings anchor the realistic vectors, besides the "
+        "shipped fixture (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--ef",
+        default="64,256",
+        help="efSearch values reported besides the engine's own (default: %(default)s)",
     )
     parser.add_argument("--no-progress", action="store_true")
     return parser
@@ -142,6 +162,9 @@ def _main_scale(argv: Sequence[str]) -> int:
         out_dir=args.out,
         tandem=not args.no_tandem,
         progress=not args.no_progress,
+        realistic=not args.random_vectors,
+        data_dir=args.data_dir,
+        hnsw_ef_search=tuple(int(x) for x in args.ef.split(",") if x.strip()),
     )
     run_scale(config)
     print((config.out_dir / "scale.md").read_text(encoding="utf-8"))

@@ -60,6 +60,7 @@ from dense.index_file import (
     FaissIndexCorrupt,
     IndexSnapshot,
     Verification,
+    map_vectors,
     read_snapshot,
     write_snapshot,
 )
@@ -75,6 +76,10 @@ _MAX_DELAYS = 30  # a build waits for a quiet moment at most this many build del
 _EF_BASE_ROWS = 100_000  # adaptive efSearch: ef_search up to this many graph rows, then
 _EF_GROWTH = 0.8  # grows as (rows / base) ** growth (807 at 1M from 128), up to
 _EF_MAX = 1_024  # this (measured: recall@10 0.979 at 100k/ef 128, 0.962 at 1M/ef 768)
+
+
+MAX_TIE_FETCH = 4_096
+"""Candidates read at most to order a tie across the cut of a search."""
 
 
 class IndexKind(enum.Enum):
@@ -270,7 +275,10 @@ class FaissIndex:
         """The ``k`` nearest stored ids by cosine similarity, best first.
 
         ``allow`` restricts results to those ids (applied inside the search); with it,
-        ``min(k, eligible)`` results come back.
+        ``min(k, eligible)`` results come back. Equal scores are ordered by id, never by
+        the internal label (which depends on the order documents were added), and a tie
+        across the cut is resolved among every id with the cut-off score (up to
+        ``MAX_TIE_FETCH`` candidates): two builds of one corpus rank identically.
         """
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise ValueError(f"k must be a positive int, got {k!r}")
@@ -279,13 +287,25 @@ class FaissIndex:
             raise ValueError("search takes exactly one vector")
         if allow is not None and not isinstance(allow, AllowList):
             allow = self.allow_list(allow)
+        cap = max(MAX_TIE_FETCH, k + 1)
+        fetch = k + 1  # one past the cut: does the last kept score tie the next?
         with self._lock.read():
-            labels, scores = self._search_locked(query, k, allow)
+            while True:
+                labels, scores = self._search_locked(query, fetch, allow)
+                found = int(labels.shape[0])
+                if found < fetch or scores[k - 1] > scores[found - 1] or fetch >= cap:
+                    break
+                fetch = min(fetch * 2, cap)
             ids = self._store.ids
-            return [
+            hits = [
                 (ids[label], score)
                 for label, score in zip(labels.tolist(), scores.tolist(), strict=True)
             ]
+        if len(hits) > k:
+            cut = hits[k - 1][1]
+            hits = [hit for hit in hits if hit[1] >= cut]
+        hits.sort(key=lambda hit: (-hit[1], hit[0]))
+        return hits[:k]
 
     # --------------------------------------------------------------- persistence
     def save(self, path: str | Path) -> None:
@@ -293,7 +313,10 @@ class FaissIndex:
 
         Written from the live arrays under the read lock (searches go on; writers wait).
         A graph still being built is not saved: whoever loads the file builds it again.
+        With an SQ8 graph the float vectors are then read from the saved file (memory-
+        mapped) rather than kept in memory.
         """
+        path = Path(path)
         with self._lock.read():
             store = self._store
             if self._graph is None:  # every live row as base, compacted
@@ -324,7 +347,13 @@ class FaissIndex:
                     storage=self._graph.storage,
                     graph=self._graph,
                 )
-            write_snapshot(Path(path), snap)
+            offsets = write_snapshot(path, snap)
+            base = store.base
+        if "base_vectors" in offsets and snap.graph is not None and type(base) is np.ndarray:
+            mapped = map_vectors(path, offsets["base_vectors"], base.shape)
+            with self._lock.write():
+                if self._store.base is base:  # no build swapped it meanwhile
+                    self._store.base = self._store.base_keepalive = mapped
 
     @classmethod
     def load(

@@ -128,14 +128,15 @@ class _HashingWriter:
             self.position += gap
 
 
-def write_snapshot(path: Path, snap: IndexSnapshot) -> None:
-    """Write ``snap`` to ``path`` atomically: temp file in the same dir, fsync, rename."""
+def write_snapshot(path: Path, snap: IndexSnapshot) -> dict[str, int]:
+    """Write ``snap`` to ``path`` atomically: temp file in the same dir, fsync, rename.
+    Returns each section's offset in the file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
-            _write(fh, snap)
+            offsets = _write(fh, snap)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp_name, path)
@@ -144,9 +145,15 @@ def write_snapshot(path: Path, snap: IndexSnapshot) -> None:
             os.unlink(tmp_name)
         raise
     _fsync_dir(path.parent)
+    return offsets
 
 
-def _write(fh: IO[bytes], snap: IndexSnapshot) -> None:
+def map_vectors(path: Path, offset: int, shape: tuple[int, int]) -> Vectors:
+    """A read-only memory map of a vector section of a file written here."""
+    return _map(path, offset, shape)
+
+
+def _write(fh: IO[bytes], snap: IndexSnapshot) -> dict[str, int]:
     out = _HashingWriter(fh)
     spans: dict[str, list[Any]] = {}
     if snap.graph is not None:
@@ -191,6 +198,7 @@ def _write(fh: IO[bytes], snap: IndexSnapshot) -> None:
             MAGIC, FORMAT_VERSION, header_at, len(header), end, hashlib.sha256(header).digest()
         )
     )
+    return {name: int(span[0]) for name, span in spans.items()}
 
 
 def _pieces(array: npt.NDArray[Any]) -> Iterator[memoryview]:

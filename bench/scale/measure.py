@@ -1,17 +1,22 @@
-"""The two stages of one scale point, each meant to run in its own process (peak RSS).
+"""The stages of one scale point, each run in its own process (so peak RSS is its own).
 
-``raw``: tantivy (keyword arm, ingest + p50), FAISS flat and HNSW over the random vectors
-(dense arm alone: random query vectors, no embedding), HNSW recall@10 against flat at each
-``efSearch`` (the first is the headline; random 384-d vectors are HNSW's hardest case).
-``tandem``: Tandem keyword and hybrid corpora through the public API (ingest + p50; the
-hybrid corpus embeds each query with its model), then the hybrid search and the query embedding
-alone (ONNX floor path) timed in alternating blocks, so their difference is measured under
-the same load.
+``raw``: raw tantivy (keyword arm: ingest, p50/p95), then the dense arm through the
+engine's vector index (``bench.scale.dense_stage``: exact path, searches during the
+background graph build, HNSW float32 and SQ8 recall@10 against exact search on the same
+vectors, p50/p95). ``dense-reopen``: one saved vector index (float32 or SQ8) reopened in
+a fresh process: first answer, p50/p95, peak memory. ``tandem``: Tandem keyword and
+hybrid corpora through the public API (``bench.scale.tandem_stage``). ``reopen``: the
+hybrid corpus restarted in a fresh process, then its searches timed in blocks
+alternating with the query embedding alone (ONNX floor path) for the hybrid overhead.
+
+Every stage records the load average when it starts and ends: on a shared machine the
+latencies are only as good as the load they were taken under.
 """
 
 from __future__ import annotations
 
 import enum
+import os
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -19,24 +24,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-
-from bench.dataset import BenchDocument
 from bench.encoder import EncoderBackend, SentenceEncoder
 from bench.errors import BenchError
 from bench.runner import WARMUP_QUERIES
-from bench.scale.synth import make_corpus, queries, query_vectors, vectors
+from bench.scale import dense_stage, tandem_stage
+from bench.scale.anchors import DEFAULT_DATA_DIR
+from bench.scale.dense_stage import recall_at_k
+from bench.scale.source import VectorSource, vector_source
+from bench.scale.synth import make_corpus, queries
 from bench.systems.base import SystemContext
 from bench.timing import LatencyStats, peak_rss_bytes, time_calls, time_interleaved
 from bench.vector_cache import DEFAULT_CACHE_DIR
+
+__all__ = ["ScaleJob", "Stage", "recall_at_k", "run_stage"]
 
 MIB = 1024.0 * 1024.0
 
 
 class Stage(enum.StrEnum):
     RAW = "raw"
+    DENSE_REOPEN = "dense-reopen"
     TANDEM = "tandem"
+    REOPEN = "reopen"
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,22 +55,52 @@ class ScaleJob:
     n_queries: int
     model: str
     stage: Stage
-    hnsw_m: int = 16
-    hnsw_ef_construction: int = 40
-    hnsw_ef_search: tuple[int, ...] = (128, 256)
+    workdir: str = ""  # shared by the stages of one scale point ("": a private temp dir)
+    realistic: bool = True
+    data_dir: str | None = str(DEFAULT_DATA_DIR)
+    hnsw_ef_search: tuple[int, ...] = (64, 256)  # besides the engine's own efSearch
+    storage: str = "float32"  # which saved index ``dense-reopen`` opens
+
+    @property
+    def label(self) -> str:
+        """The stage's name in result keys (``dense-reopen`` names its index too)."""
+        if self.stage is Stage.DENSE_REOPEN:
+            return f"{self.stage.value}-{self.storage}"
+        return self.stage.value
 
 
 def run_stage(job: ScaleJob) -> dict[str, float]:
     """Worker entry point: the stage's measurements, names prefixed by what they measure."""
-    with tempfile.TemporaryDirectory(prefix=f"bench-scale-{job.stage.value}-") as tmp:
-        stage = _raw if job.stage is Stage.RAW else _tandem
-        out = stage(job, Path(tmp))
-    out.setdefault(f"{job.stage.value}_peak_rss_mib", peak_rss_bytes() / MIB)
+    out: dict[str, float] = {f"{job.label}_load_avg_start": os.getloadavg()[0]}
+    if job.workdir:
+        out.update(_run(job, Path(job.workdir)))
+    else:
+        with tempfile.TemporaryDirectory(prefix=f"bench-scale-{job.stage.value}-") as tmp:
+            out.update(_run(job, Path(tmp)))
+    out[f"{job.label}_load_avg_end"] = os.getloadavg()[0]
+    out.setdefault(f"{job.label}_peak_rss_mib", peak_rss_bytes() / MIB)
     return out
 
 
-def _p50(fn: Callable[[Any], object], inputs: Sequence[Any]) -> float:
-    return LatencyStats.from_seconds(time_calls(fn, inputs)).p50_ms
+def _run(job: ScaleJob, workdir: Path) -> dict[str, float]:
+    stages: dict[Stage, Callable[[ScaleJob, Path], dict[str, float]]] = {
+        Stage.RAW: _raw,
+        Stage.DENSE_REOPEN: _dense_reopen,
+        Stage.TANDEM: _tandem,
+        Stage.REOPEN: _reopen,
+    }
+    return stages[job.stage](job, workdir)
+
+
+def _source(job: ScaleJob, workdir: Path) -> VectorSource:
+    data_dir = None if job.data_dir is None else Path(job.data_dir)
+    return vector_source(
+        job.n_docs, job.seed, job.model, job.realistic, data_dir, workdir / "noise.npz"
+    )
+
+
+def _texts(job: ScaleJob) -> list[str]:
+    return queries(make_corpus(job.n_docs, job.seed), job.n_queries)
 
 
 def _no_encoder() -> SentenceEncoder:
@@ -69,134 +108,56 @@ def _no_encoder() -> SentenceEncoder:
 
 
 def _raw(job: ScaleJob, workdir: Path) -> dict[str, float]:
-    import faiss
-
     from bench.systems.tantivy_raw import TantivySystem
 
     corpus = make_corpus(job.n_docs, job.seed)
     texts = queries(corpus, job.n_queries)
-    out: dict[str, float] = {}
-
+    out: dict[str, float] = {"realistic_vectors": float(job.realistic)}
     docs = corpus.documents()
-    tantivy_system = TantivySystem(SystemContext(workdir, job.model, _no_encoder))
+    tantivy_system = TantivySystem(SystemContext(workdir / "raw", job.model, _no_encoder))
     start = time.perf_counter()
     tantivy_system.index(docs, None)
     out["keyword_ingest_docs_per_s"] = job.n_docs / (time.perf_counter() - start)
+    del docs
     for text in WARMUP_QUERIES:
         tantivy_system.search(text, 10)
-    out["keyword_p50_ms"] = _p50(lambda q: tantivy_system.search(q, 10), texts)
+    stats = LatencyStats.from_seconds(time_calls(lambda q: tantivy_system.search(q, 10), texts))
+    out["keyword_p50_ms"], out["keyword_p95_ms"] = stats.p50_ms, stats.p95_ms
     tantivy_system.close()
-    del docs
-
-    matrix = vectors(corpus)
-    probes = query_vectors(job.n_queries, job.seed)
-    dim = int(matrix.shape[1])
-    flat = faiss.IndexFlatIP(dim)
-    start = time.perf_counter()
-    flat.add(matrix)
-    out["flat_ingest_docs_per_s"] = job.n_docs / (time.perf_counter() - start)
-    out["flat_p50_ms"] = _p50(lambda v: flat.search(v[None, :], 10), list(probes))
-    _scores, truth = flat.search(probes, 10)
-    flat.reset()
-
-    hnsw = faiss.IndexHNSWFlat(dim, job.hnsw_m, faiss.METRIC_INNER_PRODUCT)
-    hnsw.hnsw.efConstruction = job.hnsw_ef_construction
-    start = time.perf_counter()
-    hnsw.add(matrix)
-    out["hnsw_ingest_docs_per_s"] = job.n_docs / (time.perf_counter() - start)
-    for i, ef in enumerate(job.hnsw_ef_search):
-        hnsw.hnsw.efSearch = ef
-        suffix = "" if i == 0 else f"_ef{ef}"
-        out[f"hnsw{suffix}_p50_ms"] = _p50(lambda v: hnsw.search(v[None, :], 10), list(probes))
-        _scores, found = hnsw.search(probes, 10)
-        out[f"hnsw{suffix}_recall_at_10"] = recall_at_k(truth, found)
+    source = _source(job, workdir)
+    out.update(dense_stage.measure_dense(source, job.n_queries, job.hnsw_ef_search, workdir))
     return out
 
 
-def recall_at_k(truth: npt.NDArray[np.int64], found: npt.NDArray[np.int64]) -> float:
-    """Mean fraction of each exact top-k row that the approximate row also holds."""
-    if truth.shape != found.shape or truth.size == 0:
-        raise ValueError("truth and found must be non-empty arrays of the same shape")
-    hits = sum(len(set(t[t >= 0]) & set(f[f >= 0])) for t, f in zip(truth, found, strict=True))
-    return hits / truth.size
-
-
-def _searcher(system: Any) -> Callable[[str], object]:
-    return lambda query: system.search(query, 10)
+def _dense_reopen(job: ScaleJob, workdir: Path) -> dict[str, float]:
+    source = _source(job, workdir)
+    return dense_stage.measure_dense_reopen(source, job.n_queries, job.storage, workdir)
 
 
 def _tandem(job: ScaleJob, workdir: Path) -> dict[str, float]:
-    """Keyword corpus, then hybrid corpus, each closed (the close saves the vector
-    index); peak RSS is read then, before bench loads its own encoder. The hybrid corpus
-    is reopened (timed: a restart) and searched in blocks alternating with the query
-    embedding alone."""
-    corpus = make_corpus(job.n_docs, job.seed)
-    texts = queries(corpus, job.n_queries)
-    docs = corpus.documents()
-    out: dict[str, float] = {}
-    _open_tandem(job, workdir, docs, None, texts, out).close()
-    _open_tandem(job, workdir, docs, vectors(corpus), texts, out).close()
-    out["tandem_peak_rss_mib"] = peak_rss_bytes() / MIB  # closing saved the index
-    del docs
-    start = time.perf_counter()
-    hybrid = _reopen_tandem(workdir / "tandem_hybrid")
-    hybrid.search(texts[0], 10)
-    out["tandem_hybrid_reopen_s"] = time.perf_counter() - start
-    encoder = _floor_encoder(job.model)
-    for text in WARMUP_QUERIES:
-        encoder.encode_query(text)
-    searches, embeds = time_interleaved(_searcher(hybrid), encoder.encode_query, texts)
-    hybrid.close()
-    out["interleaved_hybrid_p50_ms"] = LatencyStats.from_seconds(searches).p50_ms
-    out["embed_p50_ms"] = LatencyStats.from_seconds(embeds).p50_ms
+    source = _source(job, workdir)
+    texts = _texts(job)
+    out = tandem_stage.ingest(source, job.model, texts, workdir, hybrid=False)
+    out.update(tandem_stage.ingest(source, job.model, texts, workdir, hybrid=True))
     return out
 
 
-def _open_tandem(
-    job: ScaleJob,
-    workdir: Path,
-    docs: list[BenchDocument],
-    matrix: npt.NDArray[np.float32] | None,
-    texts: list[str],
-    out: dict[str, float],
-) -> Any:
-    """Index one Tandem corpus (hybrid when ``matrix`` is given), record its ingest rate,
-    first-search time and p50 into ``out``, and return it still open."""
-    from bench.systems.tandem import TandemSystem
-
-    label = "tandem_keyword" if matrix is None else "tandem_hybrid"
-    system = TandemSystem(
-        SystemContext(workdir / label, job.model, _no_encoder), hybrid=matrix is not None
-    )
-    start = time.perf_counter()
-    system.index(docs, matrix)
-    out[f"{label}_ingest_docs_per_s"] = job.n_docs / (time.perf_counter() - start)
-    start = time.perf_counter()
-    for text in WARMUP_QUERIES:
-        system.search(text, 10)
-    out[f"{label}_first_queries_s"] = time.perf_counter() - start
-    out[f"{label}_p50_ms"] = _p50(_searcher(system), texts)
-    return system
-
-
-class _ReopenedCorpus:
-    """An existing Tandem corpus opened again (what a restart costs at this size)."""
-
-    def __init__(self, path: Path) -> None:
-        from bench.systems.tandem import CORPUS_NAME, engine_api
-
-        self._engine = engine_api().SearchEngine(str(path))
-        self._corpus = self._engine.corpus(CORPUS_NAME)
-
-    def search(self, query: str, k: int) -> list[str]:
-        return [hit.source_id for hit in self._corpus.search(query, top_k=k)]
-
-    def close(self) -> None:
-        self._engine.close()
-
-
-def _reopen_tandem(workdir: Path) -> _ReopenedCorpus:
-    return _ReopenedCorpus(workdir / "tandem")
+def _reopen(job: ScaleJob, workdir: Path) -> dict[str, float]:
+    texts = _texts(job)
+    out = tandem_stage.reopen(texts, workdir, lambda: peak_rss_bytes() / MIB)
+    api = tandem_stage._api()
+    with api.SearchEngine(str(tandem_stage.corpus_dir(workdir, "tandem_hybrid"))) as engine:
+        corpus = engine.corpus(tandem_stage.CORPUS)
+        corpus.search(texts[0], top_k=10)
+        encoder = _floor_encoder(job.model)
+        for text in WARMUP_QUERIES:
+            encoder.encode_query(text)
+        searches, embeds = time_interleaved(
+            lambda text: corpus.search(text, top_k=10), encoder.encode_query, texts
+        )
+    out["interleaved_hybrid_p50_ms"] = LatencyStats.from_seconds(searches).p50_ms
+    out["embed_p50_ms"] = LatencyStats.from_seconds(embeds).p50_ms
+    return out
 
 
 def _floor_encoder(model: str) -> SentenceEncoder:
@@ -206,3 +167,15 @@ def _floor_encoder(model: str) -> SentenceEncoder:
         return onnx.load()
     except BenchError:
         return SentenceEncoder(model).load()
+
+
+def stages_for(tandem: bool) -> Sequence[tuple[Stage, dict[str, Any]]]:
+    """The stages of one scale point, in order, with their job overrides."""
+    plan: list[tuple[Stage, dict[str, Any]]] = [
+        (Stage.RAW, {}),
+        (Stage.DENSE_REOPEN, {"storage": "float32"}),
+        (Stage.DENSE_REOPEN, {"storage": "sq8"}),
+    ]
+    if tandem:
+        plan += [(Stage.TANDEM, {}), (Stage.REOPEN, {})]
+    return plan

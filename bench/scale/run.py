@@ -1,11 +1,15 @@
-"""``python -m bench scale``: each size's stages run in fresh processes; one JSON line per
-size, a Markdown table and a cost-against-size plot land in ``out_dir``."""
+"""``python -m bench scale``: each size's stages run in fresh processes sharing one work
+directory; one JSON line per size, a Markdown table and a cost-against-size plot land in
+``out_dir``."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import multiprocessing
+import os
+import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
@@ -18,31 +22,32 @@ from bench.encoder import DEFAULT_MODEL
 from bench.errors import SystemUnavailable
 from bench.plot import plot_cost_vs_size
 from bench.report import git_revision, machine_info
-from bench.scale.measure import ScaleJob, Stage, run_stage
+from bench.scale.anchors import DEFAULT_DATA_DIR
+from bench.scale.measure import ScaleJob, run_stage, stages_for
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
 class ScaleConfig:
-    sizes: tuple[int, ...] = (10_000, 100_000, 1_000_000)
+    sizes: tuple[int, ...] = (100_000, 1_000_000)
     n_queries: int = 200
     seed: int = 13
     model: str = DEFAULT_MODEL
     out_dir: Path = Path("bench-results") / "scale"
     tandem: bool = True
     progress: bool = True
-    hnsw_m: int = 16
-    hnsw_ef_construction: int = 40
-    hnsw_ef_search: tuple[int, ...] = (128, 256)
+    realistic: bool = True
+    data_dir: Path | None = DEFAULT_DATA_DIR
+    hnsw_ef_search: tuple[int, ...] = (64, 256)  # reported besides the engine's efSearch
 
     def __post_init__(self) -> None:
         if not self.sizes or any(n < 100 for n in self.sizes):
             raise ValueError("sizes must be non-empty and each >= 100")
         if self.n_queries < 1:
             raise ValueError("n_queries must be >= 1")
-        if not self.hnsw_ef_search or min(self.hnsw_ef_search) < 1:
-            raise ValueError("hnsw_ef_search needs at least one value >= 1")
+        if any(ef < 1 for ef in self.hnsw_ef_search):
+            raise ValueError("hnsw_ef_search values must be >= 1")
 
 
 def _spawn(job: ScaleJob) -> dict[str, float]:
@@ -63,29 +68,37 @@ def _tandem_available() -> bool:
 
 def measure_size(config: ScaleConfig, n_docs: int, tandem: bool) -> dict[str, float]:
     row: dict[str, float] = {"n_docs": float(n_docs)}
-    stages = (Stage.RAW, Stage.TANDEM) if tandem else (Stage.RAW,)
-    for stage in stages:
-        start = time.perf_counter()
-        row.update(
-            _spawn(
-                ScaleJob(
-                    n_docs=n_docs,
-                    seed=config.seed,
-                    n_queries=config.n_queries,
-                    model=config.model,
-                    stage=stage,
-                    hnsw_m=config.hnsw_m,
-                    hnsw_ef_construction=config.hnsw_ef_construction,
-                    hnsw_ef_search=config.hnsw_ef_search,
-                )
-            )
+    with tempfile.TemporaryDirectory(prefix=f"bench-scale-{n_docs}-") as workdir:
+        base = ScaleJob(
+            n_docs=n_docs,
+            seed=config.seed,
+            n_queries=config.n_queries,
+            model=config.model,
+            stage=stages_for(tandem)[0][0],
+            workdir=workdir,
+            realistic=config.realistic,
+            data_dir=None if config.data_dir is None else str(config.data_dir),
+            hnsw_ef_search=config.hnsw_ef_search,
         )
-        row[f"{stage.value}_wall_s"] = time.perf_counter() - start
-    if tandem:
-        arms = row["embed_p50_ms"] + row["keyword_p50_ms"]
-        arms += min(row["flat_p50_ms"], row["hnsw_p50_ms"])
-        row["hybrid_overhead_ms"] = row["interleaved_hybrid_p50_ms"] - arms
+        for stage, overrides in stages_for(tandem):
+            job = dataclasses.replace(base, stage=stage, **overrides)
+            start = time.perf_counter()
+            row.update(_spawn(job))
+            row[f"{job.label}_wall_s"] = time.perf_counter() - start
+    derive(row)
     return row
+
+
+def derive(row: dict[str, float]) -> None:
+    """Figures computed from others: hybrid overhead, memory against the raw data."""
+    if {"interleaved_hybrid_p50_ms", "embed_p50_ms", "keyword_p50_ms", "hnsw_p50_ms"} <= row.keys():
+        arms = row["embed_p50_ms"] + row["keyword_p50_ms"] + row["hnsw_p50_ms"]
+        row["hybrid_overhead_ms"] = row["interleaved_hybrid_p50_ms"] - arms
+    if {"raw_vectors_mib", "tantivy_mib"} <= row.keys():
+        raw = row["raw_vectors_mib"] + row["tantivy_mib"]
+        for key in ("reopen_peak_rss_mib", "reopen_rss_after_open_mib", "tandem_peak_rss_mib"):
+            if key in row:
+                row[key.replace("_mib", "_vs_raw")] = row[key] / raw
 
 
 def run_scale(config: ScaleConfig) -> list[dict[str, float]]:
@@ -96,17 +109,32 @@ def run_scale(config: ScaleConfig) -> list[dict[str, float]]:
         "revision": git_revision(),
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": machine_info(),
-        "config": {**asdict(config), "out_dir": str(config.out_dir), "tandem": tandem},
+        "load_avg_at_start": os.getloadavg(),
+        "realistic_vectors": config.realistic,
+        "config": {
+            **asdict(config),
+            "out_dir": str(config.out_dir),
+            "data_dir": None if config.data_dir is None else str(config.data_dir),
+            "tandem": tandem,
+        },
     }
     rows: list[dict[str, float]] = []
     config.out_dir.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
     with (config.out_dir / "scale.jsonl").open("w", encoding="utf-8") as handle:
         for n_docs in tqdm(config.sizes, desc="scale", unit="size", disable=not config.progress):
             row = measure_size(config, n_docs, tandem)
             rows.append(row)
-            handle.write(json.dumps({**header, **row}, sort_keys=True) + "\n")
+            line = {**header, **row, "realistic_vectors": config.realistic}
+            handle.write(json.dumps(line, sort_keys=True) + "\n")
             handle.flush()
+    header["wall_s"] = time.perf_counter() - start
     (config.out_dir / "scale.md").write_text(render_scale(rows, header), encoding="utf-8")
+    _plot(rows, config.out_dir / "scale.png")
+    return rows
+
+
+def _plot(rows: list[dict[str, float]], path: Path) -> None:
     sizes = [int(r["n_docs"]) for r in rows]
 
     def series(key: str) -> list[float | None]:
@@ -117,55 +145,61 @@ def run_scale(config: ScaleConfig) -> list[dict[str, float]]:
         {
             "p50 latency per query, ms": {
                 "keyword (tantivy)": series("keyword_p50_ms"),
-                "dense flat": series("flat_p50_ms"),
-                "dense HNSW": series("hnsw_p50_ms"),
-                **{
-                    f"dense HNSW ef={ef}": series(f"hnsw_ef{ef}_p50_ms")
-                    for ef in config.hnsw_ef_search[1:]
-                },
+                "dense exact": series("exact_p50_ms"),
+                "dense HNSW float32": series("hnsw_p50_ms"),
+                "dense HNSW SQ8": series("sq8_p50_ms"),
                 "query embedding": series("embed_p50_ms"),
-                "Tandem hybrid": series("tandem_hybrid_p50_ms"),
+                "Tandem hybrid (reopened)": series("reopened_hybrid_p50_ms"),
                 "Tandem keyword": series("tandem_keyword_p50_ms"),
             },
-            "ingest, docs/s": {
-                "tantivy": series("keyword_ingest_docs_per_s"),
-                "HNSW build": series("hnsw_ingest_docs_per_s"),
-                "Tandem hybrid (precomputed vectors)": series("tandem_hybrid_ingest_docs_per_s"),
-                "Tandem keyword": series("tandem_keyword_ingest_docs_per_s"),
+            "recall@10 vs exact": {
+                "HNSW float32": series("hnsw_recall_at_10"),
+                "HNSW SQ8 + re-rank": series("sq8_recall_at_10"),
             },
             "peak RSS, MiB": {
                 "raw arms process": series("raw_peak_rss_mib"),
-                "Tandem process": series("tandem_peak_rss_mib"),
+                "Tandem ingest process": series("tandem_peak_rss_mib"),
+                "Tandem reopened process": series("reopen_peak_rss_mib"),
             },
         },
-        config.out_dir / "scale.png",
+        path,
     )
-    return rows
 
 
 COLUMNS = (
     ("n_docs", "docs", 0),
-    ("keyword_p50_ms", "tantivy p50 ms", 2),
-    ("flat_p50_ms", "flat p50 ms", 2),
-    ("hnsw_p50_ms", "HNSW p50 ms", 2),
+    ("hnsw_ef_search", "efSearch", 0),
     ("hnsw_recall_at_10", "HNSW R@10", 3),
-    ("hnsw_ef256_p50_ms", "HNSW ef256 p50 ms", 2),
-    ("hnsw_ef256_recall_at_10", "HNSW ef256 R@10", 3),
+    ("hnsw_ef64_recall_at_10", "ef64 R@10", 3),
+    ("hnsw_ef256_recall_at_10", "ef256 R@10", 3),
+    ("sq8_recall_at_10", "SQ8 R@10", 3),
+    ("exact_p50_ms", "exact p50 ms", 1),
+    ("hnsw_p50_ms", "HNSW p50 ms", 2),
+    ("hnsw_p95_ms", "HNSW p95 ms", 2),
+    ("sq8_p50_ms", "SQ8 p50 ms", 2),
+    ("keyword_p50_ms", "tantivy p50 ms", 2),
     ("embed_p50_ms", "embed p50 ms", 2),
-    ("tandem_keyword_p50_ms", "Tandem kw p50 ms", 2),
-    ("tandem_hybrid_p50_ms", "Tandem hybrid p50 ms", 2),
-    ("interleaved_hybrid_p50_ms", "Tandem hybrid p50 interleaved ms", 2),
+    ("reopened_hybrid_p50_ms", "hybrid p50 ms", 2),
+    ("reopened_hybrid_p95_ms", "hybrid p95 ms", 2),
     ("hybrid_overhead_ms", "hybrid overhead ms", 2),
-    ("keyword_ingest_docs_per_s", "tantivy docs/s", 0),
-    ("hnsw_ingest_docs_per_s", "HNSW build docs/s", 0),
-    ("tandem_hybrid_ingest_docs_per_s", "Tandem hybrid docs/s", 0),
-    ("tandem_keyword_ingest_docs_per_s", "Tandem kw docs/s", 0),
-    ("tandem_hybrid_first_queries_s", "Tandem hybrid first 3 searches s", 1),
-    ("tandem_hybrid_reopen_s", "Tandem hybrid reopen + 1st search s", 1),
-    ("raw_peak_rss_mib", "raw peak MiB", 0),
-    ("tandem_peak_rss_mib", "Tandem peak MiB", 0),
-    ("raw_wall_s", "raw wall s", 0),
-    ("tandem_wall_s", "Tandem wall s", 0),
+    ("graph_build_s", "graph build s", 0),
+    ("slowest_search_during_build_s", "slowest dense search in build s", 2),
+    ("tandem_graph_ready_s", "Tandem graph ready s", 0),
+    ("tandem_slowest_hybrid_during_build_s", "slowest hybrid in build s", 2),
+    ("tandem_hybrid_reopen_s", "reopen + 1st search s", 2),
+    ("float32_reopen_s", "float32 index reopen s", 2),
+    ("sq8_reopen_s", "SQ8 index reopen s", 2),
+    ("raw_vectors_mib", "raw vectors MiB", 0),
+    ("tantivy_mib", "tantivy MiB", 0),
+    ("reopen_peak_rss_mib", "reopened peak MiB", 0),
+    ("reopen_peak_rss_vs_raw", "reopened / raw", 2),
+    ("tandem_peak_rss_mib", "ingest peak MiB", 0),
+    ("dense-reopen-float32_peak_rss_mib", "float32 index peak MiB", 0),
+    ("dense-reopen-sq8_peak_rss_mib", "SQ8 index peak MiB", 0),
+    ("tandem_hybrid_ingest_docs_per_s", "hybrid docs/s", 0),
+    ("tandem_keyword_ingest_docs_per_s", "keyword docs/s", 0),
+    ("raw_load_avg_start", "load at start", 1),
+    ("tandem_load_avg_end", "load at end", 1),
 )
 
 
@@ -175,23 +209,23 @@ def render_scale(rows: list[dict[str, float]], header: dict[str, object]) -> str
         return "–" if value is None else f"{value:,.{digits}f}"
 
     given: Any = header.get("config") or {}
-    config: dict[str, Any] = {**asdict(ScaleConfig()), **given}
+    realistic = given.get("realistic", True)
+    vectors = (
+        "vectors drawn around real MiniLM embeddings, real query embeddings"
+        if realistic
+        else "random unit vectors and random queries"
+    )
+    wall = header.get("wall_s")
     lines = [
         "# Scale results",
         "",
-        f"revision `{header['revision']}`, {header['timestamp']}; synthetic corpora "
-        "(Zipfian pseudo-word text, random unit vectors, dim 384), top-10, one query at a "
-        "time. Dense arm timed alone with random query vectors; HNSW "
-        f"M={config['hnsw_m']}, efConstruction={config['hnsw_ef_construction']}, efSearch "
-        f"{' and '.join(map(str, config['hnsw_ef_search']))} (the first is the headline; the "
-        "engine's defaults are M=16, efConstruction=40, efSearch=128). Hybrid overhead = "
-        "Tandem hybrid p50 − (embedding + tantivy + cheaper dense p50), hybrid and "
-        "embedding timed in alternating blocks in one process (ONNX query path). Tandem "
-        "docs/s time `Corpus.add` only; index work the engine defers to the first search "
-        "shows in 'first 3 searches'; 'reopen' is a restart of the saved hybrid corpus "
-        "plus one search. Peak RSS: the whole stage process (its own copy of the corpus "
-        "text and vectors included), read after the corpora were closed (saved) and "
-        "before the benchmark loads its query encoder.",
+        f"revision `{header['revision']}`, {header['timestamp']}"
+        + (f", whole run {float(wall) / 60:.1f} min" if isinstance(wall, int | float) else "")
+        + f"; synthetic text (Zipfian pseudo-words), {vectors}; dim 384, top-10, one query "
+        "at a time. Dense figures: the engine's vector index alone (`dense.FaissIndex`); "
+        "recall@10 against exact search on the same vectors. Hybrid: a Tandem corpus "
+        "reopened in a fresh process. Load average (1 min) at the start of the raw stage "
+        "and the end of the Tandem stage: latencies are only as good as that load.",
         "",
         "| " + " | ".join(label for _key, label, _d in COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),

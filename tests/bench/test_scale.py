@@ -1,7 +1,9 @@
-"""Synthetic scale corpora (deterministic, Zipfian, unit vectors) and a tiny scale run."""
+"""Synthetic scale corpora (deterministic, Zipfian text; realistic or random vectors) and a
+tiny scale run."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import Counter
 from pathlib import Path
@@ -9,8 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench.scale import realistic
+from bench.scale.anchors import FIXTURE, Anchors, load_anchors
 from bench.scale.measure import recall_at_k
-from bench.scale.run import ScaleConfig, render_scale, run_scale
+from bench.scale.run import ScaleConfig, derive, render_scale, run_scale
+from bench.scale.source import VectorSource, exact_top
 from bench.scale.synth import make_corpus, queries, query_vectors, vectors, vocabulary
 
 
@@ -70,16 +75,26 @@ def test_config_validation() -> None:
 
 
 def test_tiny_scale_run_writes_jsonl_markdown_and_plot(tmp_path: Path) -> None:
-    config = ScaleConfig(sizes=(300,), n_queries=20, out_dir=tmp_path, tandem=False, progress=False)
+    config = ScaleConfig(
+        sizes=(300,),
+        n_queries=20,
+        out_dir=tmp_path,
+        tandem=False,
+        progress=False,
+        realistic=False,
+    )
     rows = run_scale(config)
     assert len(rows) == 1
     row = rows[0]
-    assert row["n_docs"] == 300
-    assert 0.0 < row["hnsw_recall_at_10"] <= 1.0
-    assert row["keyword_p50_ms"] > 0 and row["flat_p50_ms"] > 0
-    assert row["raw_peak_rss_mib"] > 10
+    assert row["n_docs"] == 300 and row["realistic_vectors"] == 0.0
+    assert row["hnsw_recall_at_10"] == 1.0  # 300 vectors: the index answers exactly
+    assert 0.0 < row["sq8_recall_at_10"] <= 1.0
+    assert row["keyword_p50_ms"] > 0 and row["exact_p50_ms"] > 0
+    assert row["raw_peak_rss_mib"] > 10 and row["dense-reopen-sq8_peak_rss_mib"] > 10
+    assert row["float32_reopen_s"] > 0 and "raw_load_avg_start" in row
     line = json.loads((tmp_path / "scale.jsonl").read_text().splitlines()[0])
     assert line["config"]["tandem"] is False and line["revision"]
+    assert line["realistic_vectors"] is False
     assert "| 300 |" in (tmp_path / "scale.md").read_text()
     assert (tmp_path / "scale.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -87,3 +102,114 @@ def test_tiny_scale_run_writes_jsonl_markdown_and_plot(tmp_path: Path) -> None:
 def test_render_marks_missing_cells() -> None:
     text = render_scale([{"n_docs": 1000.0}], {"revision": "r", "timestamp": "t"})
     assert "| 1,000 | – |" in text
+
+
+def test_derived_figures() -> None:
+    row = {
+        "interleaved_hybrid_p50_ms": 9.0,
+        "embed_p50_ms": 4.0,
+        "keyword_p50_ms": 1.0,
+        "hnsw_p50_ms": 2.0,
+        "raw_vectors_mib": 300.0,
+        "tantivy_mib": 100.0,
+        "reopen_peak_rss_mib": 500.0,
+    }
+    derive(row)
+    assert row["hybrid_overhead_ms"] == pytest.approx(2.0)
+    assert row["reopen_peak_rss_vs_raw"] == pytest.approx(1.25)
+
+
+def clustered_anchors(seed: int = 0, n: int = 600, dim: int = 24) -> Anchors:
+    """Stand-in real embeddings: unit vectors in 30 tight topics, queries near them."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((30, dim))
+    docs = centres[rng.integers(0, 30, n)] + 0.3 * rng.standard_normal((n, dim))
+    qs = centres[rng.integers(0, 30, 40)] + 0.5 * rng.standard_normal((40, dim))
+    return Anchors(documents=_unit(docs), queries=_unit(qs), sources=("fake",))
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    out: np.ndarray = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    return out
+
+
+def test_noise_matches_the_real_nearest_neighbour_gap() -> None:
+    anchors = clustered_anchors()
+    model = realistic.noise_model(anchors, spread=1.0)
+    docs = anchors.documents
+    nn = realistic.exact_neighbours(docs, 1)[:, 0]
+    gap = float(np.mean(np.sum((docs[nn] - docs) ** 2, axis=1)))
+    z = np.random.default_rng(1).standard_normal((20_000, docs.shape[1])).astype(np.float32)
+    noise = model.scale * (z @ model.transform.T)
+    assert float(np.mean(np.sum(noise**2, axis=1))) == pytest.approx(gap, rel=0.05)
+    # half the spread, a quarter of the squared length
+    half = realistic.noise_model(anchors, spread=0.5)
+    assert half.scale == pytest.approx(model.scale / 2)
+
+
+def test_realistic_vectors_are_unit_deterministic_and_near_their_anchors() -> None:
+    anchors = clustered_anchors()
+    model = realistic.noise_model(anchors)
+    a = realistic.realistic_vectors(anchors, model, 1_000, seed=3)
+    assert a.shape == (1_000, 24) and a.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(a, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_array_equal(a, realistic.realistic_vectors(anchors, model, 1_000, seed=3))
+    chunks = list(realistic.iter_vector_chunks(anchors, model, 1_000, seed=3, chunk=300))
+    assert [c.shape[0] for c in chunks] == [300, 300, 300, 100]
+    again = realistic.iter_vector_chunks(anchors, model, 1_000, seed=3, chunk=300)
+    np.testing.assert_array_equal(np.vstack(chunks), np.vstack(list(again)))
+    # every vector is much closer to some real vector than random directions would be
+    best = (a @ anchors.documents.T).max(axis=1)
+    assert float(np.median(best)) > 0.7
+    q = realistic.real_queries(anchors, 50, seed=3)
+    assert q.shape == (50, 24)
+    assert {tuple(r) for r in q.tolist()} <= {tuple(r) for r in anchors.queries.tolist()}
+
+
+def test_describe_reports_real_and_synthetic_neighbourhoods() -> None:
+    anchors = clustered_anchors()
+    model = realistic.noise_model(anchors)
+    source = VectorSource(2_000, 5, anchors, model)
+    matrix = source.matrix()
+    probes = source.queries(20)
+    labels, scores = exact_top(matrix, probes, 10)
+    brute = np.argsort(-(probes @ matrix.T), axis=1, kind="stable")[:, :10]
+    assert recall_at_k(brute, labels) == 1.0
+    assert np.all(np.diff(scores, axis=1) <= 0)
+    stats = source.describe(scores)
+    assert set(stats) == {
+        "real_doc_nn_cos",
+        "real_query_top1_cos",
+        "real_query_top10_cos",
+        "synthetic_query_top1_cos",
+        "synthetic_query_top10_cos",
+    }
+    assert all(-1.0 <= v <= 1.0 for v in stats.values())
+    assert VectorSource(100, 5).describe(scores) == {}  # random vectors: nothing to compare
+
+
+class FakeEncoder:
+    """Hash-seeded unit vectors: stands in for the model when loading anchors."""
+
+    model = "fake-model"
+    dimension = 8
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def encode(self, texts: list[str], progress: bool = False) -> np.ndarray:
+        self.calls += 1
+        seeds = [int.from_bytes(hashlib.sha256(t.encode()).digest()[:4], "little") for t in texts]
+        return _unit(np.stack([np.random.default_rng(s).standard_normal(8) for s in seeds]))
+
+
+def test_anchors_come_from_the_fixture_and_are_cached(tmp_path: Path) -> None:
+    encoder = FakeEncoder()
+    anchors = load_anchors("fake-model", None, tmp_path, encoder)  # type: ignore[arg-type]
+    n_docs = sum(1 for line in (FIXTURE / "corpus.jsonl").open() if line.strip())
+    assert anchors.sources == ("tandem-help",) and anchors.documents.shape == (n_docs, 8)
+    assert anchors.queries.shape[0] > 10
+    calls = encoder.calls
+    again = load_anchors("fake-model", None, tmp_path, encoder)  # type: ignore[arg-type]
+    assert encoder.calls == calls  # documents and queries both came from the cache
+    np.testing.assert_array_equal(again.queries, anchors.queries)

@@ -208,12 +208,15 @@ def test_each_storage_kind_finds_neighbours_with_exact_scores(
         for doc_id, score in hits:  # re-ranked: scores are the exact inner products
             assert score == pytest.approx(float(vectors[int(doc_id[1:])] @ q), abs=1e-5)
     assert found / 500 >= 0.9
+    before = [index.search(q, 10) for q in queries[:10]]
     path = tmp_path / "v.faiss"
     index.save(path)
+    # saved, an SQ8 index reads its float vectors from the file instead of memory
+    assert isinstance(index._store.base, np.memmap) is (storage is VectorStorage.SQ8)
     loaded = FaissIndex.load(path)
     assert loaded.storage is storage and loaded.kind is IndexKind.HNSW
-    for q in queries[:10]:
-        assert loaded.search(q, 10) == index.search(q, 10)
+    for q, hits in zip(queries[:10], before, strict=True):
+        assert loaded.search(q, 10) == index.search(q, 10) == hits
     index.close()
     loaded.close()
 
