@@ -91,6 +91,7 @@ def ingest(
     embedding_model: str | None = None,
     embedder_factory: EmbedderFactory | None = None,
     write_timeout_s: float = 300.0,
+    io_tasks: int = 2,
     progress: bool = True,
     on_progress: Callable[[int], None] | None = None,
 ) -> IngestReport:
@@ -99,11 +100,16 @@ def ingest(
     ``file_format``: ``"jsonl"`` or ``"parquet"`` (default: from the first path's suffix).
     ``gpus_per_actor``: ``None`` uses one GPU per embedding actor when the cluster has
     GPUs, else CPUs. ``embedder_factory`` must pickle (default: the engine's providers).
+    ``io_tasks``: how many read, prepare and write tasks run at once; they reserve no
+    CPU (the embedding actors own the CPU budget), so without a cap Ray Data would start
+    a worker process per block.
     """
     if not 1 <= batch_size <= 10_000:
         raise InvalidArgument("batch_size must be in 1..10000")
     if not 1 <= embed_actors <= 1_024:
         raise InvalidArgument("embed_actors must be in 1..1024")
+    if not 1 <= io_tasks <= 1_024:
+        raise InvalidArgument("io_tasks must be in 1..1024")
     files = [str(p) for p in ([paths] if isinstance(paths, str | os.PathLike) else paths)]
     if not files:
         raise InvalidArgument("no input files")
@@ -126,17 +132,18 @@ def ingest(
     shards = corpus.shards
     fields = dict(corpus.config.fields)
     if kind == "parquet":
-        ds = ray.data.read_parquet(files, num_cpus=0)
+        ds = ray.data.read_parquet(files, num_cpus=0, concurrency=io_tasks)
     else:
         # Lines as text, decoded by the loaders' own rules: a JSON reader's type
         # inference would turn a column with one missing integer into floats.
-        ds = ray.data.read_text(files, num_cpus=0, drop_empty_lines=True)
+        ds = ray.data.read_text(files, num_cpus=0, drop_empty_lines=True, concurrency=io_tasks)
     ds = ds.map_batches(
         _prepare,  # type: ignore[arg-type]  # extra arguments come from fn_args
         fn_args=(handles, shards, fields, resume, vector_column, write_timeout_s, kind == "jsonl"),
         batch_format="pyarrow",
         batch_size=batch_size,
         num_cpus=0,
+        compute=ray.data.TaskPoolStrategy(size=io_tasks),
     )
     model = embedding_model
     if spec is not None and vector_column is None:
@@ -157,6 +164,7 @@ def ingest(
         batch_format="pyarrow",
         batch_size=batch_size,
         num_cpus=0,
+        compute=ray.data.TaskPoolStrategy(size=io_tasks),
     )
     started = time.monotonic()
     written = skipped = rejected = 0

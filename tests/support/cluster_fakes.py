@@ -11,6 +11,7 @@ import datetime as dt
 import os
 import time
 
+from dense import Embedder
 from engine import Document
 from engine.config import EmbedderSpec
 from tests.support.fakes import HashEmbedder
@@ -94,3 +95,17 @@ class GatedHashFactory:
         while os.path.exists(self.gate) and time.monotonic() < deadline:
             time.sleep(0.05)
         return hash_factory(spec)
+
+
+class MiniLMFactory:
+    """The real default model for every spec, its ONNX export cached in ``cache_dir`` (so
+    two processes embedding a query get the same vector)."""
+
+    def __init__(self, cache_dir: str) -> None:
+        self.cache_dir = cache_dir
+
+    def __call__(self, spec: EmbedderSpec) -> Embedder:
+        from dense.local import SentenceTransformerEmbedder
+
+        del spec
+        return SentenceTransformerEmbedder(cache_dir=self.cache_dir)
