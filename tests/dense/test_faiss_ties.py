@@ -1,0 +1,52 @@
+"""Equal similarities are ordered by id, so two builds of one corpus rank identically
+whatever order (and batches) the vectors were added in."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dense import FaissIndex
+
+
+def corpus(seed: int) -> tuple[list[str], np.ndarray]:
+    """200 vectors: 30 copies of one direction (exact ties), the rest random; shuffled."""
+    rng = np.random.default_rng(7)
+    base = rng.standard_normal((170, 16)).astype(np.float32)
+    twin = np.tile(rng.standard_normal((1, 16)).astype(np.float32), (30, 1))
+    ids = [f"r{n:03d}" for n in range(170)] + [f"t{n:03d}" for n in range(30)]
+    vectors = np.vstack([base, twin])
+    order = np.random.default_rng(seed).permutation(len(ids))
+    return [ids[i] for i in order], vectors[order]
+
+
+def build(seed: int, batch: int) -> FaissIndex:
+    ids, vectors = corpus(seed)
+    index = FaissIndex(16)
+    for start in range(0, len(ids), batch):
+        index.add(ids[start : start + batch], vectors[start : start + batch])
+    return index
+
+
+@pytest.mark.parametrize("k", [1, 5, 29, 30, 31, 45, 200])
+def test_two_builds_rank_identically_and_ties_go_by_id(k: int) -> None:
+    one, other = build(seed=1, batch=200), build(seed=2, batch=7)
+    ids, vectors = corpus(1)
+    twin_query = vectors[ids.index("t000")]
+    for query in (twin_query, np.random.default_rng(3).standard_normal(16)):
+        a, b = one.search(query, k), other.search(query, k)
+        assert a == b
+        keys = [(-score, doc_id) for doc_id, score in a]
+        assert keys == sorted(keys)
+    top = [doc_id for doc_id, _ in one.search(twin_query, k)]
+    assert top[: min(k, 30)] == [f"t{n:03d}" for n in range(min(k, 30))]
+
+
+def test_ties_by_id_with_an_allow_list() -> None:
+    one, other = build(seed=1, batch=200), build(seed=2, batch=13)
+    ids, vectors = corpus(1)
+    twin = vectors[ids.index("t000")]
+    allowed = [f"t{n:03d}" for n in range(0, 30, 2)] + ["r001", "r002"]
+    a = one.search(twin, 4, allow=allowed)
+    assert a == other.search(twin, 4, allow=allowed)
+    assert [doc_id for doc_id, _ in a] == ["t000", "t002", "t004", "t006"]
