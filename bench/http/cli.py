@@ -143,14 +143,16 @@ def render(result: dict[str, Any]) -> str:
             "cycled; top-10 search bodies POSTed by wrk on 127.0.0.1.",
             "",
             "| workers | corpus | connections | QPS | p50 ms | p95 ms | p99 ms | errors "
-            "| load 1m |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| server: request / search / HTTP layer, mean ms | load 1m |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in runs:
             lines.append(
                 f"| {r['workers']} | {r['corpus']} | {r['connections']} | {r['qps']:.0f} | "
                 f"{r['p50_ms']:.2f} | {r['p95_ms']:.2f} | {r['p99_ms']:.2f} | "
-                f"{r['status_errors'] + r['socket_errors']} | {r['loadavg_1m']:.1f} |"
+                f"{r['status_errors'] + r['socket_errors']} | "
+                f"{r.get('server_request_ms', 0):.2f} / {r.get('server_search_ms', 0):.2f} / "
+                f"{r.get('server_overhead_ms', 0):.2f} | {r['loadavg_1m']:.1f} |"
             )
         lines += [
             "",

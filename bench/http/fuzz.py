@@ -117,8 +117,17 @@ def _is_write(method: str, path: str) -> bool:
     )
 
 
-def run_fuzz(base: str, examples_per_operation: int, seed: int = 15) -> FuzzReport:
-    """Fuzz every operation at ``base`` (positive and negative cases, free and pinned)."""
+def run_fuzz(
+    base: str,
+    examples_per_operation: int,
+    seed: int = 15,
+    *,
+    only: frozenset[str] | None = None,
+) -> FuzzReport:
+    """Fuzz every operation at ``base`` (positive and negative cases, free and pinned).
+
+    ``only``: fuzz just these operations, by label (``"POST /v1/corpora"``).
+    """
     import requests
     import schemathesis
     from schemathesis import GenerationMode
@@ -128,6 +137,8 @@ def run_fuzz(base: str, examples_per_operation: int, seed: int = 15) -> FuzzRepo
     session = requests.Session()
     started = time.monotonic()
     operations = [result.ok() for result in schema.get_all_operations()]  # type: ignore[union-attr]
+    if only is not None:
+        operations = [op for op in operations if op.label in only]
     report.operations = len(operations)
 
     def _call(case: Any) -> None:

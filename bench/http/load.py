@@ -44,6 +44,16 @@ class LoadRun:
     status_errors: int
     socket_errors: int
     loadavg_1m: float
+    server_request_ms: float
+    """Mean wall time of these requests inside the server (route search, from /metrics)."""
+    server_search_ms: float
+    """Mean wall time of ``Corpus.search`` inside those requests (from /metrics)."""
+
+    @property
+    def server_overhead_ms(self) -> float:
+        """What the HTTP layer adds per request inside the server (both means, same window,
+        same requests, so the machine's load affects both alike)."""
+        return self.server_request_ms - self.server_search_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +126,31 @@ def _wrk(url: str, bodies: Path, connections: int, duration_s: float) -> dict[st
     raise BenchError(f"wrk printed no result: {result.stdout[-500:]} {result.stderr[-500:]}")
 
 
+_SEARCH_ROUTE = 'route="/v1/corpora/{name}/search"'
+
+
+def _sums(base: str, corpus: str) -> tuple[float, float, float, float]:
+    """(request seconds, requests, search seconds, searches) so far, from ``/metrics``."""
+    text = httpx.get(base + "metrics", timeout=60).text
+    values = {"rs": 0.0, "rc": 0.0, "ss": 0.0, "sc": 0.0}
+    for line in text.splitlines():
+        if line.startswith("tandem_http_request_duration_seconds_") and _SEARCH_ROUTE in line:
+            key = "rs" if line.startswith("tandem_http_request_duration_seconds_sum") else "rc"
+            if "_sum" in line or "_count" in line:
+                values[key] += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("tandem_search_duration_seconds_") and f'corpus="{corpus}"' in line:
+            if line.startswith("tandem_search_duration_seconds_sum"):
+                values["ss"] += float(line.rsplit(" ", 1)[1])
+            elif line.startswith("tandem_search_duration_seconds_count"):
+                values["sc"] += float(line.rsplit(" ", 1)[1])
+    return values["rs"], values["rc"], values["ss"], values["sc"]
+
+
+def _mean_ms(after: float, before: float, n_after: float, n_before: float) -> float:
+    count = n_after - n_before
+    return (after - before) / count * 1000 if count else 0.0
+
+
 def _warm_up(base: str, corpus: str, queries: list[str]) -> None:
     with httpx.Client(timeout=120) as client:
         for query in queries[:30]:
@@ -140,7 +175,9 @@ def load_runs(
                     _warm_up(base, corpus, queries)
                     url = f"{base}v1/corpora/{corpus}/search"
                     for connections in CONNECTIONS:
+                        before = _sums(base, corpus)
                         figures = _wrk(url, bodies, connections, duration_s)
+                        after = _sums(base, corpus)
                         seconds = figures["duration_us"] / 1e6
                         runs.append(
                             LoadRun(
@@ -155,13 +192,23 @@ def load_runs(
                                 status_errors=int(figures["status_errors"]),
                                 socket_errors=int(figures["socket_errors"]),
                                 loadavg_1m=os.getloadavg()[0],
+                                server_request_ms=_mean_ms(
+                                    after[0], before[0], after[1], before[1]
+                                ),
+                                server_search_ms=_mean_ms(after[2], before[2], after[3], before[3]),
                             )
                         )
     return runs
 
 
 def as_dicts(items: list[LoadRun] | list[Baseline]) -> list[dict[str, object]]:
-    return [asdict(item) for item in items]
+    out = []
+    for item in items:
+        row = asdict(item)
+        if isinstance(item, LoadRun):
+            row["server_overhead_ms"] = item.server_overhead_ms
+        out.append(row)
+    return out
 
 
 __all__ = [

@@ -11,14 +11,26 @@ from pathlib import Path
 from bench.http.fuzz import build_fuzz_engine, directory_counts, run_fuzz
 from bench.http.server import tandem_serve
 
+OPERATIONS = frozenset(
+    {
+        "POST /v1/corpora",
+        "POST /v1/corpora/{name}/documents",
+        "DELETE /v1/corpora/{name}",
+        "POST /v1/memories",
+        "POST /v1/corpora/{name}/search",
+        "GET /v1/corpora/{name}/sources/{source_id}",
+    }
+)
+
 
 def test_fuzz_from_the_openapi_schema_finds_no_5xx_leak_or_open_write(tmp_path: Path) -> None:
     home = tmp_path / "engine"
     before = build_fuzz_engine(home)
     with tandem_serve(home, token=secrets.token_urlsafe(32)) as base:
-        report = run_fuzz(base, examples_per_operation=8)
-    assert report.operations >= 15
-    assert report.requests >= 60
+        # The writes, and the reads that could leak a non-public document.
+        report = run_fuzz(base, examples_per_operation=4, only=OPERATIONS)
+    assert report.operations == len(OPERATIONS)
+    assert report.requests >= 15
     assert report.server_errors == [], report.server_errors[:5]
     assert report.private_leaks == [], report.private_leaks[:5]
     assert report.writes_accepted == [], report.writes_accepted[:5]
