@@ -104,13 +104,18 @@ def shard_capacity(root: Path, n_docs: int, model: str) -> dict[str, Any]:
         handle = corpus._calls.handles[0]
         texts = queries(synth, 200)
         qvecs = query_vectors(200, seed=13)
+
+        def both_windows(text: str, vec: np.ndarray) -> None:
+            keyword = ray.get(handle.keyword_window.remote(text, 100, None, (), True, 10))
+            ray.get(handle.vector_window.remote(text, vec, 100, None, (), 10, keyword.checked))
+
         started = time.perf_counter()
-        ray.get(handle.windows.remote(texts[0], qvecs[0], 10, 100, None, ()))
+        both_windows(texts[0], qvecs[0])
         first_s = time.perf_counter() - started  # builds the HNSW graph past 50k vectors
         samples = []
         for text, vec in zip(texts, qvecs, strict=True):
             t0 = time.perf_counter()
-            ray.get(handle.windows.remote(text, vec, 10, 100, None, ()))
+            both_windows(text, vec)
             samples.append(time.perf_counter() - t0)
         stats = LatencyStats.from_seconds(samples)
         rss_full = process.memory_info().rss

@@ -6,7 +6,7 @@ import contextlib
 import dataclasses
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +28,7 @@ from engine.search.current_index import CurrentIndexBackend
 from engine.search.searcher import Searcher, SearchState
 from engine.search.sources import evidence_text, fetch_source, grep
 from engine.search.visibility import DenseVisibility
-from engine.search.windows import ArmWindows
+from engine.search.windows import ArmWindow
 from engine.storage import DocumentStore, EmbeddingStatus
 from engine.storage.like_backend import DatabaseLikeBackend
 from engine.write.batches import checked_documents, checked_ids
@@ -401,17 +401,30 @@ class Corpus:
 
     # -- internal: for engine.cluster (a shard is a corpus) ----------------------------
 
-    def _arm_windows(
+    def _keyword_window(
         self,
         text: str,
-        vector: npt.NDArray[np.float32] | None,
-        need: int,
-        window: int,
+        limit: int,
         language: int | None,
         filters: tuple[FieldFilter, ...],
-    ) -> ArmWindows:
-        """Scored keyword and vector windows for a clamped query embedded elsewhere."""
-        return self._searcher.arm_windows(text, vector, need, window, language, filters)
+        index_backed: bool,
+        need: int,
+    ) -> ArmWindow:
+        """The scored keyword window for a clamped query (``engine.search.windows``)."""
+        return self._searcher.keyword_window(text, limit, language, filters, index_backed, need)
+
+    def _vector_window(
+        self,
+        text: str,
+        vector: npt.NDArray[np.float32],
+        limit: int,
+        language: int | None,
+        filters: tuple[FieldFilter, ...],
+        need: int,
+        covered: Collection[str],
+    ) -> ArmWindow:
+        """The scored vector window for a query embedded elsewhere."""
+        return self._searcher.vector_window(text, vector, limit, language, filters, need, covered)
 
     def _passages_for(
         self, ids: Sequence[str], text: str, filters: tuple[FieldFilter, ...]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -56,6 +57,15 @@ def reraise_engine_error(exc: RayTaskError) -> None:
         raise cause from None
 
 
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """Calls sent to shards whose answers are not collected yet."""
+
+    method: str
+    indexes: list[int]
+    refs: list[Any]
+
+
 class ShardCalls:
     """The coordinator's calls to its shard actors (see the module docstring)."""
 
@@ -75,20 +85,25 @@ class ShardCalls:
     def handles(self) -> list[Handle]:
         return self._handles
 
-    def fan_out(
-        self,
-        indexes: Sequence[int],
-        method: str,
-        args: Callable[[int], tuple[Any, ...]],
-        timeout_s: float,
-        operation: Operation = Operation.SEARCH,
+    def submit(
+        self, indexes: Sequence[int], method: str, args: Callable[[int], tuple[Any, ...]]
+    ) -> Pending:
+        """Send ``method`` to each shard of ``indexes`` now; ``collect`` the answers later."""
+        return Pending(
+            method,
+            list(indexes),
+            [getattr(self._handles[i], method).remote(*args(i)) for i in indexes],
+        )
+
+    def collect(
+        self, pending: Pending, timeout_s: float, operation: Operation = Operation.SEARCH
     ) -> dict[int, Any]:
-        """Call ``method`` on each shard of ``indexes``; the answers of those that replied
-        in time. Failed shards are marked down; nothing is raised for them."""
-        if not indexes:
+        """The answers of the shards that replied within ``timeout_s``. Failed shards are
+        marked down; nothing is raised for them."""
+        indexes, refs = pending.indexes, pending.refs
+        if not refs:
             return {}
         deadline = time.monotonic() + timeout_s
-        refs = [getattr(self._handles[i], method).remote(*args(i)) for i in indexes]
         try:  # the common case: one blocking call for every answer
             return dict(zip(indexes, ray.get(refs, timeout=timeout_s), strict=True))
         except (RayActorError, RayTaskError, GetTimeoutError):
@@ -112,10 +127,21 @@ class ShardCalls:
                     "shard %d of %s failed a %s call (%s)",
                     index,
                     self._corpus,
-                    method,
+                    pending.method,
                     type(getattr(exc, "cause", exc)).__name__,
                 )
         return answers
+
+    def fan_out(
+        self,
+        indexes: Sequence[int],
+        method: str,
+        args: Callable[[int], tuple[Any, ...]],
+        timeout_s: float,
+        operation: Operation = Operation.SEARCH,
+    ) -> dict[int, Any]:
+        """``submit`` then ``collect``."""
+        return self.collect(self.submit(indexes, method, args), timeout_s, operation)
 
     def call(
         self,

@@ -3,8 +3,9 @@
 Each shard returns its keyword window and its vector window, best first, with scores.
 Each arm is merged across shards by score — the global ranking a single corpus holding
 every document would have produced, up to per-shard BM25 statistics — and only then are
-the two global rankings fused, once, with ``fusion.rrf``. Never an RRF of per-shard RRFs:
-a shard's rank 1 is not the corpus's rank 1.
+the two global rankings fused, once, with the corpus's fusion (``fusion.rrf`` unless the
+config says otherwise). Never an RRF of per-shard RRFs: a shard's rank 1 is not the
+corpus's rank 1.
 
 Ties: an equal score keeps each shard's own order and puts the lower shard index first,
 so a one-shard corpus ranks exactly as a single corpus does. Hits without a comparable
@@ -17,8 +18,11 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator, Sequence
 
+from engine.config import CorpusConfig
+from engine.search.fusing import fuse_arms
 from engine.search.windows import ScoredHit
-from fusion import FusedHit, rrf
+from fusion import FusedHit
+from sparse import KeywordHit
 
 _Key = tuple[int, float, int, int]
 
@@ -64,20 +68,14 @@ def dedupe_urls(hits: Sequence[ScoredHit], limit: int) -> list[ScoredHit]:
 
 
 def fuse(
+    config: CorpusConfig,
     sparse: Sequence[ScoredHit],
     dense: Sequence[ScoredHit] | None,
-    *,
-    k: float,
-    weights: tuple[float, float],
     limit: int,
 ) -> list[FusedHit]:
-    """One ``fusion.rrf`` over the global rankings. ``dense=None`` is a keyword search:
-    the keyword ranking alone (as a single corpus fuses it), ranks reported as
-    ``(sparse, None)``."""
-    sparse_ids = [h.id for h in sparse]
-    if dense is None:
-        return [
-            FusedHit(hit.id, hit.score, (*hit.ranks, None))
-            for hit in rrf([sparse_ids], k=k, limit=limit)
-        ]
-    return rrf([sparse_ids, [h.id for h in dense]], k=k, weights=weights, limit=limit)
+    """The corpus's own fusion (``engine.search.fusing``: RRF by default) over the two
+    global rankings, once. ``dense=None`` is a keyword search: the keyword ranking alone,
+    as a single corpus ranks it."""
+    keyword = [KeywordHit(h.id, "", h.url, "", score=h.score) for h in sparse]
+    vector = None if dense is None else [(h.id, h.score or 0.0) for h in dense]
+    return fuse_arms(config, keyword, vector, limit)

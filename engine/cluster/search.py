@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -27,7 +27,7 @@ from engine.config import CorpusConfig
 from engine.documents import ArmRanks, Passage
 from engine.limits import MAX_LANGUAGE_ID, MAX_OFFSET, MAX_TOP_K
 from engine.search.searcher import clamp_int
-from engine.search.windows import ArmWindows
+from engine.search.windows import ArmWindow
 from fusion import FusedHit
 from sparse import MAX_SOURCES, FieldFilter
 from sparse.clamp import clamp_language, clamp_text
@@ -75,31 +75,52 @@ class ShardedSearcher:
             return []
         need = skip + k
         config = self._config
-        vector = self._query_vector(text)
-        window = min(max(config.window, need), MAX_SOURCES) if vector is not None else need
-        answers: dict[int, ArmWindows] = self._calls.fan_out(
-            self._health.up(),
-            "windows",
-            lambda _: (text, vector, need, window, language, compiled),
-            self._timeout_s,
-        )
-        if len(answers) < self._shards:
+        targets = self._health.up()
+        embedder = self._embedder
+        vector = None
+        if embedder is not None and embedder.is_available():
+            # Hybrid: the keyword windows need no vector, so the shards compute them while
+            # the query is embedded here (once, not once per shard).
+            window = min(max(config.window, need), MAX_SOURCES)
+            pending = self._calls.submit(
+                targets,
+                "keyword_window",
+                lambda _: (text, window, language, compiled, True, need),
+            )
+            vector = self._query_vector(embedder, text)
+            if vector is None:  # the model failed: answer from keywords, like one corpus
+                self._calls.collect(pending, self._timeout_s)
+        if vector is None:
+            window = need
+            pending = self._calls.submit(
+                targets, "keyword_window", lambda _: (text, need, language, compiled, False, need)
+            )
+        keyword: dict[int, ArmWindow] = self._calls.collect(pending, self._timeout_s)
+        vectors: dict[int, ArmWindow] = {}
+        if vector is not None:
+            vectors = self._calls.fan_out(
+                list(keyword),
+                "vector_window",
+                lambda i: (text, vector, window, language, compiled, need, keyword[i].checked),
+                self._timeout_s,
+            )
+        answered = [i for i in sorted(keyword) if vector is None or i in vectors]
+        if len(answered) < self._shards:
             self._metrics.partial_searches.labels(config.name).inc()
-        ordered = [answers[i] for i in sorted(answers)]
-        sparse = merge_arm([a.sparse for a in ordered], sum(len(a.sparse) for a in ordered))
+        sparse_windows = [keyword[i].hits() for i in answered]
+        sparse = merge_arm(sparse_windows, sum(len(w) for w in sparse_windows))
         sparse = dedupe_urls(sparse, window)
-        dense = None if vector is None else merge_arm([a.dense for a in ordered], window)
-        weights = (config.weights.sparse, config.weights.dense)
-        fused = fuse(sparse, dense, k=config.rrf_k, weights=weights, limit=need)
-        passages = self._page(fused[skip:need], answers, text, compiled)
+        dense = None
+        if vector is not None:
+            dense = merge_arm([vectors[i].hits() for i in answered], window)
+        fused = fuse(config, sparse, dense, need)
+        windows = [keyword[i] for i in answered] + [vectors[i] for i in answered if i in vectors]
+        passages = self._page(fused[skip:need], windows, answered, text, compiled)
         self._metrics.search_duration.labels(config.name).observe(time.perf_counter() - started)
         return passages
 
-    def _query_vector(self, text: str) -> npt.NDArray[np.float32] | None:
+    def _query_vector(self, embedder: Embedder, text: str) -> npt.NDArray[np.float32] | None:
         """The query's vector, embedded once here; ``None``: answer from keywords."""
-        embedder = self._embedder
-        if embedder is None or not embedder.is_available():
-            return None
         try:
             return embed_query(embedder, text)
         except EmbedderUnavailable:
@@ -108,19 +129,20 @@ class ShardedSearcher:
     def _page(
         self,
         page: Sequence[FusedHit],
-        answers: Mapping[int, ArmWindows],
+        windows: Sequence[ArmWindow],
+        answered: Sequence[int],
         text: str,
         filters: tuple[FieldFilter, ...],
     ) -> list[Passage]:
         """Passages for the fused page: the shards sent most of them with their windows;
         the rest come from their owners in one more round trip."""
-        ready = {p.source_id: p for a in answers.values() for p in a.passages}
-        checked = {sid for a in answers.values() for sid in a.checked}
+        ready = {p.source_id: p for w in windows for p in w.passages}
+        checked = {sid for w in windows for sid in w.checked}
         missing = [f.id for f in page if f.id not in checked]
         if missing:
             owners = group_by_shard(missing, self._shards)
             extra = self._calls.fan_out(
-                [i for i in owners if i in answers],
+                [i for i in owners if i in answered],
                 "passages",
                 lambda i: ([missing[p] for p in owners[i]], text, filters),
                 self._timeout_s,
@@ -131,6 +153,8 @@ class ShardedSearcher:
             passage = ready.get(hit.id)
             if passage is None:  # not public, deleted meanwhile, or its shard went away
                 continue
-            ranks = ArmRanks(sparse=hit.ranks[0], dense=hit.ranks[1])
+            ranks = ArmRanks(
+                sparse=hit.ranks[0], dense=hit.ranks[1] if len(hit.ranks) > 1 else None
+            )
             out.append(dataclasses.replace(passage, score=hit.score, ranks=ranks))
         return out

@@ -31,7 +31,7 @@ from engine.config import CorpusConfig, EmbedderSpec
 from engine.documents import GrepMatch, Passage, SourceText
 from engine.engine import SearchEngine
 from engine.errors import CorpusNotFound, EngineLocked, GrepTimeout, SourceNotFound
-from engine.search.windows import ArmWindows
+from engine.search.windows import ArmWindow
 from sparse import FieldFilter
 
 logger = logging.getLogger(__name__)
@@ -106,16 +106,30 @@ class ShardActor:
 
     # -- reads ----------------------------------------------------------------------------
 
-    def windows(
+    def keyword_window(
         self,
         text: str,
-        vector: npt.NDArray[np.float32] | None,
-        need: int,
-        window: int,
+        limit: int,
         language: int | None,
         filters: tuple[FieldFilter, ...],
-    ) -> ArmWindows:
-        return self._corpus._arm_windows(text, vector, need, window, language, filters)
+        index_backed: bool,
+        need: int,
+    ) -> ArmWindow:
+        return self._corpus._keyword_window(text, limit, language, filters, index_backed, need)
+
+    def vector_window(
+        self,
+        text: str,
+        vector: npt.NDArray[np.float32],
+        limit: int,
+        language: int | None,
+        filters: tuple[FieldFilter, ...],
+        need: int,
+        covered: Sequence[str],
+    ) -> ArmWindow:
+        return self._corpus._vector_window(
+            text, vector, limit, language, filters, need, frozenset(covered)
+        )
 
     def passages(
         self, ids: Sequence[str], text: str, filters: tuple[FieldFilter, ...]

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -28,7 +28,7 @@ from engine.search.fusing import fuse_arms
 from engine.search.router import resolve_strategy
 from engine.search.strategy import Arm, FallbackReason, Strategy
 from engine.search.visibility import DenseVisibility
-from engine.search.windows import ArmWindows, arm_windows
+from engine.search.windows import ArmWindow, keyword_window, vector_window
 from engine.storage import DocumentStore
 from engine.write.indexes import DerivedIndexes
 from fusion import FusedHit
@@ -164,24 +164,61 @@ class Searcher:
 
     # -- internal: for engine.cluster ------------------------------------------------------
 
-    def arm_windows(
+    def keyword_window(
         self,
         text: str,
-        vector: npt.NDArray[np.float32] | None,
-        need: int,
-        window: int,
+        limit: int,
         language: int | None,
         filters: tuple[FieldFilter, ...],
-    ) -> ArmWindows:
-        """Internal (``engine.cluster``): scored arm windows for a query the caller has
-        clamped and embedded; see ``engine.search.windows.arm_windows``."""
+        index_backed: bool,
+        need: int,
+    ) -> ArmWindow:
+        """Internal (``engine.cluster``): the scored keyword window for a query the caller
+        has clamped; see ``engine.search.windows.keyword_window``."""
         p = self._state
+        return keyword_window(
+            p,
+            text,
+            limit,
+            language,
+            filters,
+            index_backed=index_backed,
+            need=need,
+            passages=self._builder(p, text, filters),
+        )
 
+    def vector_window(
+        self,
+        text: str,
+        vector: npt.NDArray[np.float32],
+        limit: int,
+        language: int | None,
+        filters: tuple[FieldFilter, ...],
+        need: int,
+        covered: Collection[str],
+    ) -> ArmWindow:
+        """Internal (``engine.cluster``): the scored vector window for a query embedded
+        elsewhere; see ``engine.search.windows.vector_window``."""
+        p = self._state
+        return vector_window(
+            p,
+            vector,
+            limit,
+            language,
+            filters,
+            need=need,
+            covered=covered,
+            passages=self._builder(p, text, filters),
+        )
+
+    def _builder(
+        self, p: SearchState, text: str, filters: tuple[FieldFilter, ...]
+    ) -> Callable[[Sequence[FusedHit]], list[Passage]]:
         def build(page: Sequence[FusedHit]) -> list[Passage]:
             with p.gate:
                 return self._passages(p, page, [], text, filters)
 
-        return arm_windows(p, text, vector, need, window, language, filters, build)
+        return build
 
     def passages_for(
         self, ids: Sequence[str], text: str, filters: tuple[FieldFilter, ...]

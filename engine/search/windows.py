@@ -1,14 +1,16 @@
 """Internal: one corpus's scored arm windows, for callers that fuse across corpora.
 
-A sharded corpus (``engine.cluster``) embeds a query once, asks every shard for its
-keyword window and its vector window *with scores*, merges each arm across shards by
-score and fuses the two global rankings once. These are the frozen values a shard hands
-back; nothing here is public API.
+A sharded corpus (``engine.cluster``) asks every shard for its keyword window while it
+embeds the query (the keyword arm needs no vector), then for its vector window, merges
+each arm across shards by score and fuses the two global rankings once. These are the
+frozen values a shard hands back, as columns (they cross a process boundary on every
+search, and a tuple of strings pickles far faster than as many small objects); nothing
+here is public API.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -16,9 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dense import FaissIndex
-from engine.config import CorpusConfig
 from engine.documents import Passage
-from engine.search.fusing import fuse_arms
 from engine.search.visibility import DenseVisibility
 from fusion import FusedHit
 from sparse import FieldFilter, KeywordSearchFacade
@@ -39,21 +39,25 @@ class ScoredHit:
 
 
 @dataclass(frozen=True, slots=True)
-class ArmWindows:
-    """One corpus's ranked candidates for one query, best first in each arm.
+class ArmWindow:
+    """One arm's candidates from one corpus, best first, as parallel columns.
 
-    ``sparse`` is the keyword arm (the index-backed variant when a query vector was
-    given, the full cascade otherwise); ``dense`` is empty without a query vector.
-    ``passages`` holds ready passages (placeholder score and ranks) for the corpus's own
-    best fused candidates, so the caller rarely needs a second round trip for excerpts;
-    ``checked`` lists every id a passage was looked up for (an id there without a
-    passage is not public, or was deleted meanwhile).
+    ``urls`` is filled for the keyword arm only. ``passages`` holds ready passages
+    (placeholder score and ranks) for this corpus's own best candidates of the arm, so
+    the caller rarely needs another round trip for excerpts; ``checked`` lists every id a
+    passage was looked up for (an id there without a passage is not public, or was
+    deleted meanwhile).
     """
 
-    sparse: tuple[ScoredHit, ...]
-    dense: tuple[ScoredHit, ...]
+    ids: tuple[str, ...] = ()
+    scores: tuple[float | None, ...] = ()
+    urls: tuple[str, ...] = ()
     passages: tuple[Passage, ...] = ()
     checked: tuple[str, ...] = ()
+
+    def hits(self) -> list[ScoredHit]:
+        urls = self.urls or ("",) * len(self.ids)
+        return [ScoredHit(i, s, u) for i, s, u in zip(self.ids, self.scores, urls, strict=True)]
 
 
 class _Indexes(Protocol):
@@ -62,10 +66,7 @@ class _Indexes(Protocol):
 
 
 class SearchParts(Protocol):
-    """What ``arm_windows`` reads from a corpus's search state."""
-
-    @property
-    def config(self) -> CorpusConfig: ...
+    """What the window functions read from a corpus's search state."""
 
     @property
     def indexes(self) -> _Indexes: ...
@@ -84,44 +85,59 @@ PassageBuilder = Callable[[Sequence[FusedHit]], list[Passage]]
 """Builds confirmed-public passages for a page of fused hits (the corpus's own code)."""
 
 
-def arm_windows(
+def keyword_window(
     parts: SearchParts,
     text: str,
-    vector: npt.NDArray[np.float32] | None,
-    need: int,
-    window: int,
+    limit: int,
     language: int | None,
     filters: tuple[FieldFilter, ...],
+    *,
+    index_backed: bool,
+    need: int,
     passages: PassageBuilder,
-) -> ArmWindows:
-    """One corpus's scored windows for an already clamped query.
+) -> ArmWindow:
+    """The keyword arm for an already clamped query: ``limit`` hits of the index-backed
+    variant (what a hybrid search fuses) or of the full cascade (what a keyword search
+    ranks), with passages for the first ``need``."""
+    facade = parts.keyword_index_backed if index_backed else parts.keyword_full
+    hits = facade.search(text, limit, language, filters=filters, excerpts=False)
+    top = [FusedHit(h.source_id, 0.0, (rank, None)) for rank, h in enumerate(hits[:need], 1)]
+    return ArmWindow(
+        ids=tuple(h.source_id for h in hits),
+        scores=tuple(h.score for h in hits),
+        urls=tuple(h.url for h in hits),
+        passages=tuple(passages(top)),
+        checked=tuple(f.id for f in top),
+    )
 
-    With ``vector`` (embedded by the caller): the index-backed keyword arm and the vector
-    arm, ``window`` candidates each — what a hybrid ``Corpus.search`` fuses. Without: the
-    full keyword cascade, ``need`` candidates — what a keyword search ranks. Passages are
-    built for this corpus's own top ``need`` after fusing its two windows locally (a
-    guess at what the caller's global page holds; the caller asks again for the rest).
-    """
-    dense: tuple[ScoredHit, ...] = ()
-    if vector is None:
-        hits = parts.keyword_full.search(text, need, language, filters=filters, excerpts=False)
-    else:
-        hits = parts.keyword_index_backed.search(
-            text, window, language, filters=filters, excerpts=False
-        )
-        index = parts.indexes.faiss
-        if index is not None and len(index) > 0 and vector.shape[-1] == index.dimension:
-            allow = parts.visibility.allow_list(index, language, filters)
-            dense = tuple(
-                ScoredHit(doc_id, float(score))
-                for doc_id, score in index.search(vector, window, allow=allow)
-            )
-    sparse = tuple(ScoredHit(h.source_id, h.score, h.url) for h in hits)
-    dense_window = None if vector is None else [(h.id, h.score or 0.0) for h in dense]
-    local = fuse_arms(parts.config, hits, dense_window, need)
-    return ArmWindows(
-        sparse=sparse,
-        dense=dense,
-        passages=tuple(passages(local)),
-        checked=tuple(f.id for f in local),
+
+def vector_window(
+    parts: SearchParts,
+    vector: npt.NDArray[np.float32],
+    limit: int,
+    language: int | None,
+    filters: tuple[FieldFilter, ...],
+    *,
+    need: int,
+    covered: Collection[str],
+    passages: PassageBuilder,
+) -> ArmWindow:
+    """The vector arm for a query embedded by the caller: ``limit`` nearest public
+    documents by cosine, with passages for the first ``need`` not in ``covered`` (those
+    the caller already has). Empty when the corpus holds no vectors of that dimension."""
+    index = parts.indexes.faiss
+    if index is None or len(index) == 0 or vector.shape[-1] != index.dimension:
+        return ArmWindow()
+    allow = parts.visibility.allow_list(index, language, filters)
+    found = index.search(vector, limit, allow=allow)
+    top = [
+        FusedHit(doc_id, 0.0, (None, rank))
+        for rank, (doc_id, _) in enumerate(found[:need], 1)
+        if doc_id not in covered
+    ]
+    return ArmWindow(
+        ids=tuple(doc_id for doc_id, _ in found),
+        scores=tuple(float(score) for _, score in found),
+        passages=tuple(passages(top)) if top else (),
+        checked=tuple(f.id for f in top),
     )

@@ -10,10 +10,11 @@ from hypothesis import strategies as st
 
 pytest.importorskip("ray")
 
+from engine import CorpusConfig
 from engine.cluster.merge import dedupe_urls, fuse, merge_arm
 from engine.cluster.routing import group_by_shard, jump_hash, shard_for
 from engine.search.windows import ScoredHit
-from fusion import rrf
+from fusion import rrf, zscore_fusion
 
 
 def hits(*pairs: tuple[str, float | None]) -> list[ScoredHit]:
@@ -95,7 +96,7 @@ def test_fusion_runs_once_over_the_global_rankings() -> None:
     shard1 = (hits(("c", 8.5)), hits(("c", 0.95)))
     sparse = merge_arm([shard0[0], shard1[0]], 100)
     dense = merge_arm([shard0[1], shard1[1]], 100)
-    fused = fuse(sparse, dense, k=60, weights=(1.0, 1.0), limit=10)
+    fused = fuse(CorpusConfig(name="c"), sparse, dense, limit=10)
     expected = rrf([["a", "c", "b"], ["c", "b", "a"]], k=60, limit=10)
     assert fused == expected
     by_id = {f.id: f.ranks for f in fused}
@@ -103,5 +104,19 @@ def test_fusion_runs_once_over_the_global_rankings() -> None:
 
 
 def test_keyword_fusion_reports_no_dense_rank() -> None:
-    fused = fuse(hits(("a", 2.0), ("b", 1.0)), None, k=60, weights=(1.0, 1.0), limit=1)
-    assert [(f.id, f.ranks) for f in fused] == [("a", (1, None))]
+    fused = fuse(CorpusConfig(name="c"), hits(("a", 2.0), ("b", 1.0)), None, limit=1)
+    assert [(f.id, f.ranks[0]) for f in fused] == [("a", 1)]
+
+
+def test_fusion_follows_the_corpus_config() -> None:
+    """A z-score corpus fuses its global windows by z-score, as one corpus would."""
+    sparse = hits(("a", 9.0), ("b", 8.9), ("c", 1.0))
+    dense = hits(("c", 0.99), ("b", 0.2), ("a", 0.1))
+    config = CorpusConfig(name="c", fusion={"kind": "zscore", "dense_weight": 0.5})
+    fused = fuse(config, sparse, dense, limit=3)
+    expected = zscore_fusion(
+        [[("a", 9.0), ("b", 8.9), ("c", 1.0)], [("c", 0.99), ("b", 0.2), ("a", 0.1)]],
+        weights=(0.5, 0.5),
+        limit=3,
+    )
+    assert [f.id for f in fused] == [f.id for f in expected]
