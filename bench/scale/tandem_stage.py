@@ -21,6 +21,7 @@ from typing import Any
 
 from bench.runner import WARMUP_QUERIES
 from bench.scale import synth
+from bench.scale.dense_stage import search_while
 from bench.scale.source import VectorSource
 from bench.timing import LatencyStats, current_rss_bytes, dir_size_bytes, time_calls
 
@@ -95,20 +96,19 @@ def ingest(
 def _wait_for_graph(
     corpus: Any, search: Callable[[str], object], texts: list[str]
 ) -> dict[str, float]:
-    """Hybrid searches round-robin until the corpus reports its graph serving."""
+    """Hybrid searches, paced as in the dense stage, until the corpus reports its graph
+    serving (``stats()`` is asked once a second: it walks the corpus directory)."""
     start = time.perf_counter()
-    samples: list[float] = []
-    polled = start
-    pending = bool(corpus.stats()["vector_graph_pending"])
-    for text in itertools.cycle(texts):
-        if not pending:
-            break
-        t0 = time.perf_counter()
-        search(text)
-        samples.append(time.perf_counter() - t0)
-        if t0 - polled >= GRAPH_POLL_S:
-            polled = t0
-            pending = bool(corpus.stats()["vector_graph_pending"])
+    state = {"pending": True, "polled": 0.0}
+
+    def busy() -> bool:
+        now = time.perf_counter()
+        if now - state["polled"] >= GRAPH_POLL_S:
+            state["polled"] = now
+            state["pending"] = bool(corpus.stats()["vector_graph_pending"])
+        return bool(state["pending"])
+
+    samples = search_while(lambda i: search(texts[i % len(texts)]), busy)
     out = {"tandem_graph_ready_s": time.perf_counter() - start}
     out["tandem_searches_during_build"] = float(len(samples))
     if samples:
