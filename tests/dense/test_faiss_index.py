@@ -333,3 +333,19 @@ def test_save_and_load_stream_rather_than_copy_the_vectors(tmp_path: Path) -> No
     # into memory on top of that
     assert load_peak - before_load < 2.5 * vector_bytes, load_peak - before_load
     assert loaded.search(vectors[123], 1)[0][0] == "d123"
+
+
+def test_ef_search_grows_with_the_graph_and_the_window() -> None:
+    index = FaissIndex(DIM, ef_search=128)
+    assert index.effective_ef(1_000) == index.effective_ef(100_000) == 128
+    grown = [index.effective_ef(n) for n in (200_000, 1_000_000, 10_000_000)]
+    assert 128 < grown[0] < grown[1] <= grown[2] == 1_024  # capped
+    assert 700 <= grown[1] <= 900  # measured need at a million: ~768 for recall 0.96
+    index.adaptive_ef = False
+    assert index.effective_ef(1_000_000) == 128
+    graph_index = FaissIndex(DIM, hnsw_threshold=0, build_delay_s=0)
+    graph_index.add([f"d{i}" for i in range(50)], unit(np.random.default_rng(0), 50))
+    assert graph_index.wait_for_graph(timeout=120)
+    assert graph_index._graph is not None
+    assert graph_index._ef_for(graph_index._graph, 100) == 200  # a deep window: 2k
+    assert graph_index._ef_for(graph_index._graph, 10) == 128
