@@ -180,7 +180,8 @@ def _processes_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--data", type=Path, help="a BEIR folder (default: the fixture)")
     parser.add_argument("--out", type=Path, default=Path("bench-results") / "processes")
-    parser.add_argument("--duration", type=float, default=8.0, help="seconds per load run")
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per load run")
+    parser.add_argument("--rounds", type=int, default=2, help="1-then-2-process rounds")
     parser.add_argument("--no-hybrid", action="store_true", help="skip the real-model runs")
     parser.add_argument("--lag-documents", type=int, default=200)
     return parser
@@ -195,6 +196,7 @@ def _main_processes(argv: Sequence[str]) -> int:
         data_dir=args.data or FIXTURE_DIR,
         out_dir=args.out,
         duration_s=args.duration,
+        rounds=args.rounds,
         hybrid=not args.no_hybrid,
         lag_documents=args.lag_documents,
     )

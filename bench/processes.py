@@ -5,15 +5,20 @@ Measures what the SQLite-like model promises, on one corpus (the bundled fixture
 
 - ``keyword_qps_ratio_2p`` / ``hybrid_qps_ratio_2p``: searches per second with two
   processes searching back to back, over one process doing the same (2.0 is the physical
-  limit on two cores). Hybrid uses the real model (all-MiniLM-L6-v2).
+  limit on two cores); the median over ``rounds`` alternating 1-then-2 runs. Hybrid uses
+  the real model (all-MiniLM-L6-v2). ``*_cpu_ratio_2p`` is the same comparison in CPU
+  time per search, which the machine's load moves far less: 1.0 means a second process
+  on the directory costs each search nothing extra, so throughput is bounded by free
+  cores only.
 - ``p95_over_bound``: ``c`` clients spread over two processes (``c/2`` threads each),
   keyword search; their p95 over ``(c/2) × the single-client p95``.
 - ``visibility_lag_p50_ms`` / ``_p99_ms``: a writer process adds one document at a time;
   a reader process searches in a loop for the next one; the time from ``add`` returning
   to the reader's first hit (keyword corpus).
 - ``unchanged_search_overhead``: keyword search with the per-search change check against
-  the same searches with the check replaced by a no-op, in alternating blocks in one
-  process; ``change_check_us`` is the check alone.
+  the same searches with the check replaced by a no-op: the median, over adjacent pairs
+  of blocks in one process, of the pair's time ratio, minus one. ``change_check_us`` is
+  the check alone, ``change_check_fraction`` that over the mean search without it.
 
 Throughput ratios and latencies depend on the machine's load: the load average before and
 after is recorded, and the figures are only comparable within one run.
@@ -57,17 +62,20 @@ RESULT_NAME = "processes.json"
 class ProcessesConfig:
     data_dir: Path = FIXTURE_DIR
     out_dir: Path = Path("bench-results") / "processes"
-    duration_s: float = 8.0
+    duration_s: float = 5.0
+    rounds: int = 2
     clients: tuple[int, ...] = (2, 4, 8)
     hybrid: bool = True
     lag_documents: int = 200
     lag_pause_s: float = 0.03
-    overhead_blocks: int = 40
+    overhead_blocks: int = 100
     work_dir: Path | None = None
 
     def __post_init__(self) -> None:
         if self.duration_s <= 0 or self.lag_documents < 1 or self.overhead_blocks < 2:
             raise ValueError("duration, lag documents and overhead blocks must be positive")
+        if self.rounds < 1:
+            raise ValueError("rounds must be >= 1")
         if any(c < 2 or c % 2 for c in self.clients):
             raise ValueError("clients must be even numbers >= 2 (spread over two processes)")
 
@@ -82,6 +90,13 @@ def _percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if values else 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class LoadRun:
+    qps: float
+    latencies: list[float]
+    cpu_per_search_s: float
+
+
 def _load(
     root: Path,
     corpus: str,
@@ -89,8 +104,8 @@ def _load(
     processes: int,
     threads: int,
     duration_s: float,
-) -> tuple[float, list[float]]:
-    """Run ``processes`` × ``threads`` clients; returns (searches per second, latencies)."""
+) -> LoadRun:
+    """Run ``processes`` × ``threads`` clients for ``duration_s``."""
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(processes)
     results = ctx.Queue()
@@ -108,7 +123,39 @@ def _load(
         p.join(timeout=60)
     count = sum(r["count"] for r in reports)
     latencies = [x for r in reports for x in r["latencies"]]
-    return count / duration_s, latencies
+    cpu = sum(r["cpu_s"] for r in reports)
+    return LoadRun(count / duration_s, latencies, cpu / max(1, count))
+
+
+def _scaling(
+    root: Path, kind: str, queries: tuple[str, ...], config: ProcessesConfig
+) -> tuple[dict[str, Any], list[float]]:
+    """1 process, then 2, ``rounds`` times; the figures and the single-client latencies."""
+    ones: list[LoadRun] = []
+    twos: list[LoadRun] = []
+    for _ in range(config.rounds):
+        ones.append(_load(root, kind, queries, 1, 1, config.duration_s))
+        twos.append(_load(root, kind, queries, 2, 1, config.duration_s))
+    single = [x for run in ones for x in run.latencies]
+    figures = {
+        f"{kind}_qps_1p": round(statistics.median(r.qps for r in ones), 1),
+        f"{kind}_qps_2p": round(statistics.median(r.qps for r in twos), 1),
+        f"{kind}_qps_ratio_2p": round(
+            statistics.median(b.qps / a.qps for a, b in zip(ones, twos, strict=True)), 3
+        ),
+        f"{kind}_cpu_ratio_2p": round(
+            statistics.median(
+                a.cpu_per_search_s / b.cpu_per_search_s for a, b in zip(ones, twos, strict=True)
+            ),
+            3,
+        ),
+        f"{kind}_single_p50_ms": round(_percentile(single, 50) * 1000, 3),
+        f"{kind}_single_p95_ms": round(_percentile(single, 95) * 1000, 3),
+        f"{kind}_cpu_ms_per_search_1p": round(
+            statistics.median(r.cpu_per_search_s for r in ones) * 1000, 3
+        ),
+    }
+    return figures, single
 
 
 def _lag(root: Path, config: ProcessesConfig) -> dict[str, Any]:
@@ -166,19 +213,14 @@ def run_processes(config: ProcessesConfig, say: Callable[[str], None] = print) -
         figures = result.figures
         single_p95: dict[str, float] = {}
         for kind in (KEYWORD, HYBRID) if config.hybrid else (KEYWORD,):
-            say(f"{kind}: 1 process, then 2 processes, {config.duration_s:.0f} s each ...")
-            qps1, lat1 = _load(root, kind, queries, 1, 1, config.duration_s)
-            qps2, _ = _load(root, kind, queries, 2, 1, config.duration_s)
-            single_p95[kind] = _percentile(lat1, 95)
-            figures[f"{kind}_qps_1p"] = round(qps1, 1)
-            figures[f"{kind}_qps_2p"] = round(qps2, 1)
-            figures[f"{kind}_qps_ratio_2p"] = round(qps2 / qps1, 3)
-            figures[f"{kind}_single_p50_ms"] = round(_percentile(lat1, 50) * 1000, 3)
-            figures[f"{kind}_single_p95_ms"] = round(single_p95[kind] * 1000, 3)
+            say(f"{kind}: 1 process, then 2, {config.rounds}x, {config.duration_s:g} s each ...")
+            scaled, single = _scaling(root, kind, queries, config)
+            figures.update(scaled)
+            single_p95[kind] = _percentile(single, 95)
         over: dict[str, float] = {}
         for c in config.clients:
             say(f"keyword: {c} clients over 2 processes ...")
-            _, lat = _load(root, KEYWORD, queries, 2, c // 2, config.duration_s)
+            lat = _load(root, KEYWORD, queries, 2, c // 2, config.duration_s).latencies
             p95 = _percentile(lat, 95)
             over[str(c)] = round(p95 / ((c / 2) * single_p95[KEYWORD]), 3)
             result.detail[f"keyword_p95_ms_c{c}"] = round(p95 * 1000, 3)
@@ -189,7 +231,10 @@ def run_processes(config: ProcessesConfig, say: Callable[[str], None] = print) -
         probe = overhead_probe(str(root), KEYWORD, queries, config.overhead_blocks)
         with_check = statistics.median(probe["with_check"])
         without = statistics.median(probe["without_check"])
-        figures["unchanged_search_overhead"] = round(with_check / without - 1, 4)
+        pairs = zip(probe["with_check"], probe["without_check"], strict=True)
+        figures["unchanged_search_overhead"] = round(
+            statistics.median(a / b for a, b in pairs) - 1, 4
+        )
         figures["change_check_us"] = round(probe["check_s"] * 1e6, 2)
         figures["change_check_fraction"] = round(probe["check_s"] / without, 4)
         result.detail["search_ms_with_check"] = round(with_check * 1000, 4)

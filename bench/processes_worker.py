@@ -32,7 +32,8 @@ class LoadJob:
 
 def search_load(job: LoadJob, barrier: Any, results: Any) -> None:
     """``job.threads`` client threads search back to back for ``duration_s`` after the
-    barrier; sends ``{"count": n, "latencies": [s, ...]}``."""
+    barrier; sends ``{"count": n, "latencies": [s, ...], "cpu_s": process CPU seconds}``
+    (CPU time does not depend on how busy the machine is; wall-clock time does)."""
     with SearchEngine(job.root) as engine:
         corpus = engine.corpus(job.corpus)
         for q in job.queries[:WARMUP_SEARCHES]:
@@ -51,12 +52,14 @@ def search_load(job: LoadJob, barrier: Any, results: Any) -> None:
                 mine.append(time.perf_counter() - started)
 
         threads = [threading.Thread(target=client, args=(n,)) for n in range(job.threads)]
+        cpu_started = time.process_time()
         for t in threads:
             t.start()
         for t in threads:
             t.join()
+        cpu_s = time.process_time() - cpu_started
     flat = [x for xs in latencies for x in xs]
-    results.put({"count": len(flat), "latencies": flat})
+    results.put({"count": len(flat), "latencies": flat, "cpu_s": cpu_s})
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +116,8 @@ def lag_reader(job: LagJob, barrier: Any, results: Any, stop: Any) -> None:
 
 def overhead_probe(root: str, corpus_name: str, queries: tuple[str, ...], blocks: int) -> Any:
     """Mean keyword search time with the per-search change check and with it replaced by
-    a no-op, in alternating blocks (same process, same load); and the check alone.
+    a no-op, in adjacent pairs of blocks (same process, nearly the same load: the ratio
+    within each pair survives a machine whose load drifts); and the check alone.
 
     Reaches one private attribute (``Corpus._store.changed``): the public API has no way
     to search without the check, which is the point.

@@ -7,7 +7,8 @@ each other (WAL lets them run beside the writer). Every statement is parameteris
 
 Several processes may open one store (SQLite's own locking keeps it whole; the engine
 serialises writers with its write lock). ``changed()`` tells a thread cheaply whether any
-connection, in any process, committed since it last asked (``PRAGMA data_version``), and
+process committed since it last asked — a memory read of the shared ``ChangeCounter``
+every write transaction bumps (``PRAGMA data_version`` where that file cannot be had), and
 ``state()`` / ``read_snapshot()`` say what: the ``seq``, and an ``epoch`` that an
 embedder switch bumps. ``read_only=True`` opens without a writer, through a ``mode=ro``
 URI, or — when the directory cannot hold SQLite's shared-memory file and no write-ahead
@@ -29,6 +30,7 @@ import numpy.typing as npt
 
 from engine.errors import StorageError
 from engine.storage import field_queries
+from engine.storage.change_counter import ChangeCounter
 from engine.storage.header_cache import HeaderCache
 from engine.storage.records import (
     COLUMNS,
@@ -60,8 +62,12 @@ class DocumentStore:
         self._readers_lock = threading.Lock()
         self._writer_conn: sqlite3.Connection | None = None
         self._closed = False
+        self._changes: ChangeCounter | None = None
+        changes_path = path.with_name(path.name + ".changes")
         if read_only:
             self.state()  # fails now, clearly, if there is no readable store
+            with contextlib.suppress(OSError):
+                self._changes = ChangeCounter(changes_path, writable=False)
             return
         self._writer_conn = self._connect()
         with self._writer_conn:
@@ -71,6 +77,10 @@ class DocumentStore:
                 (str(SCHEMA_VERSION),),
             )
             self._writer_conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('seq', '0')")
+        try:
+            self._changes = ChangeCounter(changes_path, writable=True)
+        except OSError:  # e.g. no room left: fall back to asking SQLite on every search
+            self._changes = None
 
     @property
     def read_only(self) -> bool:
@@ -136,15 +146,21 @@ class DocumentStore:
         with self._write_lock:
             if self._writer_conn is not None:
                 self._writer_conn.close()
+            if self._changes is not None:
+                self._changes.close()
 
     # -- change detection (other connections, other processes) ---------------------------
 
     def changed(self) -> bool:
-        """True when any connection — this process's writer or another process's —
-        committed since this thread last asked (first call: True). One ``PRAGMA``."""
+        """True when any store — this process's or another process's — committed since
+        this thread last asked (first call: True)."""
         conn = self._reader()
         handle: ReaderHandle = self._local.reader
-        version = int(conn.execute("PRAGMA data_version").fetchone()[0])
+        changes = self._changes
+        if changes is not None:
+            version = changes.value()
+        else:
+            version = int(conn.execute("PRAGMA data_version").fetchone()[0])
         if version == handle.data_version:
             return False
         handle.data_version = version
@@ -177,6 +193,12 @@ class DocumentStore:
         finally:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("COMMIT")
+
+    def announce_change(self) -> None:
+        """Make every process look at the store's counters on its next search (a new
+        writer does this: a writer that died between a commit and its bump is covered)."""
+        if self._changes is not None:
+            self._changes.bump()
 
     def invalidate_caches(self) -> None:
         """Forget cached reads (call when ``changed()`` reports another writer's commit)."""
@@ -326,6 +348,8 @@ class DocumentStore:
                 yield
                 self._writer.execute("COMMIT")
                 self._headers.invalidate()
+                if self._changes is not None:
+                    self._changes.bump()
             except sqlite3.Error as exc:
                 self._rollback()
                 raise StorageError(f"{what}: {exc}") from exc
@@ -459,19 +483,39 @@ class DocumentStore:
         return field_queries.keyword_values(self._reader(), field, value, limit)
 
     def iter_documents(self, *, since_seq: int = 0, batch: int = 1000) -> Iterator[StoredDocument]:
-        """Documents written after ``since_seq``, in rowid order, read in batches."""
+        """Documents written after ``since_seq``, in rowid order, read in batches.
+
+        From the start (``since_seq <= 0``) the table is read in rowid order; otherwise
+        the changed rows are found through the ``seq`` index first, so catching up after
+        a few writes reads those rows only, however large the corpus."""
         conn = self._reader()
-        last = -1
-        while True:
+        if since_seq <= 0:
+            last = -1
+            while True:
+                rows = conn.execute(
+                    f"SELECT {COLUMNS}, rowid FROM documents WHERE seq > ? AND rowid > ? "
+                    "ORDER BY rowid LIMIT ?",
+                    (since_seq, last, batch),
+                ).fetchall()
+                if not rows:
+                    return
+                yield from with_fields(conn, [row_to_doc(row) for row in rows])
+                last = int(rows[-1][11])
+        changed = [
+            int(r[0])
+            for r in conn.execute(
+                "SELECT rowid FROM documents INDEXED BY documents_seq WHERE seq > ?", (since_seq,)
+            )
+        ]
+        changed.sort()
+        for start in range(0, len(changed), batch):
+            part = changed[start : start + batch]
+            marks = ",".join("?" * len(part))
             rows = conn.execute(
-                f"SELECT {COLUMNS}, rowid FROM documents WHERE seq > ? AND rowid > ? "
-                "ORDER BY rowid LIMIT ?",
-                (since_seq, last, batch),
+                f"SELECT {COLUMNS}, rowid FROM documents WHERE rowid IN ({marks}) ORDER BY rowid",
+                part,
             ).fetchall()
-            if not rows:
-                return
             yield from with_fields(conn, [row_to_doc(row) for row in rows])
-            last = int(rows[-1][11])
 
     def tombstones_since(self, seq: int) -> list[str]:
         rows = self._reader().execute("SELECT source_id FROM tombstones WHERE seq > ?", (seq,))

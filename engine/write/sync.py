@@ -87,6 +87,7 @@ class CorpusSync:
         if self._lock is not None and self._lock.acquire(0):
             try:
                 self._indexes.open(holder=True)
+                self._store.announce_change()
             finally:
                 self._lock.release()
         else:
@@ -154,6 +155,7 @@ class CorpusSync:
         """As the new holder: follow everything committed so far, then repair."""
         self._catch_up(holder=True)
         self.exclusive = True
+        self._store.announce_change()
         self._indexes.repair_keyword(self._store.seq)
 
     def _settle(self) -> None:

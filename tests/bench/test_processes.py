@@ -17,6 +17,7 @@ def test_processes_bench_writes_every_figure(tiny_beir: Path, tmp_path: Path) ->
         data_dir=tiny_beir,
         out_dir=tmp_path / "out",
         duration_s=0.3,
+        rounds=1,
         clients=(2,),
         hybrid=False,
         lag_documents=3,
@@ -28,6 +29,7 @@ def test_processes_bench_writes_every_figure(tiny_beir: Path, tmp_path: Path) ->
     data = json.loads(write_result(result, config).read_text())
     for key in (
         "keyword_qps_ratio_2p",
+        "keyword_cpu_ratio_2p",
         "visibility_lag_p50_ms",
         "visibility_lag_p99_ms",
         "unchanged_search_overhead",
