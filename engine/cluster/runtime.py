@@ -8,6 +8,10 @@ of ``127.0.0.1`` to the machine's outward address unless
 the GCS, raylet, object manager and workers listen on 127.0.0.1 only. Ray reads that
 switch once, when ``ray`` is first imported, so ``start_local_cluster`` sets both the
 environment — for the processes it starts — and the value this process already read.)
+
+Ray runs its worker processes at niceness 15 unless told otherwise; a shard actor is a
+search server, so a local cluster starts them at niceness 0 (``RAY_worker_niceness``;
+for ``ray start`` on a real cluster, set the same variable).
 """
 
 from __future__ import annotations
@@ -44,6 +48,9 @@ def start_local_cluster(
     if ray.is_initialized():
         return
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # loopback, see the module doc
+    # Ray starts its workers at niceness 15 by default; shard actors answer searches and
+    # must not queue behind every other process on the machine.
+    os.environ.setdefault("RAY_worker_niceness", "0")
     ray_constants.ENABLE_RAY_CLUSTER = False
     ray.init(
         num_cpus=num_cpus,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 
@@ -188,10 +189,18 @@ def test_both_satisfy_the_shared_protocol(
     assert isinstance(sharded["dense3"], SearchableCorpus)
 
 
-def test_metrics_count_shards(sharded: dict[str, ShardedCorpus]) -> None:
-    registry = sharded["dense3"].registry
+def test_metrics_count_shards_and_are_scrapeable(sharded: dict[str, ShardedCorpus]) -> None:
+    corpus = sharded["dense3"]
+    registry = corpus.registry
     assert registry.get_sample_value("tandem_shards", {"corpus": "dense"}) == 3
     assert registry.get_sample_value("tandem_shards_up", {"corpus": "dense"}) == 3
+    server = corpus.serve_metrics(port=0)
+    try:
+        body = httpx.get(server.url, timeout=30).text
+    finally:
+        server.stop()
+    assert 'tandem_shards_up{corpus="dense"} 3.0' in body
+    assert "collection item" not in body  # no query text in metrics
 
 
 def test_writes_route_update_and_delete(ray_cluster: None, tmp_path: Path) -> None:
