@@ -10,6 +10,7 @@ from bench.systems.base import SystemName
 
 HYBRIDS = (
     SystemName.TANDEM_HYBRID,
+    SystemName.TANDEM_HYBRID_ZSCORE,
     SystemName.GLUE,
     SystemName.LANCEDB_HYBRID,
     SystemName.TXTAI_HYBRID,
@@ -37,6 +38,8 @@ class CorpusRatios:
     keyword_over_tantivy: float | None
     ingest_over_encoder: float | None
     hybrid_gain: float | None
+    zscore_gain: float | None = None
+    """As ``hybrid_gain``, for Tandem hybrid with ``fusion="zscore"``."""
 
 
 def _ok(results: Sequence[SystemResult]) -> dict[str, SystemResult]:
@@ -68,11 +71,15 @@ def compute_ratios(floor: CorpusFloor, results: Sequence[SystemResult]) -> Corpu
     hybrid = ok.get(SystemName.TANDEM_HYBRID.value)
     ingest = hybrid.extra.get("ingest_over_encoder") if hybrid else None
 
-    gain = None
     arms = [ok.get(SystemName.TANDEM_KEYWORD.value), ok.get(SystemName.FAISS_FLAT.value)]
     arm_scores = [a.ndcg_at_10 for a in arms if a is not None and a.ndcg_at_10 is not None]
-    if hybrid and hybrid.ndcg_at_10 is not None and len(arm_scores) == 2:
-        gain = hybrid.ndcg_at_10 - max(arm_scores)
+
+    def gain_of(system: SystemResult | None) -> float | None:
+        if system is None or system.ndcg_at_10 is None or len(arm_scores) != 2:
+            return None
+        return system.ndcg_at_10 - max(arm_scores)
+
+    gain = gain_of(hybrid)
     return CorpusRatios(
         corpus=floor.corpus,
         floor_ms=floor_ms,
@@ -81,4 +88,5 @@ def compute_ratios(floor: CorpusFloor, results: Sequence[SystemResult]) -> Corpu
         keyword_over_tantivy=kw_ratio,
         ingest_over_encoder=ingest,
         hybrid_gain=gain,
+        zscore_gain=gain_of(ok.get(SystemName.TANDEM_HYBRID_ZSCORE.value)),
     )

@@ -156,10 +156,13 @@ def _ratio_lines(ratios: CorpusRatios) -> list[str]:
         f"- tandem-hybrid ingest (own encoding) / raw encoder: "
         f"{_fmt(ratios.ingest_over_encoder, 2)}"
     )
-    gain = ratios.hybrid_gain
-    lines.append(
-        "- tandem-hybrid nDCG@10 − best single arm: " + ("–" if gain is None else f"{gain:+.4f}")
-    )
+    for system, gain in (
+        ("tandem-hybrid", ratios.hybrid_gain),
+        ("tandem-hybrid-zscore", ratios.zscore_gain),
+    ):
+        if gain is not None or system == "tandem-hybrid":
+            shown = "–" if gain is None else f"{gain:+.4f}"
+            lines.append(f"- {system} nDCG@10 − best single arm: {shown}")
     return lines
 
 

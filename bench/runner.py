@@ -144,7 +144,7 @@ def _measure(job: SystemJob, dataset: BeirDataset, workdir: Path) -> SystemResul
     )
 
 
-TANDEM_HYBRIDS = frozenset({SystemName.TANDEM_HYBRID})
+TANDEM_HYBRIDS = frozenset({SystemName.TANDEM_HYBRID, SystemName.TANDEM_HYBRID_ZSCORE})
 """Tandem corpora with an embedder: they embed their own documents on ``Corpus.add``."""
 
 
@@ -203,7 +203,8 @@ def _own_encoding_ingest(
     raw_s = time.perf_counter() - start
 
     ctx = SystemContext(workdir=workdir / "own", model=job.model, encoder=lambda: raw)
-    tandem = TandemSystem(ctx, hybrid=True)
+    fusion = "zscore" if job.system is SystemName.TANDEM_HYBRID_ZSCORE else None
+    tandem = TandemSystem(ctx, hybrid=True, fusion=fusion)
     tandem.index_with_own_encoding(warm)
     start = time.perf_counter()
     tandem.index_with_own_encoding(subset)

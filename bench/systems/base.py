@@ -16,6 +16,7 @@ class SystemName(enum.StrEnum):
     """Every system the benchmark knows, in report order."""
 
     TANDEM_HYBRID = "tandem-hybrid"
+    TANDEM_HYBRID_ZSCORE = "tandem-hybrid-zscore"
     TANDEM_KEYWORD = "tandem-keyword"
     TANTIVY = "tantivy"
     FAISS_FLAT = "faiss-flat"

@@ -35,6 +35,12 @@ SPECS: dict[SystemName, SystemSpec] = {
         SystemSpec(
             SystemName.TANDEM_HYBRID, ("engine",), "tandem:tandem_hybrid", uses_vectors=True
         ),
+        SystemSpec(
+            SystemName.TANDEM_HYBRID_ZSCORE,
+            ("engine",),
+            "tandem:tandem_hybrid_zscore",
+            uses_vectors=True,
+        ),
         SystemSpec(SystemName.TANDEM_KEYWORD, ("engine",), "tandem:tandem_keyword"),
         SystemSpec(SystemName.TANTIVY, ("tantivy",), "tantivy_raw:TantivySystem"),
         SystemSpec(

@@ -1,7 +1,8 @@
 """Tandem through its public API only: ``SearchEngine`` → ``Corpus.add`` / ``Corpus.search``.
 
 Hybrid: a corpus with the default embedder, fed the cached corpus vectors (the engine
-embeds each query itself). Keyword: a corpus with ``embedder=None``.
+embeds each query itself), with the default fusion (RRF) or ``fusion="zscore"`` (its
+default dense weight). Keyword: a corpus with ``embedder=None``.
 """
 
 from __future__ import annotations
@@ -34,13 +35,22 @@ def to_engine_documents(api: Any, documents: Sequence[BenchDocument]) -> list[An
 
 
 class TandemSystem:
-    """Tandem hybrid (``hybrid=True``) or Tandem keyword (vector off)."""
+    """Tandem hybrid (``hybrid=True``) or Tandem keyword (vector off); ``fusion`` names a
+    non-default fusion (``CorpusConfig(fusion=...)``) for the hybrid corpus."""
 
-    def __init__(self, ctx: SystemContext, hybrid: bool) -> None:
+    def __init__(self, ctx: SystemContext, hybrid: bool, fusion: str | None = None) -> None:
         self._api = engine_api()
         self._ctx = ctx
         self._hybrid = hybrid
-        self.name = SystemName.TANDEM_HYBRID if hybrid else SystemName.TANDEM_KEYWORD
+        self._fusion = fusion
+        if not hybrid:
+            self.name = SystemName.TANDEM_KEYWORD
+        elif fusion == "zscore":
+            self.name = SystemName.TANDEM_HYBRID_ZSCORE
+        elif fusion is None:
+            self.name = SystemName.TANDEM_HYBRID
+        else:
+            raise ValueError(f"no bench system for fusion {fusion!r}")
         self.uses_vectors = hybrid
         self._engine: Any = None
         self._corpus: Any = None
@@ -48,9 +58,10 @@ class TandemSystem:
     def _open(self) -> Any:
         if self._corpus is None:
             self._engine = self._api.SearchEngine(str(self._ctx.workdir / "tandem"))
-            config = self._api.CorpusConfig(
-                name=CORPUS_NAME, embedder=self._ctx.model if self._hybrid else None
-            )
+            fields = {"name": CORPUS_NAME, "embedder": self._ctx.model if self._hybrid else None}
+            if self._fusion is not None:
+                fields["fusion"] = self._fusion
+            config = self._api.CorpusConfig.model_validate(fields)
             self._corpus = self._engine.create_corpus(config)
         return self._corpus
 
@@ -89,6 +100,10 @@ class TandemSystem:
 
 def tandem_hybrid(ctx: SystemContext) -> TandemSystem:
     return TandemSystem(ctx, hybrid=True)
+
+
+def tandem_hybrid_zscore(ctx: SystemContext) -> TandemSystem:
+    return TandemSystem(ctx, hybrid=True, fusion="zscore")
 
 
 def tandem_keyword(ctx: SystemContext) -> TandemSystem:
