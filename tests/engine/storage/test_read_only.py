@@ -28,7 +28,9 @@ ROOT = Path(__file__).resolve().parents[3]
 DOCS = [
     Document(id="p1", title="Reset your password", text="Use the reset link to sign in."),
     Document(id="p2", title="Delivery times", text="Orders arrive within five days."),
-    Document(id="p3", title="Staff runbook", text="Staff only.", access_groups={"staff"}),
+    Document(
+        id="p3", title="Staff runbook", text="Staff only.", access_groups=frozenset({"staff"})
+    ),
 ]
 
 

@@ -144,8 +144,8 @@ def test_processes_sharing_a_directory_agree_and_keep_every_promise(tmp_path: Pa
     broken: list[str] = []
     for path in logdir.glob("*.searches"):
         for line in path.read_text(encoding="utf-8").splitlines():
-            doc_id, started, ended, found, sparse, dense = line.split()
-            must = _promise(events.get(doc_id, []), float(started), float(ended))
+            doc_id, began, ended, found, sparse, dense = line.split()
+            must = _promise(events.get(doc_id, []), float(began), float(ended))
             if must is None:
                 checked["either"] += 1
             elif must:

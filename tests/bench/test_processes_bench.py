@@ -11,6 +11,7 @@ import pytest
 from bench.processes import ProcessesConfig, render_table, run_processes, write_result
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_processes_bench_writes_every_figure(tiny_beir: Path, tmp_path: Path) -> None:
     config = ProcessesConfig(
