@@ -8,9 +8,10 @@ rejects anything outside them, and whatever the engine still refuses comes back 
 error (``isError``) with one readable sentence — never a crash, never a dead server. Only
 public documents are ever returned (the engine enforces it).
 
-The engine directory is opened on the first tool call and held until the server exits
-(one process may hold it). If another process holds it, the call fails with a clear
-error and the next call tries again.
+The engine directory is opened on the first tool call and held until the server exits;
+other processes may use it meanwhile (``tandem add`` beside a running server), and the
+server's searches see what they write. A write that waits past the engine's busy timeout
+for another one fails with a clear error, and the next call tries again.
 """
 
 from __future__ import annotations
@@ -210,7 +211,7 @@ def _tool_errors(holder: EngineHolder) -> Iterator[None]:
         raise ToolError(f"{exc} (unknown or not public)") from exc
     except EngineLocked as exc:
         raise ToolError(
-            "the corpus directory is in use by another process; try again later"
+            "another write to this corpus is in progress (another process); try again later"
         ) from exc
     except InvalidArgument as exc:
         raise ToolError(f"invalid argument: {exc}") from exc
