@@ -23,6 +23,7 @@ from engine import (
     CorpusNotFound,
     EngineError,
     EngineLocked,
+    EngineReadOnly,
     GrepTimeout,
     InvalidArgument,
     NaturalSearchUnavailable,
@@ -77,7 +78,8 @@ _ENGINE_ERRORS: Sequence[tuple[type[EngineError], int, str]] = (
     (CorpusExists, 409, "corpus_exists"),
     (RateLimited, 429, "rate_limited"),
     (NaturalSearchUnavailable, 503, "questions_unavailable"),
-    (EngineLocked, 503, "engine_busy"),
+    (EngineLocked, 503, "engine_busy"),  # EngineBusy too: a write waited out busy_timeout
+    (EngineReadOnly, 403, "read_only"),
     (StorageError, 507, "storage_error"),
 )
 
