@@ -274,7 +274,12 @@ class DerivedIndexes:
                 self.faiss, self._applied = None, -1  # every vector was dropped at once
             self._epoch = state.epoch
             if self._vectors_enabled:
-                self._follow_faiss()
+                try:
+                    self._follow_faiss()
+                except ValueError as exc:  # e.g. vectors of another dimension arrived
+                    logger.warning("vector index could not follow (%s); reloading it", exc)
+                    self.faiss, self._applied = None, -1
+                    self._follow_faiss()
             else:
                 self._applied = state.seq
             self._follow_tantivy(state.seq)
