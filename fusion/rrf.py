@@ -76,7 +76,7 @@ def rrf(
 
     entries = _fuse(arms, constant, arm_weights)
     hits = [FusedHit(doc_id, score, tuple(ranks)) for doc_id, score, ranks in entries]
-    hits.sort(key=order_key)
+    sort_hits(hits)
     if cap is not None:
         del hits[cap:]
     return hits
@@ -84,6 +84,24 @@ def rrf(
 
 _ABSENT = sys.maxsize
 """Sorts after every real rank."""
+
+
+def sort_hits(hits: list[FusedHit]) -> None:
+    """Sort in place into the ``order_key`` order: by score first (cheap, stable), then
+    each run of equal scores by the full key."""
+    hits.sort(key=_negated_score)
+    start = 0
+    while start < len(hits):
+        end = start + 1
+        while end < len(hits) and hits[end].score == hits[start].score:
+            end += 1
+        if end - start > 1:
+            hits[start:end] = sorted(hits[start:end], key=order_key)
+        start = end
+
+
+def _negated_score(hit: FusedHit) -> float:
+    return -hit.score
 
 
 def order_key(hit: FusedHit) -> tuple[float, int, tuple[int, ...], str]:

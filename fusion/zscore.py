@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from fusion._args import checked_limit, checked_weights
 from fusion.errors import FusionError
-from fusion.rrf import FusedHit, order_key
+from fusion.rrf import FusedHit, sort_hits
 
 ScoredRanking = Sequence[tuple[str, float]]
 """One arm's candidate window: ``(id, score)`` pairs, best first (higher score = better)."""
@@ -89,7 +89,7 @@ def zscore_fusion(
         ]
         score = math.fsum(terms) / total_weight if live else 0.0
         hits.append(FusedHit(doc_id, score, tuple(ranks)))
-    hits.sort(key=order_key)
+    sort_hits(hits)
     if cap is not None:
         del hits[cap:]
     return hits
@@ -124,6 +124,12 @@ def _checked_arm(index: int, ranking: ScoredRanking) -> dict[str, float]:
         raise FusionError(f"scored_rankings[{index}] is a str; expected (id, score) pairs")
     arm: dict[str, float] = {}
     for position, entry in enumerate(ranking):
+        if type(entry) is tuple and len(entry) == 2:  # the common case, checked cheaply
+            doc_id, score = entry
+            if type(doc_id) is str and type(score) is float and math.isfinite(score):
+                if doc_id not in arm:
+                    arm[doc_id] = score
+                continue
         if isinstance(entry, str) or not isinstance(entry, Sequence) or len(entry) != 2:
             raise FusionError(
                 f"scored_rankings[{index}][{position}] must be an (id, score) pair, got {entry!r}"
