@@ -47,9 +47,11 @@ def make(engine: SearchEngine, name: str, fusion: object) -> Corpus:
 def expected(corpus: Corpus, embedder: SwitchableEmbedder, text: str) -> list[FusedHit]:
     """The corpus's own scored windows, fused by the pure function its config names."""
     vector = embedder.embed([text])[0]
-    windows = corpus._arm_windows(text, vector, 10, corpus.config.window, None, ())
-    sparse = [(h.id, h.score or 0.0) for h in windows.sparse]
-    dense = [(h.id, h.score or 0.0) for h in windows.dense]
+    window = corpus.config.window
+    keyword = corpus._keyword_window(text, window, None, (), True, 10)
+    vectors = corpus._vector_window(text, vector, window, None, (), 10, ())
+    sparse = [(h.id, h.score or 0.0) for h in keyword.hits()]
+    dense = [(h.id, h.score or 0.0) for h in vectors.hits()]
     spec = corpus.config.fusion
     if isinstance(spec, ZScoreFusion):
         weights = (1 - spec.dense_weight, spec.dense_weight)
