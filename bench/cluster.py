@@ -49,6 +49,7 @@ from engine import (
 logger = logging.getLogger(__name__)
 
 BATCH = 1_000
+STAGES = ("quality", "latency", "embed", "ingest", "faults", "capacity")
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class ClusterBenchConfig:
     ingest_docs: int = 1_000
     loop_seconds: float = 20.0
     capacity_docs: int = 50_000
+    stages: frozenset[str] = frozenset(STAGES)
     progress: bool = True
 
 
@@ -110,19 +112,24 @@ def run_cluster_bench(config: ClusterBenchConfig) -> dict[str, Any]:
             everything: list[SearchableCorpus] = [*single.values(), *sharded.values()]
             for corpus in everything:
                 _load(corpus, docs, vectors, config.model)
-            results.update(_quality(dataset, single, sharded))
-            results.update(_latency(dataset, single, sharded, config.rounds))
-            results.update(embed_scaling(config.model, dataset, config.embed_docs))
-            results.update(
-                end_to_end_ingest(root, dataset, config.shards, config.model, config.ingest_docs)
-            )
-            results.update(
-                search_loop_with_kill(
-                    sharded["hybrid"], [q.text for q in dataset.queries], config.loop_seconds
+            stages = config.stages
+            if "quality" in stages:
+                results.update(_quality(dataset, single, sharded))
+            if "latency" in stages:
+                results.update(_latency(dataset, single, sharded, config.rounds))
+            if "embed" in stages:
+                results.update(embed_scaling(config.model, dataset, config.embed_docs))
+            if "ingest" in stages:
+                results.update(
+                    end_to_end_ingest(
+                        root, dataset, config.shards, config.model, config.ingest_docs
+                    )
                 )
-            )
-            results.update(ingest_with_kill(root, docs, vectors, config.shards, config.model))
-            if config.capacity_docs > 0:
+            if "faults" in stages:
+                texts = [q.text for q in dataset.queries]
+                results.update(search_loop_with_kill(sharded["hybrid"], texts, config.loop_seconds))
+                results.update(ingest_with_kill(root, docs, vectors, config.shards, config.model))
+            if "capacity" in stages and config.capacity_docs > 0:
                 results.update(shard_capacity(root, config.capacity_docs, config.model))
         finally:
             for corpus in sharded.values():
@@ -273,8 +280,17 @@ def main_cluster(argv: Sequence[str]) -> int:
     parser.add_argument(
         "--capacity-docs", type=int, default=60_000, help="0 skips the shard-capacity run"
     )
+    parser.add_argument(
+        "--stages",
+        default=",".join(STAGES),
+        help="comma-separated subset of: %(default)s",
+    )
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
+    stages = frozenset(x.strip() for x in args.stages.split(",") if x.strip())
+    unknown = stages - set(STAGES)
+    if unknown:
+        parser.error(f"unknown stages {sorted(unknown)}; valid: {', '.join(STAGES)}")
     config = ClusterBenchConfig(
         data_dir=args.data or FIXTURE_DIR,
         out_dir=args.out,
@@ -286,6 +302,7 @@ def main_cluster(argv: Sequence[str]) -> int:
         ingest_docs=args.ingest_docs,
         loop_seconds=args.loop_seconds,
         capacity_docs=args.capacity_docs,
+        stages=stages,
         progress=not args.no_progress,
     )
     results = run_cluster_bench(config)

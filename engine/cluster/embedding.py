@@ -9,6 +9,7 @@ it (Ray sets ``OMP_NUM_THREADS`` to match), so workers on one node do not oversu
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -51,6 +52,10 @@ class EmbeddingWorker:
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """Unit rows, one per text, in order (``EmbedderUnavailable`` on provider trouble)."""
         return self._embedder.embed(texts)
+
+    def cpu_seconds(self) -> float:
+        """CPU time this worker's process has used so far (every thread)."""
+        return time.process_time()
 
     def warm_up(self) -> int:
         """Load the model now (so that load time stays out of a measurement)."""

@@ -12,6 +12,7 @@ their owners.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Sequence
 
@@ -76,6 +77,7 @@ class ShardedSearcher:
         need = skip + k
         config = self._config
         targets = self._health.up()
+        ahead = passages_ahead(need, len(targets))
         embedder = self._embedder
         vector = None
         if embedder is not None and embedder.is_available():
@@ -85,7 +87,7 @@ class ShardedSearcher:
             pending = self._calls.submit(
                 targets,
                 "keyword_window",
-                lambda _: (text, window, language, compiled, True, need),
+                lambda _: (text, window, language, compiled, True, ahead),
             )
             vector = self._query_vector(embedder, text)
             if vector is None:  # the model failed: answer from keywords, like one corpus
@@ -93,7 +95,7 @@ class ShardedSearcher:
         if vector is None:
             window = need
             pending = self._calls.submit(
-                targets, "keyword_window", lambda _: (text, need, language, compiled, False, need)
+                targets, "keyword_window", lambda _: (text, need, language, compiled, False, ahead)
             )
         keyword: dict[int, ArmWindow] = self._calls.collect(pending, self._timeout_s)
         vectors: dict[int, ArmWindow] = {}
@@ -101,7 +103,7 @@ class ShardedSearcher:
             vectors = self._calls.fan_out(
                 list(keyword),
                 "vector_window",
-                lambda i: (text, vector, window, language, compiled, need, keyword[i].checked),
+                lambda i: (text, vector, window, language, compiled, ahead, keyword[i].checked),
                 self._timeout_s,
             )
         answered = [i for i in sorted(keyword) if vector is None or i in vectors]
@@ -158,3 +160,16 @@ class ShardedSearcher:
             )
             out.append(dataclasses.replace(passage, score=hit.score, ranks=ranks))
         return out
+
+
+def passages_ahead(need: int, shards: int) -> int:
+    """How many of its best candidates per arm a shard sends passages for, unasked.
+
+    A page of ``need`` hits spread over ``shards`` shards holds about ``need / shards``
+    of each shard's; twice that, plus one, covers nearly every page (a shard holding more
+    is asked again for the rest) while each shard cuts a fraction of the excerpts that
+    ``need`` per shard would cost. One shard sends them all.
+    """
+    if shards <= 1:
+        return need
+    return min(need, math.ceil(2 * need / shards) + 1)
