@@ -293,7 +293,7 @@ class VectorStore:
         keepalive: object,
     ) -> None:
         """Load saved state into an empty store; ``ValueError`` if it is inconsistent."""
-        label_of = {doc_id: label for label, doc_id in enumerate(ids)}
+        label_of = dict(zip(ids, range(len(ids)), strict=True))
         if len(label_of) != len(ids):
             raise ValueError("duplicate ids in the id table")
         rows_b, rows_t = int(base_labels.shape[0]), int(tail_labels.shape[0])
@@ -305,7 +305,7 @@ class VectorStore:
         every = np.concatenate([base_labels, tail_labels])
         if every.shape[0] and (every.min() < 0 or every.max() >= len(ids)):
             raise ValueError("row label outside the id table")
-        if np.unique(live).shape[0] != live.shape[0]:
+        if live.shape[0] and int(np.bincount(live, minlength=len(ids)).max()) > 1:
             raise ValueError("duplicate live labels")
         self.ids, self.label_of = list(ids), label_of
         self._grow_label_table()

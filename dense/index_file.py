@@ -308,7 +308,7 @@ def _decode(
     tail_vectors = _map(path, spans["tail_vectors"][0], (rows_t, dim))
     snap = IndexSnapshot(
         dimension=dim,
-        ids=[str(i) for i in ids],
+        ids=ids,  # strings: the header was checked against its digest
         base_labels=base_labels,
         base_alive=base_alive,
         base_vectors=base_vectors,

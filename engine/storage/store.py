@@ -437,12 +437,10 @@ class DocumentStore:
         )
 
     def count_with_vectors(self) -> int:
-        row = (
-            self._reader()
-            .execute("SELECT COUNT(*) FROM documents WHERE embedding IS NOT NULL")
-            .fetchone()
-        )
-        return int(row[0])
+        """Documents holding a vector: those marked embedded (every write sets the two
+        together). Counted through the status index: testing ``embedding IS NOT NULL``
+        read every row's vector, 1.5 GB of pages for a million 384-d documents."""
+        return self.count_status(EmbeddingStatus.EMBEDDED)
 
     def count_non_public(self) -> int:
         return int(
