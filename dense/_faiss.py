@@ -26,7 +26,7 @@ def faiss_module() -> Any:
 
 
 def build_threads() -> int:
-    """Graph builds use every core the process may run on."""
+    """Every core the process may run on (OpenMP's default team size here)."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux
@@ -49,3 +49,10 @@ def omp_threads(threads: int | None) -> Iterator[None]:
         yield
     finally:
         faiss.omp_set_num_threads(previous)
+
+
+def background_build_threads() -> int:
+    """Background graph builds leave one core to the searches they run beside (on two
+    cores: one build thread; searches during a build stay under a second at a million
+    vectors instead of queueing behind a build on every core)."""
+    return max(1, build_threads() - 1)

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dense._faiss import build_threads, faiss_module, omp_threads
+from dense._faiss import background_build_threads, faiss_module, omp_threads
 from dense._vector_store import Labels, SealPlan, Vectors
 
 BUILD_CHUNK = 8_192  # rows per FAISS add: how often a build checks for a stop or a gate
@@ -142,13 +142,13 @@ def build_graph(
         floats = np.empty((total, dimension), dtype=np.float32)
         if not proceed():
             return None
-        with omp_threads(build_threads()):
+        with omp_threads(background_build_threads()):
             index.train(_training_sample(plan, dimension))
     start = 0
     for vectors, labels in plan.chunks(chunk):
         if not proceed():
             return None
-        with omp_threads(build_threads()):
+        with omp_threads(background_build_threads()):
             index.add_with_ids(vectors, labels)
         if floats is not None:
             floats[start : start + vectors.shape[0]] = vectors
@@ -234,7 +234,7 @@ def quantised(graph: Graph, floats: Vectors, params: GraphParams) -> Graph:
     index = new_graph_index(dimension, params)
     inner = faiss.downcast_index(index.index)
     step = max(1, n // SQ_TRAIN_ROWS)
-    with omp_threads(build_threads()):
+    with omp_threads(background_build_threads()):
         inner.train(np.ascontiguousarray(floats[::step][:SQ_TRAIN_ROWS]))
         storage = faiss.downcast_index(inner.storage)
         for start in range(0, n, BUILD_CHUNK * 8):

@@ -108,7 +108,7 @@ class FaissIndex:
             call on whichever thread searches (``None``: FAISS's default, one per core).
             One is best for many small concurrent queries (a 300-vector flat search took
             11 ms at the default pool size instead of 0.1 ms on a busy box). Graph builds
-            use every core regardless. A runtime choice: not saved with the index.
+            use all cores but one regardless. A runtime choice: not saved with the index.
         build_delay_s: a build starts once no write has arrived for this long, so a bulk
             load builds once at its end rather than after every batch (but at the
             latest ``_MAX_DELAYS`` delays after it became due). Runtime only.
