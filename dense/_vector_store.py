@@ -356,3 +356,35 @@ def top_k(
         labels, scores = labels[pick], scores[pick]
     order = np.lexsort((labels, -scores))[:k]
     return labels[order], scores[order].astype(np.float32, copy=False)
+
+
+class RowsView:
+    """Some rows of a store as an array-like for streaming saves (``shape``, ``dtype``,
+    slicing): read a block at a time, so a save never gathers the whole matrix."""
+
+    def __init__(self, store: VectorStore, rows: Labels) -> None:
+        self._store = store
+        self._rows = rows
+        self.shape = (int(rows.shape[0]), store.dimension)
+        self.ndim = 2
+        self.dtype = np.dtype(np.float32)
+        self.nbytes = self.shape[0] * store.dimension * 4
+
+    def __getitem__(self, item: slice) -> Vectors:
+        return self._store.vectors_at(self._rows[item])
+
+
+def unit_rows(vectors: npt.ArrayLike, dimension: int) -> Vectors:
+    """``vectors`` as a C-contiguous float32 matrix of unit rows; ``ValueError`` for a
+    wrong shape, NaN/infinity or a zero vector."""
+    array = np.asarray(vectors, dtype=np.float32)
+    if array.ndim == 1:
+        array = array.reshape(1, -1)
+    if array.ndim != 2 or array.shape[1] != dimension:
+        raise ValueError(f"expected vectors of dimension {dimension}, got shape {array.shape}")
+    if not np.isfinite(array).all():
+        raise ValueError("vectors contain NaN or infinity")
+    norms = np.linalg.norm(array, axis=1, keepdims=True)
+    if array.shape[0] and (norms <= 1e-12).any():
+        raise ValueError("zero vectors have no direction")
+    return np.ascontiguousarray(array / norms, dtype=np.float32)

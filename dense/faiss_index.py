@@ -30,7 +30,8 @@ sets (``<= exact_filter_limit``) are scored exactly, and a graph search that fin
 than ``k`` eligible hits falls back to the exact path, so a filtered search returns
 ``min(k, eligible)`` results either way.
 
-Ordering: best score first; equal scores in ascending label order (first-added first).
+Ordering: best score first; equal scores by id (see ``search``). How one query is
+answered from the segments and the graph lives in ``dense._search``.
 
 Concurrency: any number of concurrent searches, one writer at a time (readers/writer
 lock); FAISS and numpy searches run without the GIL. ``close()`` stops the builder.
@@ -51,10 +52,11 @@ import numpy as np
 import numpy.typing as npt
 
 from dense._builder import BackgroundBuilder, Proceed
-from dense._faiss import faiss_module
 from dense._graph import Graph, GraphParams, VectorStorage, build_graph, quantised
 from dense._rwlock import RWLock
-from dense._vector_store import Labels, Vectors, VectorStore
+from dense._search import SearchParams, ServingGraph
+from dense._search import search as search_store
+from dense._vector_store import RowsView, VectorStore, unit_rows
 from dense.allow_list import AllowList
 from dense.index_file import (
     FaissIndexCorrupt,
@@ -71,7 +73,6 @@ logger = logging.getLogger(__name__)
 
 _REBUILD_MIN = 10_000  # pending rows (tail + masked) before a graph is rebuilt ...
 _REBUILD_DIVISOR = 10  # ... or a tenth of the graph, whichever is larger
-_SQ8_RERANK = 2  # an SQ8 graph returns this many times k candidates to re-rank
 _MAX_DELAYS = 300  # a build waits for a quiet moment at most this many build delays
 _EF_BASE_ROWS = 100_000  # adaptive efSearch: ef_search up to this many graph rows, then
 _EF_GROWTH = 0.8  # grows as (rows / base) ** growth (807 at 1M from 128), up to
@@ -170,9 +171,7 @@ class FaissIndex:
         self._lock = RWLock()
         self._owner = object()  # identity token for AllowList
         self._store = VectorStore(dimension)
-        self._graph: Graph | None = None
-        self._graph_bits: npt.NDArray[np.uint8] | None = None  # labels live in the graph
-        self._graph_selector: Any = None
+        self._serving: ServingGraph | None = None
         self._layout = 0  # bumped whenever the store is restructured outside a build
         self._verification: Verification | None = None
         self.damaged: FaissIndexCorrupt | None = None  # set if a background check fails
@@ -196,7 +195,12 @@ class FaissIndex:
     @property
     def kind(self) -> IndexKind:
         """What searches use right now: ``HNSW`` once a graph serves, else ``FLAT``."""
-        return IndexKind.FLAT if self._graph is None else IndexKind.HNSW
+        return IndexKind.FLAT if self._serving is None else IndexKind.HNSW
+
+    @property
+    def _graph(self) -> Graph | None:
+        serving = self._serving
+        return None if serving is None else serving.graph
 
     @property
     def graph_pending(self) -> bool:
@@ -237,7 +241,7 @@ class FaissIndex:
         ids = list(ids)
         if not ids and np.size(vectors) == 0:
             return
-        matrix = _unit_rows(vectors, self.dimension)
+        matrix = unit_rows(vectors, self.dimension)
         if len(ids) != matrix.shape[0]:
             raise ValueError(f"{len(ids)} ids but {matrix.shape[0]} vectors")
         if any(not isinstance(i, str) for i in ids):
@@ -282,7 +286,7 @@ class FaissIndex:
         """
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise ValueError(f"k must be a positive int, got {k!r}")
-        query = _unit_rows(vector, self.dimension)
+        query = unit_rows(vector, self.dimension)
         if query.shape[0] != 1:
             raise ValueError("search takes exactly one vector")
         if allow is not None and not isinstance(allow, AllowList):
@@ -290,8 +294,14 @@ class FaissIndex:
         cap = max(MAX_TIE_FETCH, k + 1)
         fetch = k + 1  # one past the cut: does the last kept score tie the next?
         with self._lock.read():
+            store, serving = self._store, self._serving
+            allowed = None
+            if allow is not None:
+                allowed = allow.compiled(self._owner, store.label_of.get, len(store.ids))
+            ef = self.effective_ef(0 if serving is None else serving.graph.rows)
+            params = SearchParams(ef, self.exact_filter_limit, self.search_threads)
             while True:
-                labels, scores = self._search_locked(query, fetch, allow)
+                labels, scores = search_store(store, serving, query, fetch, allowed, params)
                 found = int(labels.shape[0])
                 if found < fetch or scores[k - 1] > scores[found - 1] or fetch >= cap:
                     break
@@ -326,7 +336,7 @@ class FaissIndex:
                     ids=store.ids,
                     base_labels=live,
                     base_alive=np.ones(live.shape[0], dtype=np.bool_),
-                    base_vectors=_Rows(store, store.rows_of(live)),  # type: ignore[arg-type]
+                    base_vectors=RowsView(store, store.rows_of(live)),  # type: ignore[arg-type]
                     tail_labels=np.zeros(0, dtype=np.int64),
                     tail_vectors=np.zeros((0, self.dimension), dtype=np.float32),
                     params=self._params(),
@@ -342,7 +352,7 @@ class FaissIndex:
                     base_alive=store.base_alive,
                     base_vectors=store.base,
                     tail_labels=tail_labels,
-                    tail_vectors=_Rows(store, store.base_rows + tail_rows),  # type: ignore[arg-type]
+                    tail_vectors=RowsView(store, store.base_rows + tail_rows),  # type: ignore[arg-type]
                     params=self._params(),
                     storage=self._graph.storage,
                     graph=self._graph,
@@ -447,31 +457,13 @@ class FaissIndex:
             self._set_graph(None)
             store.unseal()
             self._layout += 1
-        if self._graph is not None and store.retired_base:
-            self._mask_retired()
+        if self._serving is not None and store.retired_base:
+            self._serving.mask_retired(store)
         if self._build_due():
             self._builder.request()
 
     def _set_graph(self, graph: Graph | None) -> None:
-        self._graph = graph
-        self._graph_bits = None
-        self._graph_selector = None
-
-    def _mask_retired(self) -> None:
-        """Clear the graph bits of retired base rows (a selector over labels)."""
-        store = self._store
-        faiss = faiss_module()
-        if self._graph_bits is None:
-            size = int(store.base_labels.max()) // 8 + 1 if store.base_rows else 1
-            self._graph_bits = np.zeros(size, dtype=np.uint8)
-            live = store.base_labels[store.base_alive]
-            np.bitwise_or.at(self._graph_bits, live >> 3, (1 << (live & 7)).astype(np.uint8))
-            self._graph_selector = faiss.IDSelectorBitmap(
-                self._graph_bits.shape[0], faiss.swig_ptr(self._graph_bits)
-            )
-            return
-        dead = store.base_labels[~store.base_alive]
-        np.bitwise_and.at(self._graph_bits, dead >> 3, (~(1 << (dead & 7))).astype(np.uint8))
+        self._serving = None if graph is None else ServingGraph(graph)
 
     def _build_step(self, proceed: Proceed) -> bool:
         """One background unit: verify a freshly loaded file, or build and install a
@@ -528,113 +520,3 @@ class FaissIndex:
         except FaissIndexCorrupt as exc:
             self.damaged = exc
             logger.error("vector index file failed its checksum: %s", exc)
-
-    def _search_locked(
-        self, query: Vectors, k: int, allow: AllowList | None
-    ) -> tuple[Labels, npt.NDArray[np.float32]]:
-        store, graph = self._store, self._graph
-        if store.size == 0:
-            return _EMPTY
-        if allow is None:
-            k = min(k, store.size)
-            if graph is None:
-                return store.exact_top(query, k)
-            return self._merge(
-                self._graph_top(graph, query, k, self._graph_selector, self._ef_for(graph, k)),
-                store.exact_top(query, k, tail_only=True) if store.tail_live else _EMPTY,
-                k,
-            )
-        labels, selector = allow.compiled(self._owner, store.label_of.get, len(store.ids))
-        rows = store.rows_of(labels)
-        k = min(k, int(rows.shape[0]))
-        if k == 0:
-            return _EMPTY
-        if graph is None or rows.shape[0] <= self.exact_filter_limit:
-            return store.exact_top(query, k, rows)
-        in_base = rows < store.base_rows
-        eligible_in_graph = int(np.count_nonzero(in_base))
-        graph_hits = _EMPTY
-        if eligible_in_graph:
-            if self._graph_selector is not None:
-                selector = faiss_module().IDSelectorAnd(selector, self._graph_selector)
-            want = min(k, eligible_in_graph)
-            ef = self._ef_for(graph, k)
-            graph_hits = self._graph_top(graph, query, want, selector, ef)
-            if graph_hits[0].shape[0] < want:
-                graph_hits = store.exact_top(query, want, rows[in_base])
-        tail_rows = rows[~in_base]
-        tail_hits = store.exact_top(query, k, tail_rows) if tail_rows.shape[0] else _EMPTY
-        return self._merge(graph_hits, tail_hits, k)
-
-    def _ef_for(self, graph: Graph, k: int) -> int:
-        """A deep window (the engine asks for 100) needs a list well beyond ``k``: with
-        efSearch barely above k, SciFact's nDCG@10 lost 0.004 against exact search."""
-        return max(self.effective_ef(graph.rows), 2 * k)
-
-    def _graph_top(
-        self, graph: Graph, query: Vectors, k: int, selector: Any, ef: int
-    ) -> tuple[Labels, npt.NDArray[np.float32]]:
-        if graph.storage is VectorStorage.FLOAT32:
-            return graph.search(query, k, ef, selector, self.search_threads)
-        labels, _approx = graph.search(
-            query, k * _SQ8_RERANK, max(ef, k * _SQ8_RERANK), selector, self.search_threads
-        )
-        rows = self._store.base_row_of(labels)
-        scores = self._store.base[rows] @ query[0]
-        return _top(labels, scores, k)
-
-    @staticmethod
-    def _merge(
-        a: tuple[Labels, npt.NDArray[np.float32]],
-        b: tuple[Labels, npt.NDArray[np.float32]],
-        k: int,
-    ) -> tuple[Labels, npt.NDArray[np.float32]]:
-        if b[0].shape[0] == 0:
-            return _top(*a, k)
-        if a[0].shape[0] == 0:
-            return _top(*b, k)
-        return _top(np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]]), k)
-
-
-_EMPTY: tuple[Labels, npt.NDArray[np.float32]] = (
-    np.zeros(0, dtype=np.int64),
-    np.zeros(0, dtype=np.float32),
-)
-
-
-def _top(
-    labels: Labels, scores: npt.NDArray[np.float32], k: int
-) -> tuple[Labels, npt.NDArray[np.float32]]:
-    """Best ``k`` first; equal scores in ascending label order (deterministic)."""
-    order = np.lexsort((labels, -scores))[:k]
-    return labels[order], scores[order].astype(np.float32, copy=False)
-
-
-class _Rows:
-    """Some rows of a store as an array-like for streaming saves: read a block at a
-    time, so saving never gathers the whole matrix."""
-
-    def __init__(self, store: VectorStore, rows: Labels) -> None:
-        self._store = store
-        self._rows = rows
-        self.shape = (int(rows.shape[0]), store.dimension)
-        self.ndim = 2
-        self.dtype = np.dtype(np.float32)
-        self.nbytes = self.shape[0] * store.dimension * 4
-
-    def __getitem__(self, item: slice) -> Vectors:
-        return self._store.vectors_at(self._rows[item])
-
-
-def _unit_rows(vectors: npt.ArrayLike, dimension: int) -> Vectors:
-    array = np.asarray(vectors, dtype=np.float32)
-    if array.ndim == 1:
-        array = array.reshape(1, -1)
-    if array.ndim != 2 or array.shape[1] != dimension:
-        raise ValueError(f"expected vectors of dimension {dimension}, got shape {array.shape}")
-    if not np.isfinite(array).all():
-        raise ValueError("vectors contain NaN or infinity")
-    norms = np.linalg.norm(array, axis=1, keepdims=True)
-    if array.shape[0] and (norms <= 1e-12).any():
-        raise ValueError("zero vectors have no direction")
-    return np.ascontiguousarray(array / norms, dtype=np.float32)
