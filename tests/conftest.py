@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,3 +18,21 @@ def shared_minilm(tmp_path_factory: pytest.TempPathFactory) -> SentenceTransform
     embedder = SentenceTransformerEmbedder(cache_dir=cache)
     embedder.warm_up()
     return embedder
+
+
+_OWN_LOGGERS = ("engine", "sparse", "dense", "fusion", "bench")
+
+
+@pytest.fixture(autouse=True)
+def _logging_restored() -> Iterator[None]:
+    """Undo what an in-process CLI run does to logging (the ``tandem`` callback sets our
+    loggers to ERROR and installs a root handler): a later test's ``caplog`` must see
+    every record, whichever test ran before it."""
+    levels = {name: logging.getLogger(name).level for name in _OWN_LOGGERS}
+    root = logging.getLogger()
+    handlers, root_level = list(root.handlers), root.level
+    yield
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)
+    root.handlers[:] = handlers
+    root.setLevel(root_level)
