@@ -223,12 +223,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args[:1] == ["scale"]:
             return _main_scale(args[1:])
-        if args[:1] == ["processes"]:
-            return _main_processes(args[1:])
         if args[:1] == ["http"]:
             from bench.http import main as main_http  # `python -m bench http --help`
 
             return main_http(args[1:])
+        if args[:1] == ["cluster"]:
+            from bench.cluster import main_cluster
+
+            return main_cluster(args[1:])
+        if args[:1] == ["processes"]:
+            return _main_processes(args[1:])
         return _main_run(args)
     except (BenchError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)

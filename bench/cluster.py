@@ -24,6 +24,7 @@ import logging
 import os
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,7 +70,7 @@ class ClusterBenchConfig:
 
 
 def run_cluster_bench(config: ClusterBenchConfig) -> dict[str, Any]:
-    from engine.cluster import ShardedCorpus, start_local_cluster
+    from engine.cluster import start_local_cluster
 
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     start_local_cluster(num_cpus=2)
@@ -89,57 +90,88 @@ def run_cluster_bench(config: ClusterBenchConfig) -> dict[str, Any]:
         "load_avg_start": list(load_start),
         "cpus": os.cpu_count(),
     }
+    stages = config.stages
     with tempfile.TemporaryDirectory(prefix="tandem-cluster-bench-") as tmp:
         root = Path(tmp)
-        engine = SearchEngine(root / "single")
-        single = {
-            "keyword": engine.create_corpus(CorpusConfig(name="kw", embedder=None)),
-            "hybrid": engine.create_corpus(
-                CorpusConfig(name="hy", embedder=SentenceTransformerEmbedding(model=config.model))
-            ),
-        }
-        sharded = {
-            "keyword": ShardedCorpus.create(
-                root / "sharded-kw", CorpusConfig(name="kw", embedder=None), config.shards
-            ),
-            "hybrid": ShardedCorpus.create(
-                root / "sharded-hy",
-                CorpusConfig(name="hy", embedder=SentenceTransformerEmbedding(model=config.model)),
-                config.shards,
-            ),
-        }
-        try:
-            everything: list[SearchableCorpus] = [*single.values(), *sharded.values()]
-            for corpus in everything:
-                _load(corpus, docs, vectors, config.model)
-            stages = config.stages
-            if "quality" in stages:
-                results.update(_quality(dataset, single, sharded))
-            if "latency" in stages:
-                results.update(_latency(dataset, single, sharded, config.rounds))
-            if "embed" in stages:
-                results.update(embed_scaling(config.model, dataset, config.embed_docs))
-            if "ingest" in stages:
-                results.update(
-                    end_to_end_ingest(
-                        root, dataset, config.shards, config.model, config.ingest_docs
-                    )
-                )
-            if "faults" in stages:
-                texts = [q.text for q in dataset.queries]
-                results.update(search_loop_with_kill(sharded["hybrid"], texts, config.loop_seconds))
-                results.update(ingest_with_kill(root, docs, vectors, config.shards, config.model))
-            if "capacity" in stages and config.capacity_docs > 0:
-                results.update(shard_capacity(root, config.capacity_docs, config.model))
-        finally:
-            for corpus in sharded.values():
-                corpus.close()
-            engine.close()
+        if stages & {"quality", "latency", "faults"}:
+            results.update(_compare(config, root, dataset, docs, vectors))
+        if "embed" in stages:
+            results.update(embed_scaling(config.model, dataset, config.embed_docs))
+        if "ingest" in stages:
+            results.update(
+                end_to_end_ingest(root, dataset, config.shards, config.model, config.ingest_docs)
+            )
+        if "faults" in stages:
+            results.update(ingest_with_kill(root, docs, vectors, config.shards, config.model))
+        if "capacity" in stages and config.capacity_docs > 0:
+            results.update(shard_capacity(root, config.capacity_docs, config.model))
     results["load_avg_end"] = list(os.getloadavg())
     config.out_dir.mkdir(parents=True, exist_ok=True)
     (config.out_dir / "cluster.json").write_text(json.dumps(results, indent=2) + "\n", "utf-8")
     (config.out_dir / "cluster.md").write_text(render_table(results), "utf-8")
     return results
+
+
+def _compare(
+    config: ClusterBenchConfig,
+    root: Path,
+    dataset: BeirDataset,
+    docs: Sequence[Document],
+    vectors: np.ndarray,
+) -> dict[str, Any]:
+    """One node and ``config.shards`` shards over the same documents and vectors:
+    quality, latency, and a shard killed during a search loop."""
+    from engine.cluster import ShardedCorpus
+
+    results: dict[str, Any] = {}
+    hybrid = SentenceTransformerEmbedding(model=config.model)
+    engine = SearchEngine(root / "single")
+    single = {
+        "keyword": engine.create_corpus(CorpusConfig(name="kw", embedder=None)),
+        "hybrid": engine.create_corpus(CorpusConfig(name="hy", embedder=hybrid)),
+    }
+    sharded = {
+        "keyword": ShardedCorpus.create(
+            root / "sharded-kw", CorpusConfig(name="kw", embedder=None), config.shards
+        ),
+        "hybrid": ShardedCorpus.create(
+            root / "sharded-hy", CorpusConfig(name="hy", embedder=hybrid), config.shards
+        ),
+    }
+    try:
+        everything: list[SearchableCorpus] = [*single.values(), *sharded.values()]
+        for corpus in everything:
+            _load(corpus, docs, vectors, config.model)
+        if "quality" in config.stages:
+            results.update(_quality(dataset, single, sharded))
+        if "latency" in config.stages:
+            results.update(_latency(dataset, single, sharded, config.rounds))
+            results.update(_round_trip(sharded["keyword"]))
+        if "faults" in config.stages:
+            texts = [q.text for q in dataset.queries]
+            results.update(search_loop_with_kill(sharded["hybrid"], texts, config.loop_seconds))
+    finally:
+        for corpus in sharded.values():
+            corpus.close()
+        engine.close()
+    return results
+
+
+def _round_trip(corpus: Any) -> dict[str, float]:
+    """The floor under any sharded search on this machine: a no-op call to every shard."""
+    import ray
+
+    handles = corpus._calls.handles
+    samples = []
+    for _ in range(200):
+        started = time.perf_counter()
+        ray.get([h.ping.remote() for h in handles])
+        samples.append(time.perf_counter() - started)
+    stats = LatencyStats.from_seconds(samples)
+    return {
+        "ray_round_trip_all_shards_p50_ms": round(stats.p50_ms, 3),
+        "ray_round_trip_all_shards_p95_ms": round(stats.p95_ms, 3),
+    }
 
 
 def _load(
@@ -149,9 +181,14 @@ def _load(
     for start in range(0, len(docs), BATCH):
         chunk = docs[start : start + BATCH]
         if hybrid:
-            corpus.add(chunk, embeddings=vectors[start : start + BATCH], embedding_model=model)
+            corpus.add(
+                chunk,
+                embeddings=vectors[start : start + BATCH],
+                embedding_model=model,
+                progress=False,
+            )
         else:
-            corpus.add(chunk)
+            corpus.add(chunk, progress=False)
 
 
 def _quality(

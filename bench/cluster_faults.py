@@ -75,6 +75,9 @@ def search_loop_with_kill(
         time.sleep(_SAMPLE_S)
     stop.set()
     worker.join(timeout=60)
+    restarts = corpus.registry.get_sample_value(
+        "tandem_shard_restarts_total", {"corpus": corpus.name}
+    )
     down = [t for t, up in samples if up < corpus.shards]
     back = [t for t, up in samples if up == corpus.shards and down and t > down[0]]
     return {
@@ -82,6 +85,7 @@ def search_loop_with_kill(
         "search_loop_searches": searches,
         "search_loop_empty_answers": empty,
         "search_loop_shards_up_min": min(up for _, up in samples),
+        "search_loop_restarts_seen": restarts,
         "search_loop_outage_s": round(back[0] - down[0], 2) if down and back else None,
         "search_loop_documents_before": before,
         "search_loop_documents_after": len(corpus),
@@ -135,6 +139,10 @@ def ingest_with_kill(
         )
         stop.set()
         sampler.join(timeout=30)
+        lowest[0] = min(lowest[0], _up(corpus))
+        restarts = corpus.registry.get_sample_value(
+            "tandem_shard_restarts_total", {"corpus": corpus.name}
+        )
         state = corpus._writer._content_state([d.id for d in docs])
         stored = sum(1 for _, has_vector in state.values() if has_vector)
     finally:
@@ -146,5 +154,6 @@ def ingest_with_kill(
         "fault_ingest_seconds": round(report.seconds, 1),
         "fault_ingest_killed": bool(killed),
         "fault_ingest_shards_up_min": lowest[0],
+        "fault_ingest_restarts_seen": restarts,
         "lost_documents": len(docs) - stored,
     }

@@ -114,8 +114,10 @@ def shard_capacity(root: Path, n_docs: int, model: str) -> dict[str, Any]:
                 docs[start : start + 5_000],
                 embeddings=matrix[start : start + 5_000],
                 embedding_model=model,
+                progress=False,
             )
         add_s = time.perf_counter() - started
+        rss_added = process.memory_info().rss
         handle = corpus._calls.handles[0]
         texts = queries(synth, 200)
         qvecs = query_vectors(200, seed=13)
@@ -141,6 +143,8 @@ def shard_capacity(root: Path, n_docs: int, model: str) -> dict[str, Any]:
         "capacity_docs": n_docs,
         "capacity_add_docs_per_s": round(n_docs / add_s, 1),
         "capacity_first_search_s": round(first_s, 2),
+        "capacity_shard_rss_empty_mb": round(rss_empty / 2**20, 1),
+        "capacity_shard_rss_after_add_mb": round(rss_added / 2**20, 1),
         "capacity_shard_rss_mb": round(rss_full / 2**20, 1),
         "capacity_rss_bytes_per_doc": round((rss_full - rss_empty) / n_docs, 1),
         "capacity_disk_bytes_per_doc": round(disk / n_docs, 1),

@@ -60,6 +60,7 @@ class ScaleJob:
     data_dir: str | None = str(DEFAULT_DATA_DIR)
     hnsw_ef_search: tuple[int, ...] = (64, 256)  # besides the engine's own efSearch
     storage: str = "float32"  # which saved index ``dense-reopen`` opens
+    keyword_corpus: bool = True  # tandem: also a keyword-only corpus (its ingest and p50)
 
     @property
     def label(self) -> str:
@@ -137,7 +138,9 @@ def _dense_reopen(job: ScaleJob, workdir: Path) -> dict[str, float]:
 def _tandem(job: ScaleJob, workdir: Path) -> dict[str, float]:
     source = _source(job, workdir)
     texts = _texts(job)
-    out = tandem_stage.ingest(source, job.model, texts, workdir, hybrid=False)
+    out: dict[str, float] = {}
+    if job.keyword_corpus:
+        out.update(tandem_stage.ingest(source, job.model, texts, workdir, hybrid=False))
     out.update(tandem_stage.ingest(source, job.model, texts, workdir, hybrid=True))
     return out
 

@@ -36,6 +36,7 @@ class ScaleConfig:
     model: str = DEFAULT_MODEL
     out_dir: Path = Path("bench-results") / "scale"
     tandem: bool = True
+    keyword_corpus: bool = True  # the Tandem stage also loads a keyword-only corpus
     progress: bool = True
     realistic: bool = True
     data_dir: Path | None = DEFAULT_DATA_DIR
@@ -79,6 +80,7 @@ def measure_size(config: ScaleConfig, n_docs: int, tandem: bool) -> dict[str, fl
             realistic=config.realistic,
             data_dir=None if config.data_dir is None else str(config.data_dir),
             hnsw_ef_search=config.hnsw_ef_search,
+            keyword_corpus=config.keyword_corpus,
         )
         for stage, overrides in stages_for(tandem):
             job = dataclasses.replace(base, stage=stage, **overrides)

@@ -36,17 +36,17 @@ logger = logging.getLogger(__name__)
 Handle = Any  # a Ray actor handle (``ray.actor.ActorHandle``), untyped upstream
 
 
-def probe(handles: Sequence[Handle], indexes: Sequence[int], timeout_s: float) -> set[int]:
-    """The shards among ``indexes`` that answer a ping within ``timeout_s``."""
+def probe(handles: Sequence[Handle], indexes: Sequence[int], timeout_s: float) -> dict[int, str]:
+    """The shards among ``indexes`` that answer a ping within ``timeout_s``, each with
+    its incarnation id (a new one after every restart)."""
     refs = {handles[i].ping.remote(): i for i in indexes}
     ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
-    answered: set[int] = set()
+    answered: dict[int, str] = {}
     for ref in ready:
         try:
-            ray.get(ref, timeout=0)
+            answered[refs[ref]] = ray.get(ref, timeout=0)
         except (RayActorError, RayTaskError, GetTimeoutError):
             continue
-        answered.add(refs[ref])
     return answered
 
 

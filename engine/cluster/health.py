@@ -13,6 +13,8 @@ Metrics (on a registry the coordinator owns; labels: the corpus name only):
 - ``tandem_shard_failures_total{corpus,operation}`` — calls to a shard that failed
   (``search``, ``write``, ``read``, ``probe``);
 - ``tandem_write_retries_total{corpus}`` — write calls sent again after a shard failure;
+- ``tandem_shard_restarts_total{corpus}`` — restarts seen (a probe met a new incarnation
+  of a shard: an outage shorter than the gap between two scrapes still counts);
 - ``tandem_partial_searches_total{corpus}`` — searches answered without every shard;
 - ``tandem_cluster_search_duration_seconds{corpus}`` — sharded search latency.
 """
@@ -22,15 +24,15 @@ from __future__ import annotations
 import enum
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics_core import Metric
 
 logger = logging.getLogger(__name__)
 
-Probe = Callable[[Sequence[int], float], set[int]]
-"""(shard indexes, timeout) -> the indexes that answered."""
+Probe = Callable[[Sequence[int], float], Mapping[int, str]]
+"""(shard indexes, timeout) -> the indexes that answered, with their incarnation ids."""
 
 _BUCKETS = (0.001, 0.002, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
@@ -63,6 +65,12 @@ class ClusterMetrics:
             "tandem_shard_failures",
             "Calls to a shard that failed",
             ["corpus", "operation"],
+            registry=self.registry,
+        )
+        self.restarts = Counter(
+            "tandem_shard_restarts",
+            "Shard restarts seen by the coordinator",
+            ["corpus"],
             registry=self.registry,
         )
         self.write_retries = Counter(
@@ -126,6 +134,7 @@ class ShardHealth:
     ) -> None:
         self._corpus = corpus
         self._up = [True] * count
+        self._incarnations: dict[int, str] = {}
         self._metrics = metrics
         self._probe = probe
         self._interval = probe_interval_s
@@ -175,12 +184,23 @@ class ShardHealth:
 
     def probe_all(self) -> None:
         """Probe every shard now and record the answer (run before each scrape)."""
-        answered = self._probe(list(range(self.count)), self._timeout)
+        answered = self._answers(list(range(self.count)), self._timeout)
         for index in range(self.count):
             if index in answered:
                 self.mark_up(index)
             elif self.is_up(index):
                 self.mark_down(index, Operation.PROBE)
+
+    def _answers(self, indexes: Sequence[int], timeout_s: float) -> Mapping[int, str]:
+        """Probe ``indexes``; count every shard that answers as a new incarnation."""
+        answered = self._probe(indexes, timeout_s)
+        with self._lock:
+            for index, incarnation in answered.items():
+                before = self._incarnations.get(index)
+                if before is not None and before != incarnation:
+                    self._metrics.restarts.labels(self._corpus).inc()
+                self._incarnations[index] = incarnation
+        return answered
 
     def wait_until_up(self, index: int, timeout_s: float) -> bool:
         """Probe ``index`` until it answers or ``timeout_s`` passes; True if it answered."""
@@ -191,7 +211,7 @@ class ShardHealth:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
-            if index in self._probe([index], min(self._timeout, remaining)):
+            if index in self._answers([index], min(self._timeout, remaining)):
                 self.mark_up(index)
                 return True
             with self._lock:
@@ -220,10 +240,10 @@ class ShardHealth:
                 if not down:
                     return
             try:
-                answered = self._probe(down, self._timeout)
+                answered = self._answers(down, self._timeout)
             except Exception as exc:  # keep probing; a probe must never kill the thread
                 logger.warning("shard probe failed (%s)", type(exc).__name__)
-                answered = set()
+                answered = {}
             for index in answered:
                 self.mark_up(index)
             with self._lock:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +66,7 @@ class ShardActor:
 
     def __init__(self, spec: ShardSpec) -> None:
         self._spec = spec
+        self._incarnation = uuid.uuid4().hex
         self._engine = _open_engine(Path(spec.directory), spec.embedder_factory, spec.lock_wait_s)
         try:
             self._corpus = self._engine.corpus(spec.config.name)
@@ -83,8 +85,9 @@ class ShardActor:
             documents=len(self._corpus),
         )
 
-    def ping(self) -> int:
-        return self._spec.index
+    def ping(self) -> str:
+        """This incarnation's id: a new one after every restart."""
+        return self._incarnation
 
     # -- writes ---------------------------------------------------------------------------
 

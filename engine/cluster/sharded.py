@@ -115,6 +115,7 @@ class ShardedCorpus:
         )
         self._closed = False
         self._lock = threading.Lock()
+        self._health.probe_all()  # each shard's incarnation, so later restarts are seen
 
     # -- opening --------------------------------------------------------------------------
 

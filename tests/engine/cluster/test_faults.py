@@ -104,6 +104,10 @@ def test_shard_killed_during_searches_and_writes(ray_cluster: None, tmp_path: Pa
             "tandem_shard_failures_total", {"corpus": "faults", "operation": "search"}
         )
         assert failures is not None and failures >= 1
+        restarts = corpus.registry.get_sample_value(
+            "tandem_shard_restarts_total", {"corpus": "faults"}
+        )
+        assert restarts == 1
     finally:
         stop.set()
         gate.unlink(missing_ok=True)
