@@ -26,13 +26,9 @@ _OWN_LOGGERS = ("engine", "sparse", "dense", "fusion", "bench")
 @pytest.fixture(autouse=True)
 def _logging_restored() -> Iterator[None]:
     """Undo what an in-process CLI run does to logging (the ``tandem`` callback sets our
-    loggers to ERROR and installs a root handler): a later test's ``caplog`` must see
-    every record, whichever test ran before it."""
+    loggers to ERROR): a later test's ``caplog`` must see every record, whichever test
+    ran before it. (Root handlers are pytest's own during a test: left alone.)"""
     levels = {name: logging.getLogger(name).level for name in _OWN_LOGGERS}
-    root = logging.getLogger()
-    handlers, root_level = list(root.handlers), root.level
     yield
     for name, level in levels.items():
         logging.getLogger(name).setLevel(level)
-    root.handlers[:] = handlers
-    root.setLevel(root_level)

@@ -245,10 +245,13 @@ HEAVY: Mapping[str, tuple[str, ...]] = {
     "sparse": ("torch",),
     "fusion": ("torch", "numpy"),
     "dense": ("torch", "ollama", "httpx", "pydantic", "sentence_transformers"),
+    # Every `tandem` command imports the CLI: the ollama client (~0.6 s) and torch load
+    # only when a corpus asks a question or embeds.
+    "engine.surfaces.cli": ("torch", "ollama", "sentence_transformers", "ray"),
 }
 
 
-@pytest.mark.parametrize("package", LEAVES)
+@pytest.mark.parametrize("package", [*LEAVES, "engine.surfaces.cli"])
 def test_importing_does_not_load_torch(package: str) -> None:
     result = subprocess.run(
         [sys.executable, "-c", PROBE.format(package=package, heavy=HEAVY[package])],

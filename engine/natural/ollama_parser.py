@@ -17,7 +17,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from functools import cached_property
-from typing import Protocol
 
 import ollama
 
@@ -27,15 +26,6 @@ from engine.natural.errors import NaturalSearchUnavailable
 from engine.natural.schema import ModelQuery, output_schema, parse_output, system_prompt
 
 logger = logging.getLogger(__name__)
-
-class QuestionParser(Protocol):
-    """Turns a question into a checked ``ModelQuery``.
-
-    Raises ``NaturalSearchUnavailable`` for every failure (never anything else for
-    remote trouble). Must not send anything but the question and the field schema.
-    """
-
-    def parse(self, question: str) -> ModelQuery: ...
 
 
 def _unavailable(

@@ -17,7 +17,6 @@ from engine.natural import (
     Answer,
     NaturalSearch,
     NaturalSearchUnavailable,
-    OllamaQuestionParser,
     TokenBucketLimiter,
 )
 from engine.search.searcher import Searcher
@@ -74,6 +73,8 @@ class CorpusQuestions:
             )
         with self._lock:
             if self._natural is None:
+                from engine.natural.ollama_parser import OllamaQuestionParser  # ~0.6 s import
+
                 self._natural = NaturalSearch(
                     self._name,
                     OllamaQuestionParser(settings, config.fields),

@@ -18,7 +18,7 @@ from engine.metrics import EngineMetrics
 from engine.metrics import NlOutcome as Outcome
 from engine.natural.answer import Answer, Interpretation
 from engine.natural.errors import NaturalSearchUnavailable, RateLimited
-from engine.natural.ollama_parser import QuestionParser
+from engine.natural.parser import QuestionParser
 from engine.natural.ratelimit import TokenBucketLimiter
 from engine.natural.resolve import ValueLookup, interpret
 from sparse import MIN_QUERY_LENGTH
