@@ -50,7 +50,7 @@ from bench.processes_worker import (
     search_load,
 )
 from bench.report import git_revision, machine_info
-from bench.run import FIXTURE_DIR
+from bench.run import FIXTURE_DIR, portable_path
 
 KEYWORD = "keyword"
 HYBRID = "hybrid"
@@ -250,7 +250,9 @@ def write_result(result: ProcessesResult, config: ProcessesConfig) -> Path:
         "revision": git_revision(),
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": machine_info(),
-        "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()},
+        "config": {
+            k: portable_path(v) if isinstance(v, Path) else v for k, v in asdict(config).items()
+        },
         **result.figures,
         "detail": result.detail,
         "note": "throughput and latency figures depend on machine load (see detail)",

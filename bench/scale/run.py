@@ -22,6 +22,7 @@ from bench.encoder import DEFAULT_MODEL
 from bench.errors import SystemUnavailable
 from bench.plot import plot_cost_vs_size
 from bench.report import git_revision, machine_info
+from bench.run import portable_path
 from bench.scale.anchors import DEFAULT_DATA_DIR
 from bench.scale.measure import ScaleJob, run_stage, stages_for
 
@@ -115,8 +116,8 @@ def run_scale(config: ScaleConfig) -> list[dict[str, float]]:
         "realistic_vectors": config.realistic,
         "config": {
             **asdict(config),
-            "out_dir": str(config.out_dir),
-            "data_dir": None if config.data_dir is None else str(config.data_dir),
+            "out_dir": portable_path(config.out_dir),
+            "data_dir": None if config.data_dir is None else portable_path(config.data_dir),
             "tandem": tandem,
         },
     }
