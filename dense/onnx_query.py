@@ -119,6 +119,10 @@ class OnnxQueryEncoder:
             self._tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
             options = ort.SessionOptions()
             options.log_severity_level = 3
+            # Idle intra-op threads sleep instead of spinning: a spinning pool burns the
+            # core another process's (or thread's) search needs (12 vs 15 ms of CPU per
+            # query at the same latency, measured on two cores).
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
             if threads is not None:
                 options.intra_op_num_threads = threads
             self._session = ort.InferenceSession(
