@@ -15,6 +15,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -32,6 +33,17 @@ logger = logging.getLogger(__name__)
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 APP_FACTORY = "engine.surfaces.http.app:app_from_env"
+
+
+def _without_nagle(sock: socket.socket) -> socket.socket:
+    """``sock`` re-wrapped so that asyncio turns Nagle's algorithm off on every accepted
+    connection. uvicorn binds with protocol 0, and asyncio sets TCP_NODELAY only on sockets
+    whose protocol reads IPPROTO_TCP: without this, a response's body waited for the
+    client's delayed ACK of its headers - 40 ms on every request."""
+    if sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return sock
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return socket.socket(sock.family, sock.type, socket.IPPROTO_TCP, fileno=sock.detach())
 
 
 def check_many_processes(settings: ServerSettings) -> None:
@@ -100,7 +112,7 @@ def serve_http(
         timeout_worker_healthcheck=60,  # a busy machine can take seconds to start a worker
         lifespan="on",
     )
-    sock = config.bind_socket()
+    sock = _without_nagle(config.bind_socket())
     try:
         bound_host, bound_port = sock.getsockname()[:2]
         shown = f"[{bound_host}]" if ":" in str(bound_host) else bound_host

@@ -128,3 +128,24 @@ def test_serve_help_lists_the_options_without_bool_placeholders(flag: str, tmp_p
     for option in ("--host", "--port", "--workers", "--token-file", "--path"):
         assert option in result.stdout
     assert "<bool>" not in result.stdout
+
+
+def test_accepted_connections_send_without_waiting_for_acks() -> None:
+    """Nagle's algorithm off on every accepted connection: uvicorn binds with protocol 0,
+    and asyncio sets TCP_NODELAY only on sockets whose protocol is TCP - without it a
+    response's body waited for the client's delayed ACK of its headers (40 ms a request)."""
+    import socket
+
+    from engine.surfaces.http.serve import _without_nagle
+
+    listener = _without_nagle(socket.create_server(("127.0.0.1", 0)))
+    try:
+        assert listener.proto == socket.IPPROTO_TCP
+        assert listener.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+        with socket.create_connection(listener.getsockname()[:2], timeout=30):
+            accepted, _ = listener.accept()
+            with accepted:
+                assert accepted.proto == socket.IPPROTO_TCP  # asyncio's condition for NODELAY
+                assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    finally:
+        listener.close()
