@@ -126,6 +126,11 @@ def _scale_parser() -> argparse.ArgumentParser:
         "--no-tandem", action="store_true", help="raw arms only (skip the Tandem corpora)"
     )
     parser.add_argument(
+        "--no-keyword-corpus",
+        action="store_true",
+        help="Tandem stage: the hybrid corpus only (skip the keyword-only corpus)",
+    )
+    parser.add_argument(
         "--random-vectors",
         action="store_true",
         help="random unit vectors and queries instead of realistic ones (the old baseline)",
@@ -161,6 +166,7 @@ def _main_scale(argv: Sequence[str]) -> int:
         model=args.model,
         out_dir=args.out,
         tandem=not args.no_tandem,
+        keyword_corpus=not args.no_keyword_corpus,
         progress=not args.no_progress,
         realistic=not args.random_vectors,
         data_dir=args.data_dir,

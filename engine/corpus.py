@@ -399,6 +399,21 @@ class Corpus:
             names.append(self._config.embedder.model)
         return names
 
+    # -- internal: for engine.surfaces (a server warms its models before it is ready) ----
+
+    def _warm_up(self) -> None:
+        """Load the query model now, so the first search does not pay for it (seconds).
+        Never raises: a model that cannot load leaves the corpus answering from keywords,
+        as the first search would have."""
+        embedder = self._searcher.state.embedder
+        if embedder is None:
+            return
+        try:
+            embedder.embed(["warm-up"])
+        except Exception as exc:  # the contract: never raises; the router degrades later
+            logger.warning("corpus %r: embedder warm-up failed (%s)", self.name, type(exc).__name__)
+            logger.debug("warm-up failure", exc_info=True)
+
     # -- internal: for engine.cluster (a shard is a corpus) ----------------------------
 
     def _keyword_window(

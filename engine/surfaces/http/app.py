@@ -38,8 +38,10 @@ documents. Writes need `Authorization: Bearer <token>`. Every error has the shap
 
 
 def _open_all(engine: SearchEngine) -> None:
+    """Open every corpus (publishes its gauges) and load its query model, so /readyz
+    answers only once the first search pays neither (each worker loads its own)."""
     for name in engine.list_corpora():
-        engine.corpus(name)  # publishes its gauges; the first search does not pay the open
+        engine.corpus(name)._warm_up()
 
 
 def create_app(settings: ServerSettings, *, engine_factory: EngineFactory | None = None) -> FastAPI:

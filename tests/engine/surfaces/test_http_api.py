@@ -20,7 +20,7 @@ from engine import CorpusConfig, Document, SearchEngine
 from engine.limits import MAX_GREP_PATTERN
 from engine.surfaces.http import ServerSettings, create_app
 from engine.surfaces.http.schemas import passage_body
-from tests.support.fakes import HashEmbedder, factory_for
+from tests.support.fakes import HashEmbedder, RecordingEmbedder, SwitchableEmbedder, factory_for
 
 TOKEN = "t0ken-for-tests-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -441,3 +441,32 @@ def test_no_cors_and_a_locked_down_page(client: TestClient) -> None:
     docs = client.get("/docs")
     assert docs.status_code == 200 and "/docs/assets/swagger-ui-bundle.js" in docs.text
     assert client.get("/docs/assets/swagger-ui-bundle.js").status_code == 200
+
+
+def test_the_server_loads_each_query_model_before_it_is_ready(tmp_path: Path) -> None:
+    """Startup warms every hybrid corpus's embedder (the first search of each worker must
+    not pay for loading a model); an embedder that fails to warm up does not stop it."""
+    home = tmp_path / "engine"
+    recorder = RecordingEmbedder()
+    failing = SwitchableEmbedder(RecordingEmbedder(name="failing"))
+    failing.failing = True
+    by_model = {"good": recorder, "bad": failing}
+
+    def engine(path: Path) -> SearchEngine:
+        return SearchEngine(path, embedder_factory=lambda spec: by_model[spec.model])  # type: ignore[return-value]
+
+    with engine(home) as setup:
+        for name, model in (("good", "good"), ("bad", "bad"), ("kw", None)):
+            setup.create_corpus(CorpusConfig(name=name, embedder=model))  # type: ignore[arg-type]
+        setup.corpus("good").add([Document(id="d1", title="Anything", text="at all")])
+    before = recorder.texts_embedded
+    failing.embed_calls = 0
+    app = create_app(ServerSettings(home=home), engine_factory=engine)
+    with TestClient(app) as client:
+        warmed = recorder.texts_embedded
+        assert warmed > before, "the good corpus's model was not called before any request"
+        assert failing.embed_calls >= 1
+        assert client.get("/readyz").status_code == 200
+        answer = client.post("/v1/corpora/good/search", json={"query": "anything at all"})
+        assert answer.status_code == 200 and answer.json()["passages"]
+        assert recorder.texts_embedded == warmed + 1  # the search embedded its query only
