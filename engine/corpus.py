@@ -24,7 +24,7 @@ from engine.filters import Filter, compile_filter
 from engine.metrics import EngineMetrics
 from engine.natural import Answer
 from engine.natural.questions import CorpusQuestions
-from engine.search.current_index import CurrentIndexBackend
+from engine.search.current_index import CurrentIndexBackend, GateFreeBackend
 from engine.search.searcher import Searcher, SearchState
 from engine.search.sources import evidence_text, fetch_source, grep
 from engine.search.visibility import DenseVisibility
@@ -107,7 +107,7 @@ class Corpus:
                 lambda: self._indexes.keyword_index_current,
                 self._gate,
             ),
-            DatabaseLikeBackend(self._store),
+            GateFreeBackend(DatabaseLikeBackend(self._store), self._gate),
         ]
         self._searcher = Searcher(
             SearchState(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 
+from engine.search.gate import suspended
 from sparse import AccessContext, EvidenceSource, RetrievalQuery, SearchBackend
 
 
@@ -45,4 +46,29 @@ class CurrentIndexBackend:
 
     def search(self, query: RetrievalQuery, access: AccessContext) -> list[EvidenceSource]:
         with self._gate:
+            return self._inner.search(query, access)
+
+
+class GateFreeBackend:
+    """Delegates to ``inner`` outside the search gate: the database fallback's scans
+    release the interpreter for their whole length and must not hold up other searches,
+    even when the search that runs them holds the gate (a keyword search does)."""
+
+    def __init__(self, inner: SearchBackend, gate: contextlib.AbstractContextManager[None]) -> None:
+        self._inner = inner
+        self._gate = gate
+
+    @property
+    def name(self) -> str:
+        return self._inner.name
+
+    @property
+    def priority(self) -> int:
+        return self._inner.priority
+
+    def is_available(self) -> bool:
+        return self._inner.is_available()
+
+    def search(self, query: RetrievalQuery, access: AccessContext) -> list[EvidenceSource]:
+        with suspended(self._gate):
             return self._inner.search(query, access)

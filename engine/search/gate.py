@@ -23,21 +23,34 @@ from __future__ import annotations
 import collections
 import contextlib
 import threading
+from collections.abc import Iterator
 from types import TracebackType
 
 
 class SearchGate:
-    """A fair (first-come, first-served) mutex for the CPU-bound part of a search."""
+    """A fair (first-come, first-served) mutex for the CPU-bound part of a search.
+
+    Re-entrant: a thread that holds the gate may enter it again (a keyword search holds it
+    for its whole length, and the index backend inside enters it too). ``suspended()``
+    lets the holder step out for work that must not keep others waiting (a database scan)
+    and queue again afterwards.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._busy = False
+        self._owner: int | None = None
+        self._depth = 0
         self._waiting: collections.deque[threading.Event] = collections.deque()
 
     def __enter__(self) -> None:
+        me = threading.get_ident()
         with self._lock:
+            if self._owner == me:
+                self._depth += 1
+                return
             if not self._busy:
-                self._busy = True
+                self._busy, self._owner, self._depth = True, me, 1
                 return
             turn = threading.Event()
             self._waiting.append(turn)
@@ -53,6 +66,8 @@ class SearchGate:
             if handed_over:
                 self._release()
             raise
+        with self._lock:
+            self._owner, self._depth = me, 1
 
     def __exit__(
         self,
@@ -60,14 +75,48 @@ class SearchGate:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        with self._lock:
+            if self._owner != threading.get_ident():
+                return  # lost in ``suspended()``: interrupted while queueing to come back
+            self._depth -= 1
+            if self._depth > 0:
+                return
         self._release()
+
+    @contextlib.contextmanager
+    def suspended(self) -> Iterator[None]:
+        """Step out of the gate for the block if this thread holds it (others go first),
+        then wait for it again, at the same depth."""
+        with self._lock:
+            if self._owner != threading.get_ident():
+                held = 0
+            else:
+                held, self._depth = self._depth, 1
+        if not held:
+            yield
+            return
+        self._release()
+        try:
+            yield
+        finally:
+            self.__enter__()
+            with self._lock:
+                self._depth = held
 
     def _release(self) -> None:
         with self._lock:
+            self._owner, self._depth = None, 0
             if self._waiting:
                 self._waiting.popleft().set()
             else:
                 self._busy = False
+
+
+def suspended(
+    gate: contextlib.AbstractContextManager[None],
+) -> contextlib.AbstractContextManager[None]:
+    """``gate.suspended()`` for a ``SearchGate``; any other gate (an open one) needs none."""
+    return gate.suspended() if isinstance(gate, SearchGate) else contextlib.nullcontext()
 
 
 def open_gate() -> contextlib.AbstractContextManager[None]:

@@ -141,9 +141,14 @@ class Searcher:
             except EmbedderUnavailable:
                 p.metrics.fallbacks.labels(p.corpus, FallbackReason.EMBEDDER_ERROR.value).inc()
                 strategy = Strategy.KEYWORD
-        if fused is None:
-            fused, sparse_hits = self._keyword(p, text, need, language, filters)
-        with p.gate:  # see engine.search.gate: the Python part, one search at a time
+        # See engine.search.gate: the Python part, one search at a time. A keyword search
+        # holds the gate from its index search to its passages, so two threads of one
+        # process alternate whole searches instead of trading the interpreter every 5 ms
+        # (keyword p95 with 2 threads in a process: 3.1x -> see README, Processes); the
+        # database fallback's scans step out of it (GateFreeBackend).
+        with p.gate:
+            if fused is None:
+                fused, sparse_hits = self._keyword(p, text, need, language, filters)
             passages = self._passages(p, fused[skip:need], sparse_hits, text, filters)
         p.metrics.searches.labels(p.corpus, strategy.value).inc()
         p.metrics.search_duration.labels(p.corpus).observe(time.perf_counter() - started)

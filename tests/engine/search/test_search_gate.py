@@ -156,7 +156,9 @@ def test_a_waiter_interrupted_just_after_being_handed_the_gate_passes_it_on(
     gate, release, holder = _held_gate()
     import types
 
-    fake_threading = types.SimpleNamespace(Event=InterruptedAfterTurn, Lock=threading.Lock)
+    fake_threading = types.SimpleNamespace(
+        Event=InterruptedAfterTurn, Lock=threading.Lock, get_ident=threading.get_ident
+    )
     monkeypatch.setattr(gate_module, "threading", fake_threading)
     failed: list[BaseException] = []
 
@@ -175,4 +177,52 @@ def test_a_waiter_interrupted_just_after_being_handed_the_gate_passes_it_on(
     holder.join(timeout=30)
     waiter.join(timeout=30)
     assert len(failed) == 1
+    assert _enters_within(gate)
+
+
+def test_the_holder_may_enter_again_and_leaves_only_at_the_outermost_exit() -> None:
+    gate = SearchGate()
+    with gate:
+        with gate:  # a keyword search holds the gate; its index backend enters it too
+            assert not _enters_within(gate, timeout_s=0.2)
+        assert not _enters_within(gate, timeout_s=0.2)  # still held after the inner exit
+    assert _enters_within(gate)
+
+
+def test_suspended_lets_a_waiter_in_then_takes_the_gate_back() -> None:
+    """The database fallback steps out of the gate: a waiting search runs meanwhile, and
+    the holder continues afterwards at the same depth, holding it again."""
+    gate = SearchGate()
+    order: list[str] = []
+    waiter_in = threading.Event()
+    waiter_may_leave = threading.Event()
+
+    def waiter() -> None:
+        with gate:
+            order.append("waiter")
+            waiter_in.set()
+            waiter_may_leave.wait(timeout=30)
+
+    with gate:
+        with gate:
+            thread = threading.Thread(target=waiter)
+            thread.start()
+            _wait_until(lambda: len(gate._waiting) == 1)
+            with gate.suspended():
+                assert waiter_in.wait(timeout=30)  # the waiter got in while we scanned
+                order.append("scan")
+                waiter_may_leave.set()
+            order.append("back")  # re-acquired only after the waiter left
+        assert not _enters_within(gate, timeout_s=0.2)  # depth restored: still held
+    thread.join(timeout=30)
+    assert order == ["waiter", "scan", "back"]
+    assert _enters_within(gate)
+
+
+def test_suspended_outside_the_gate_is_a_no_op() -> None:
+    gate = SearchGate()
+    with gate.suspended():
+        assert _enters_within(gate)
+    with gate:
+        pass
     assert _enters_within(gate)
