@@ -144,7 +144,7 @@ class Searcher:
         # See engine.search.gate: the Python part, one search at a time. A keyword search
         # holds the gate from its index search to its passages, so two threads of one
         # process alternate whole searches instead of trading the interpreter every 5 ms
-        # (keyword p95 with 2 threads in a process: 3.1x -> see README, Processes); the
+        # (p95 over the c/2 bound at 2 threads a process: 1.79 -> 1.11, README); the
         # database fallback's scans step out of it (GateFreeBackend).
         with p.gate:
             if fused is None:
