@@ -15,7 +15,22 @@ from engine.search.gate import suspended
 from sparse import AccessContext, EvidenceSource, RetrievalQuery, SearchBackend
 
 
-class CurrentIndexBackend:
+class _Delegating:
+    """A backend that answers through ``inner``, under its name and priority."""
+
+    def __init__(self, inner: SearchBackend) -> None:
+        self._inner = inner
+
+    @property
+    def name(self) -> str:
+        return self._inner.name
+
+    @property
+    def priority(self) -> int:
+        return self._inner.priority
+
+
+class CurrentIndexBackend(_Delegating):
     """Delegates to ``inner``; unavailable whenever ``is_current()`` is False.
 
     ``gate`` (the engine's search gate) is held around the index search only: that is
@@ -29,17 +44,9 @@ class CurrentIndexBackend:
         is_current: Callable[[], bool],
         gate: contextlib.AbstractContextManager[None] | None = None,
     ) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._is_current = is_current
         self._gate = gate if gate is not None else contextlib.nullcontext()
-
-    @property
-    def name(self) -> str:
-        return self._inner.name
-
-    @property
-    def priority(self) -> int:
-        return self._inner.priority
 
     def is_available(self) -> bool:
         return self._is_current() and self._inner.is_available()
@@ -49,22 +56,14 @@ class CurrentIndexBackend:
             return self._inner.search(query, access)
 
 
-class GateFreeBackend:
+class GateFreeBackend(_Delegating):
     """Delegates to ``inner`` outside the search gate: the database fallback's scans
     release the interpreter for their whole length and must not hold up other searches,
     even when the search that runs them holds the gate (a keyword search does)."""
 
     def __init__(self, inner: SearchBackend, gate: contextlib.AbstractContextManager[None]) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._gate = gate
-
-    @property
-    def name(self) -> str:
-        return self._inner.name
-
-    @property
-    def priority(self) -> int:
-        return self._inner.priority
 
     def is_available(self) -> bool:
         return self._inner.is_available()
