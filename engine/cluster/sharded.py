@@ -151,7 +151,7 @@ class ShardedCorpus:
             )
         except ValueError as exc:
             raise InvalidArgument(f"invalid sharded corpus: {exc}") from exc
-        path = Path(root)
+        path = Path(root).absolute()  # shard actors have their own working directory
         write_manifest(path, manifest)
         return cls._start(path, manifest, embedder_factory, options, registry)
 
@@ -165,7 +165,7 @@ class ShardedCorpus:
         registry: CollectorRegistry | None = None,
     ) -> ShardedCorpus:
         """Open the sharded corpus in ``root`` (starts or, when detached, finds its shards)."""
-        path = Path(root)
+        path = Path(root).absolute()  # shard actors have their own working directory
         return cls._start(path, read_manifest(path), embedder_factory, options, registry)
 
     @classmethod
