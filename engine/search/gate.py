@@ -38,10 +38,9 @@ class SearchGate:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._busy = False
-        self._owner: int | None = None
+        self._owner: int | None = None  # the holding thread; None: the gate is free
         self._depth = 0
-        self._waiting: collections.deque[threading.Event] = collections.deque()
+        self._waiting: collections.deque[tuple[int, threading.Event]] = collections.deque()
 
     def __enter__(self) -> None:
         me = threading.get_ident()
@@ -49,25 +48,21 @@ class SearchGate:
             if self._owner == me:
                 self._depth += 1
                 return
-            if not self._busy:
-                self._busy, self._owner, self._depth = True, me, 1
+            if self._owner is None:
+                self._owner, self._depth = me, 1
                 return
             turn = threading.Event()
-            self._waiting.append(turn)
+            self._waiting.append((me, turn))
         try:
-            turn.wait()  # the releaser hands the gate over: _busy stays True
+            turn.wait()  # the releaser makes us the owner, then sets the event
         except BaseException:
             with self._lock:
-                if turn.is_set():
-                    handed_over = True  # we own the gate now: pass it on below
-                else:
-                    handed_over = False
-                    self._waiting.remove(turn)
+                handed_over = turn.is_set()  # then the gate is ours: pass it on below
+                if not handed_over:
+                    self._waiting.remove((me, turn))
             if handed_over:
                 self._release()
             raise
-        with self._lock:
-            self._owner, self._depth = me, 1
 
     def __exit__(
         self,
@@ -88,10 +83,7 @@ class SearchGate:
         """Step out of the gate for the block if this thread holds it (others go first),
         then wait for it again, at the same depth."""
         with self._lock:
-            if self._owner != threading.get_ident():
-                held = 0
-            else:
-                held, self._depth = self._depth, 1
+            held = self._depth if self._owner == threading.get_ident() else 0
         if not held:
             yield
             return
@@ -105,11 +97,12 @@ class SearchGate:
 
     def _release(self) -> None:
         with self._lock:
-            self._owner, self._depth = None, 0
             if self._waiting:
-                self._waiting.popleft().set()
+                owner, turn = self._waiting.popleft()
+                self._owner, self._depth = owner, 1
+                turn.set()
             else:
-                self._busy = False
+                self._owner, self._depth = None, 0
 
 
 def suspended(

@@ -226,3 +226,28 @@ def test_suspended_outside_the_gate_is_a_no_op() -> None:
     with gate:
         pass
     assert _enters_within(gate)
+
+
+def test_the_database_fallback_scans_outside_a_held_gate() -> None:
+    """``GateFreeBackend`` (the LIKE fallback's wrapper): while a keyword search that holds
+    the gate scans the database, another search can take the gate."""
+    from engine.search.current_index import GateFreeBackend
+
+    gate = SearchGate()
+    others_entered: list[bool] = []
+
+    class Scan:
+        name, priority = "database-like", 0
+
+        def is_available(self) -> bool:
+            return True
+
+        def search(self, query: object, access: object) -> list[object]:
+            others_entered.append(_enters_within(gate))
+            return []
+
+    backend = GateFreeBackend(Scan(), gate)  # type: ignore[arg-type]
+    with gate:
+        assert backend.search(None, None) == []  # type: ignore[arg-type]
+        assert not _enters_within(gate, timeout_s=0.2)  # held again after the scan
+    assert others_entered == [True]
