@@ -414,6 +414,15 @@ class Corpus:
             logger.warning("corpus %r: embedder warm-up failed (%s)", self.name, type(exc).__name__)
             logger.debug("warm-up failure", exc_info=True)
 
+    def _searches_are_short(self) -> bool:
+        """True when a search here calls no model and reads a current keyword index: it is
+        then a few milliseconds of CPU with nothing to wait for, which a server may run
+        on its event loop rather than pay a hand-over to a worker thread and back (~1 ms
+        on a 2-core machine, half of a keyword search). A corpus with an embedder, or
+        whose index is behind (the database fallback scans), answers False."""
+        state = self._searcher.state
+        return state.embedder is None and state.keyword_index_backed.is_available()
+
     # -- internal: for engine.cluster (a shard is a corpus) ----------------------------
 
     def _keyword_window(

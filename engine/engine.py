@@ -225,6 +225,13 @@ class SearchEngine:
             config = CorpusConfig.model_validate(json.loads(config_path.read_text("utf-8")))
             return self._open(config, directory)
 
+    def _opened(self, name: str) -> Corpus | None:
+        """The corpus ``name`` if it is open here and current, else None — without taking
+        the engine's lock, which a drop may hold while it waits for a writer (a server's
+        event loop asks this and must not wait)."""
+        known = None if self._closed else self._corpora.get(name)
+        return known if known is not None and known.is_current() else None
+
     def _open(self, config: CorpusConfig, directory: Path) -> Corpus:
         embedder = None if config.embedder is None else self._embedders.get(config.embedder)
         corpus = Corpus(

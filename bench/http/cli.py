@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import secrets
+import statistics
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -44,6 +45,12 @@ def _parser() -> argparse.ArgumentParser:
         default=400,
         help="generated requests per operation (default: %(default)s; 0 skips the fuzz)",
     )
+    parser.add_argument(
+        "--overhead-rounds",
+        type=int,
+        default=5,
+        help="paired in-process / HTTP rounds for the overhead figure (default: 5)",
+    )
     parser.add_argument("--no-load", action="store_true", help="skip the wrk runs")
     return parser
 
@@ -59,7 +66,7 @@ def _revision() -> str:
 
 def main(argv: Sequence[str]) -> int:
     from bench.http.fuzz import build_fuzz_engine, directory_counts, run_fuzz
-    from bench.http.load import HYBRID, KEYWORD, as_dicts, in_process_baseline, load_runs
+    from bench.http.load import HYBRID, KEYWORD, as_dicts, load_runs, overhead_rounds
     from bench.http.server import build_engine, several_processes_allowed, tandem_serve
     from bench.run import FIXTURE_DIR
 
@@ -96,8 +103,8 @@ def main(argv: Sequence[str]) -> int:
                 "queries": len(queries),
             }
             result["workers_skipped"] = [w for w in wanted if w not in workers]
-            result["baseline"] = as_dicts(
-                [in_process_baseline(home, corpus, queries) for corpus in corpora]
+            result["overhead"] = as_dicts(
+                overhead_rounds(home, queries, corpora, args.overhead_rounds, args.duration)
             )
             result["runs"] = as_dicts(load_runs(home, queries, corpora, workers, args.duration))
         if args.fuzz_examples > 0:
@@ -128,6 +135,35 @@ def _ratio(runs: list[dict[str, Any]], corpus: str, connections: int) -> float |
     return float(two[0]["qps"] / one[0]["qps"])
 
 
+def _overhead_table(rounds: list[dict[str, Any]]) -> list[str]:
+    """Median over paired rounds (see ``bench.http.load.overhead_rounds``)."""
+    lines = [
+        "HTTP overhead, paired rounds (each: the queries through `Corpus.search` in the bench "
+        "process, then through one wrk connection to a one-worker server on the same "
+        "directory):",
+        "",
+        "| corpus | rounds | in-process p50 ms | HTTP p50 ms | overhead ms, median (min .. max) "
+        "| floor: no-op app, p50 ms |",
+        "|---|---|---|---|---|---|",
+    ]
+    for corpus in dict.fromkeys(r["corpus"] for r in rounds):
+        mine = [r for r in rounds if r["corpus"] == corpus]
+        over = [r["overhead_ms"] for r in mine]
+        lines.append(
+            f"| {corpus} | {len(mine)} | "
+            f"{statistics.median(r['in_process_p50_ms'] for r in mine):.2f} | "
+            f"{statistics.median(r['http_p50_ms'] for r in mine):.2f} | "
+            f"{statistics.median(over):+.2f} ({min(over):+.2f} .. {max(over):+.2f}) | "
+            f"{statistics.median(r.get('floor_p50_ms', 0.0) for r in mine):.2f} |"
+        )
+    lines += [
+        "",
+        "The floor is wrk against a no-op ASGI app on the same uvicorn set-up "
+        "(`bench.http.floor_app`): what any request costs here before application code runs.",
+    ]
+    return lines
+
+
 def render(result: dict[str, Any]) -> str:
     lines = [
         f"revision `{result['revision']}`, {result['timestamp']}, {result['machine']}, "
@@ -154,26 +190,7 @@ def render(result: dict[str, Any]) -> str:
                 f"{r.get('server_request_ms', 0):.2f} / {r.get('server_search_ms', 0):.2f} / "
                 f"{r.get('server_overhead_ms', 0):.2f} | {r['loadavg_1m']:.1f} |"
             )
-        lines += [
-            "",
-            "| corpus | in-process p50 ms | HTTP p50 ms (1 worker, 1 connection) | overhead ms |",
-            "|---|---|---|---|",
-        ]
-        for b in result["baseline"]:
-            http = next(
-                (
-                    r
-                    for r in runs
-                    if (r["workers"], r["corpus"], r["connections"]) == (1, b["corpus"], 1)
-                ),
-                None,
-            )
-            if http is not None:
-                lines.append(
-                    f"| {b['corpus']} | {b['p50_ms']:.2f} | {http['p50_ms']:.2f} | "
-                    f"{http['p50_ms'] - b['p50_ms']:+.2f} |"
-                )
-        lines.append("")
+        lines += ["", *_overhead_table(result.get("overhead", [])), ""]
         for connections in (4, 16):
             for corpus in ("kw", "hy"):
                 ratio = _ratio(runs, corpus, connections)

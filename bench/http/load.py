@@ -3,15 +3,22 @@
 For each worker count (1, and 2 when the engine admits several processes per directory),
 each corpus (keyword, hybrid) and each connection count (1, 4, 16), wrk POSTs search
 bodies cycling through the dataset's queries for ``duration_s`` seconds; a Lua script
-reports requests, p50/p95/p99 latency and errors as JSON. The baseline times
-``Corpus.search`` for the same queries in one thread of one process, before the server
-starts. wrk runs on the same machine as the server, so it competes for the cores; the
-machine's load average is recorded with every run.
+reports requests, p50/p95/p99 latency and errors as JSON. wrk runs on the same machine
+as the server, so it competes for the cores; the machine's load average is recorded with
+every run.
+
+The HTTP overhead is measured in paired rounds (``overhead_rounds``): in each round the
+same queries are timed through ``Corpus.search`` in this process and then through one
+wrk connection to a one-worker server on the same directory, and the overhead is the
+median over rounds of the difference of the two p50s. One baseline taken before the
+server started varied by ±0.3 ms from run to run on a 2-core machine — as much as the
+figure it was meant to measure.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import statistics
@@ -21,11 +28,15 @@ import time
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
 from bench.errors import BenchError
-from bench.http.server import HYBRID, KEYWORD, tandem_serve
+from bench.http.server import HYBRID, KEYWORD, floor_server, tandem_serve
+
+if TYPE_CHECKING:
+    from engine import Corpus
 
 CONNECTIONS = (1, 4, 16)
 TOP_K = 10
@@ -64,6 +75,19 @@ class Baseline:
     p95_ms: float
 
 
+@dataclass(frozen=True, slots=True)
+class OverheadRound:
+    corpus: str
+    in_process_p50_ms: float
+    http_p50_ms: float
+    floor_p50_ms: float
+    """wrk's p50 in the same round against ``bench.http.floor_app`` (no application)."""
+
+    @property
+    def overhead_ms(self) -> float:
+        return self.http_p50_ms - self.in_process_p50_ms
+
+
 def _bodies_file(queries: list[str], directory: Path) -> Path:
     path = directory / "bodies.jsonl"
     with open(path, "w", encoding="utf-8") as out:
@@ -77,22 +101,62 @@ def in_process_baseline(home: Path, corpus: str, queries: list[str], rounds: int
     from engine import SearchEngine
 
     with SearchEngine(home) as engine:
-        target = engine.corpus(corpus)
-        for query in queries[:50]:
+        return _timed_searches(engine.corpus(corpus), queries, rounds)
+
+
+def _timed_searches(target: Corpus, queries: list[str], rounds: int) -> Baseline:
+    for query in queries[:50]:
+        target.search(query, top_k=TOP_K)
+    times: list[float] = []
+    for _ in range(rounds):
+        for query in queries:
+            start = time.perf_counter()
             target.search(query, top_k=TOP_K)
-        times: list[float] = []
-        for _ in range(rounds):
-            for query in queries:
-                start = time.perf_counter()
-                target.search(query, top_k=TOP_K)
-                times.append(time.perf_counter() - start)
+            times.append(time.perf_counter() - start)
     times.sort()
     return Baseline(
-        corpus=corpus,
+        corpus=target.name,
         searches=len(times),
         p50_ms=statistics.median(times) * 1000,
         p95_ms=times[int(0.95 * (len(times) - 1))] * 1000,
     )
+
+
+def overhead_rounds(
+    home: Path, queries: list[str], corpora: list[str], rounds: int, duration_s: float
+) -> list[OverheadRound]:
+    """Paired rounds of (in-process p50, HTTP p50 over one connection to one worker)."""
+    from engine import SearchEngine
+
+    out: list[OverheadRound] = []
+    with tempfile.TemporaryDirectory(prefix="tandem-wrk-") as tmp:
+        bodies = _bodies_file(queries, Path(tmp))
+        with (
+            SearchEngine(home) as engine,
+            tandem_serve(home, ["--workers", "1"]) as base,
+            floor_server() as floor_base,
+        ):
+            floor_url = f"{floor_base}v1/corpora/floor/search"
+            for corpus in corpora:
+                _warm_up(base, corpus, queries)
+                target = engine.corpus(corpus)
+                url = f"{base}v1/corpora/{corpus}/search"
+                for _ in range(rounds):
+                    local = _timed_searches(target, queries, 1)
+                    # wrk starts at a random query: ≥ 3 whole cycles keep its mix of
+                    # queries (and so its p50) that of the in-process pass
+                    cycles_s = 3 * len(queries) * local.p50_ms / 1000 * 1.3
+                    remote = _wrk(url, bodies, 1, max(duration_s, math.ceil(cycles_s)))
+                    floor = _wrk(floor_url, bodies, 1, duration_s)
+                    out.append(
+                        OverheadRound(
+                            corpus,
+                            local.p50_ms,
+                            remote["p50_us"] / 1000,
+                            floor["p50_us"] / 1000,
+                        )
+                    )
+    return out
 
 
 def _wrk(url: str, bodies: Path, connections: int, duration_s: float) -> dict[str, float]:
@@ -201,12 +265,16 @@ def load_runs(
     return runs
 
 
-def as_dicts(items: list[LoadRun] | list[Baseline]) -> list[dict[str, object]]:
+def as_dicts(
+    items: list[LoadRun] | list[Baseline] | list[OverheadRound],
+) -> list[dict[str, object]]:
     out = []
     for item in items:
         row = asdict(item)
         if isinstance(item, LoadRun):
             row["server_overhead_ms"] = item.server_overhead_ms
+        if isinstance(item, OverheadRound):
+            row["overhead_ms"] = item.overhead_ms
         out.append(row)
     return out
 
@@ -217,6 +285,8 @@ __all__ = [
     "KEYWORD",
     "Baseline",
     "LoadRun",
+    "OverheadRound",
     "in_process_baseline",
     "load_runs",
+    "overhead_rounds",
 ]

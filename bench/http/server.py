@@ -6,6 +6,8 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -98,6 +100,37 @@ def tandem_serve(
                 proc.wait(timeout=30)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+@contextmanager
+def floor_server() -> Iterator[str]:
+    """Run ``bench.http.floor_app`` (a no-op app on the same uvicorn); yield its base URL."""
+    errors = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed after the process
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.http.floor_app"],
+        stdout=subprocess.PIPE,
+        stderr=errors,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],  # where ``bench`` imports from
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if not line.startswith("serving http://"):
+            proc.wait(timeout=30)
+            errors.seek(0)
+            raise BenchError(f"the floor app did not start: {line!r} {errors.read()[-2000:]}")
+        yield line.split()[1]
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+        if proc.stdout is not None:
+            proc.stdout.close()
+        errors.close()
 
 
 def several_processes_allowed(home: Path) -> bool:

@@ -2,9 +2,9 @@
 
 ``create_app`` wires the pieces: the engine opened in the lifespan (and closed at
 shutdown), the ``/v1`` read and write routers, operations (``/metrics``, ``/healthz``,
-``/readyz``), the search page and local API docs, the body caps, the request guard and
-the one error mapping. There is no CORS middleware: a browser page from another origin
-cannot call this API.
+``/readyz``), the search page and local API docs, the body caps, the request guard, the
+search route's fast lane and the one error mapping. There is no CORS middleware: a
+browser page from another origin cannot call this API.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from engine.surfaces.http import ops, page, routes_read, routes_write
 from engine.surfaces.http.caps import BodyCap
 from engine.surfaces.http.errors import install_error_handlers
 from engine.surfaces.http.ops import RequestGuard, RequestMetrics
+from engine.surfaces.http.search_lane import SearchLane
 from engine.surfaces.http.settings import ServerSettings, load_token
 
 __all__ = ["EngineFactory", "app_from_env", "create_app"]
@@ -83,6 +84,7 @@ def create_app(settings: ServerSettings, *, engine_factory: EngineFactory | None
     app.include_router(routes_write.router)
     app.include_router(ops.router)
     app.include_router(page.router)
+    app.add_middleware(SearchLane)
     app.add_middleware(
         BodyCap, default_cap=settings.max_body_bytes, upload_cap=settings.max_upload_bytes
     )

@@ -15,7 +15,6 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from engine import (
@@ -31,6 +30,7 @@ from engine import (
     SourceNotFound,
     StorageError,
 )
+from engine.surfaces.http.responses import JsonAnswer
 
 __all__ = ["ApiError", "engine_error", "error_body", "install_error_handlers"]
 
@@ -64,8 +64,8 @@ def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
 
 def _json(
     status: int, code: str, message: str, headers: Mapping[str, str] | None = None
-) -> JSONResponse:
-    return JSONResponse(error_body(code, message), status_code=status, headers=dict(headers or {}))
+) -> JsonAnswer:
+    return JsonAnswer(error_body(code, message), status_code=status, headers=dict(headers or {}))
 
 
 # Most specific first: SourceNotFound and CorpusNotFound are KeyErrors, InvalidArgument a
@@ -126,12 +126,12 @@ def _validation_message(errors: Sequence[Any]) -> str:
     return "; ".join(parts) or "invalid request"
 
 
-async def _on_api_error(request: Request, exc: Exception) -> JSONResponse:
+async def _on_api_error(request: Request, exc: Exception) -> JsonAnswer:
     assert isinstance(exc, ApiError)
     return _json(exc.status_code, exc.code, exc.message, exc.headers)
 
 
-async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
+async def _on_http_error(request: Request, exc: Exception) -> JsonAnswer:
     assert isinstance(exc, HTTPException)
     code = _HTTP_CODES.get(exc.status_code, "http_error")
     message = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
@@ -140,12 +140,12 @@ async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
     return _json(exc.status_code, code, message, exc.headers)
 
 
-async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse:
+async def _on_validation_error(request: Request, exc: Exception) -> JsonAnswer:
     assert isinstance(exc, RequestValidationError)
     return _json(422, "invalid_request", _validation_message(exc.errors()))
 
 
-async def _on_engine_error(request: Request, exc: Exception) -> JSONResponse:
+async def _on_engine_error(request: Request, exc: Exception) -> JsonAnswer:
     assert isinstance(exc, EngineError)
     mapped = engine_error(exc)
     return _json(mapped.status_code, mapped.code, mapped.message, mapped.headers)

@@ -19,15 +19,19 @@ import time
 
 import anyio.to_thread
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engine import SearchEngine
 from engine.surfaces.http.errors import error_body
+from engine.surfaces.http.responses import JsonAnswer
 from engine.surfaces.metrics_http import CONTENT_TYPE
 
-__all__ = ["RequestGuard", "RequestMetrics", "router", "scrape"]
+__all__ = ["ROUTE_KEY", "RequestGuard", "RequestMetrics", "router", "scrape"]
+
+ROUTE_KEY = "tandem.route"
+"""Scope key naming the route template of a request answered outside FastAPI's router."""
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +96,8 @@ class RequestGuard:
         finally:
             metrics: RequestMetrics | None = getattr(scope["app"].state, "request_metrics", None)
             if metrics is not None:
-                route = getattr(scope.get("route"), "path", "unmatched")
+                route = getattr(scope.get("route"), "path", None) or scope.get(ROUTE_KEY)
+                route = route or "unmatched"
                 metrics.requests.labels(route, scope.get("method", ""), str(status[0])).inc()
                 metrics.duration.labels(route).observe(time.perf_counter() - start)
 
@@ -116,27 +121,27 @@ router = APIRouter(tags=["operations"])
 async def metrics(request: Request) -> Response:
     engine: SearchEngine | None = getattr(request.app.state, "engine", None)
     if engine is None:
-        return JSONResponse(error_body("not_ready", "the engine is not open"), status_code=503)
+        return JsonAnswer(error_body("not_ready", "the engine is not open"), status_code=503)
     multiprocess = bool(request.app.state.settings.multiprocess_metrics)
     body = await anyio.to_thread.run_sync(lambda: scrape(engine, multiprocess=multiprocess))
     return Response(body, media_type=CONTENT_TYPE)
 
 
 @router.get("/healthz", summary="Liveness: the process answers")
-async def healthz() -> JSONResponse:
-    return JSONResponse({"status": "ok"})
+async def healthz() -> JsonAnswer:
+    return JsonAnswer({"status": "ok"})
 
 
 @router.get("/readyz", summary="Readiness: the engine directory is open and readable")
-async def readyz(request: Request) -> JSONResponse:
+async def readyz(request: Request) -> JsonAnswer:
     engine: SearchEngine | None = getattr(request.app.state, "engine", None)
     if engine is None:
-        return JSONResponse(error_body("not_ready", "the engine is not open"), status_code=503)
+        return JsonAnswer(error_body("not_ready", "the engine is not open"), status_code=503)
     try:
         names = await anyio.to_thread.run_sync(engine.list_corpora)
     except Exception as exc:  # any failure to read the directory means "not ready"
         logger.warning("readiness check failed: %s", type(exc).__name__)
-        return JSONResponse(
+        return JsonAnswer(
             error_body("not_ready", "the engine directory cannot be read"), status_code=503
         )
-    return JSONResponse({"status": "ready", "corpora": len(names)})
+    return JsonAnswer({"status": "ready", "corpora": len(names)})

@@ -12,12 +12,12 @@ from typing import Annotated
 import anyio.to_thread
 import pydantic
 from fastapi import APIRouter, Body, Request, Security
-from fastapi.responses import JSONResponse
 
 from engine import CorpusConfig, SentenceTransformerEmbedding
 from engine.surfaces.bulk import add_all
 from engine.surfaces.http.auth import BEARER, WriteRoute
 from engine.surfaces.http.errors import ApiError
+from engine.surfaces.http.responses import JsonAnswer
 from engine.surfaces.http.routes_read import CorpusName, engine_of
 from engine.surfaces.http.schemas import (
     CorpusResponse,
@@ -88,7 +88,7 @@ def _settings(request: Request) -> ServerSettings:
     summary="Create a corpus (hybrid with a model, keyword-only with embedder null)",
     responses={409: {"model": ErrorResponse}},
 )
-async def create_corpus(request: Request, body: CreateCorpusRequest) -> JSONResponse:
+async def create_corpus(request: Request, body: CreateCorpusRequest) -> JsonAnswer:
     engine = engine_of(request)
     model = body.embedder
     try:
@@ -102,7 +102,7 @@ async def create_corpus(request: Request, body: CreateCorpusRequest) -> JSONResp
         raise ApiError(422, "invalid_argument", reasons) from None
     await anyio.to_thread.run_sync(engine.create_corpus, config)
     fields = {k: v.value for k, v in body.fields.items()}
-    return JSONResponse({"name": body.name, "embedder": model, "fields": fields}, status_code=201)
+    return JsonAnswer({"name": body.name, "embedder": model, "fields": fields}, status_code=201)
 
 
 @router.post(
@@ -111,7 +111,7 @@ async def create_corpus(request: Request, body: CreateCorpusRequest) -> JSONResp
     summary="Add or replace documents; each refused document is reported with its reason",
     openapi_extra=_UPLOAD_BODY,
 )
-async def add_documents(request: Request, name: CorpusName) -> JSONResponse:
+async def add_documents(request: Request, name: CorpusName) -> JsonAnswer:
     engine = engine_of(request)
     settings = _settings(request)
     ndjson = is_ndjson(request.headers.get("content-type"))
@@ -130,7 +130,7 @@ async def add_documents(request: Request, name: CorpusName) -> JSONResponse:
         )
     finally:
         upload.close()
-    return JSONResponse(report_body(report))
+    return JsonAnswer(report_body(report))
 
 
 @router.delete(
@@ -138,10 +138,10 @@ async def add_documents(request: Request, name: CorpusName) -> JSONResponse:
     response_model=DeletedResponse,
     summary="Delete one document (deleted: 0 when it did not exist)",
 )
-async def delete_document(request: Request, name: CorpusName, source_id: str) -> JSONResponse:
+async def delete_document(request: Request, name: CorpusName, source_id: str) -> JsonAnswer:
     engine = engine_of(request)
     deleted = await anyio.to_thread.run_sync(lambda: engine.corpus(name).delete([source_id]))
-    return JSONResponse({"deleted": deleted})
+    return JsonAnswer({"deleted": deleted})
 
 
 @router.delete(
@@ -149,10 +149,10 @@ async def delete_document(request: Request, name: CorpusName, source_id: str) ->
     response_model=DroppedResponse,
     summary="Delete a corpus and everything in it",
 )
-async def drop_corpus(request: Request, name: CorpusName) -> JSONResponse:
+async def drop_corpus(request: Request, name: CorpusName) -> JsonAnswer:
     engine = engine_of(request)
     await anyio.to_thread.run_sync(engine.drop_corpus, name)
-    return JSONResponse({"dropped": name})
+    return JsonAnswer({"dropped": name})
 
 
 @router.post(
@@ -162,13 +162,13 @@ async def drop_corpus(request: Request, name: CorpusName) -> JSONResponse:
     summary="Agent memory: store a short note under a scope",
     tags=["memory"],
 )
-async def remember(request: Request, body: Annotated[RememberRequest, Body()]) -> JSONResponse:
+async def remember(request: Request, body: Annotated[RememberRequest, Body()]) -> JsonAnswer:
     engine = engine_of(request)
     memory = Memory(engine, _settings(request).memory_corpus)
     done = await anyio.to_thread.run_sync(
         lambda: memory.remember(body.text, body.scope, title=body.title, id=body.id)
     )
-    return JSONResponse(
+    return JsonAnswer(
         {"id": done.id, "scope": done.scope, "added": done.added},
         status_code=201,
     )
