@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from dense._id_table import IdTable
+
 Vectors = npt.NDArray[np.float32]
 Labels = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
@@ -68,8 +70,7 @@ class SealPlan:
 class VectorStore:
     def __init__(self, dimension: int) -> None:
         self.dimension = dimension
-        self.ids: list[str] = []  # label -> string id (removed ids included)
-        self.label_of: dict[str, int] = {}
+        self.ids = IdTable()  # label -> string id (removed ids included), and back
         self._row_of_label: Labels = np.full(0, -1, dtype=np.int64)  # -1: not stored
         self.base: Vectors = np.zeros((0, dimension), dtype=np.float32)
         self.base_labels: Labels = np.zeros(0, dtype=np.int64)
@@ -104,7 +105,7 @@ class VectorStore:
         return self.size - (self.base_rows - self.retired_base)
 
     def contains(self, doc_id: str) -> bool:
-        label = self.label_of.get(doc_id)
+        label = self.ids.get(doc_id)
         return label is not None and bool(self._row_of_label[label] >= 0)
 
     def live_labels(self) -> Labels:
@@ -145,12 +146,8 @@ class VectorStore:
     # --------------------------------------------------------------------- writing
     def upsert(self, ids: list[str], matrix: Vectors) -> None:
         """Append the rows (ids distinct); a stored id's old row is retired."""
-        for doc_id in ids:
-            if doc_id not in self.label_of:
-                self.label_of[doc_id] = len(self.ids)
-                self.ids.append(doc_id)
+        labels = np.fromiter((self.ids.add(i) for i in ids), dtype=np.int64, count=len(ids))
         self._grow_label_table()
-        labels = np.fromiter((self.label_of[i] for i in ids), dtype=np.int64, count=len(ids))
         old = self._row_of_label[labels]
         self._retire(old[old >= 0])
         start = self.tail_size
@@ -167,7 +164,7 @@ class VectorStore:
         """Retire stored ids (unknown ones ignored); return the removed labels."""
         removed: list[int] = []
         for doc_id in dict.fromkeys(ids):
-            label = self.label_of.get(doc_id)
+            label = self.ids.get(doc_id)
             if label is not None and self._row_of_label[label] >= 0:
                 removed.append(label)
         if removed:
@@ -293,9 +290,7 @@ class VectorStore:
         keepalive: object,
     ) -> None:
         """Load saved state into an empty store; ``ValueError`` if it is inconsistent."""
-        label_of = dict(zip(ids, range(len(ids)), strict=True))
-        if len(label_of) != len(ids):
-            raise ValueError("duplicate ids in the id table")
+        table = IdTable(ids)  # ValueError for a duplicate id
         rows_b, rows_t = int(base_labels.shape[0]), int(tail_labels.shape[0])
         if base.shape != (rows_b, self.dimension) or tail.shape != (rows_t, self.dimension):
             raise ValueError("vector sections do not match the label sections")
@@ -307,7 +302,7 @@ class VectorStore:
             raise ValueError("row label outside the id table")
         if live.shape[0] and int(np.bincount(live, minlength=len(ids)).max()) > 1:
             raise ValueError("duplicate live labels")
-        self.ids, self.label_of = list(ids), label_of
+        self.ids = table
         self._grow_label_table()
         self.base, self.base_labels, self.base_alive = base, base_labels, base_alive
         self.base_keepalive = keepalive

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from dense._faiss import faiss_module
+
+
+class LabelLookup(Protocol):
+    """What an ``AllowList`` needs of its index's id table: a label, or None."""
+
+    def get(self, doc_id: str, /) -> int | None: ...
 
 
 class AllowList:
@@ -28,7 +34,7 @@ class AllowList:
         self,
         owner: object,
         ids: Iterable[str],
-        label_of: Mapping[str, int],
+        label_of: LabelLookup,
         table_size: int,
     ) -> None:
         labels: list[int] = []

@@ -265,7 +265,7 @@ class FaissIndex:
     def allow_list(self, ids: Iterable[str]) -> AllowList:
         """Compile ids into a reusable ``AllowList`` for ``search(allow=...)``."""
         with self._lock.read():
-            return AllowList(self._owner, ids, self._store.label_of, len(self._store.ids))
+            return AllowList(self._owner, ids, self._store.ids, len(self._store.ids))
 
     def close(self) -> None:
         """Stop the background builder (an unfinished build is dropped, to be redone by
@@ -297,7 +297,7 @@ class FaissIndex:
             store, serving = self._store, self._serving
             allowed = None
             if allow is not None:
-                allowed = allow.compiled(self._owner, store.label_of.get, len(store.ids))
+                allowed = allow.compiled(self._owner, store.ids.get, len(store.ids))
             ef = self.effective_ef(0 if serving is None else serving.graph.rows)
             params = SearchParams(ef, self.exact_filter_limit, self.search_threads)
             while True:
@@ -333,7 +333,7 @@ class FaissIndex:
                 live = store.live_labels()
                 snap = IndexSnapshot(
                     dimension=self.dimension,
-                    ids=store.ids,
+                    ids=store.ids.tolist(),
                     base_labels=live,
                     base_alive=np.ones(live.shape[0], dtype=np.bool_),
                     base_vectors=RowsView(store, store.rows_of(live)),  # type: ignore[arg-type]
@@ -347,7 +347,7 @@ class FaissIndex:
                 tail_labels = store.tail_labels[tail_rows]
                 snap = IndexSnapshot(
                     dimension=self.dimension,
-                    ids=store.ids,
+                    ids=store.ids.tolist(),
                     base_labels=store.base_labels,
                     base_alive=store.base_alive,
                     base_vectors=store.base,

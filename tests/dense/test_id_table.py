@@ -1,0 +1,83 @@
+"""``dense._id_table.IdTable`` against the list + dict it replaces (hypothesis), with
+forced hash collisions, and its footprint."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dense import _id_table
+from dense._id_table import IdTable
+
+ids_lists = st.lists(st.text(min_size=0, max_size=12), max_size=300)
+
+
+def _check_against_model(table: IdTable, added: list[str], probes: list[str]) -> None:
+    model = {doc_id: label for label, doc_id in enumerate(dict.fromkeys(added))}
+    assert len(table) == len(model)
+    assert table.tolist() == list(model)
+    for doc_id in [*added, *probes]:
+        assert table.get(doc_id) == model.get(doc_id)
+        assert (doc_id in table) == (doc_id in model)
+
+
+@settings(max_examples=150, deadline=None)
+@given(added=ids_lists, probes=st.lists(st.text(max_size=12), max_size=30))
+def test_add_and_get_agree_with_a_dict_across_merges(added: list[str], probes: list[str]) -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_id_table, "_MERGE_MIN", 3)  # merge every few adds
+        table = IdTable()
+        for doc_id in added:
+            label = table.add(doc_id)
+            assert table[label] == doc_id
+        _check_against_model(table, added, probes)
+        rebuilt = IdTable(table.tolist())  # how a saved index is reopened
+        _check_against_model(rebuilt, added, probes)
+        for doc_id in probes:  # and it keeps growing after a reopen
+            rebuilt.add(doc_id)
+        _check_against_model(rebuilt, [*added, *probes], [])
+
+
+@settings(max_examples=60, deadline=None)
+@given(added=ids_lists)
+def test_colliding_hashes_are_told_apart_by_the_ids(added: list[str]) -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_id_table, "hash", lambda text: len(text) % 3, raising=False)
+        patch.setattr(_id_table, "_MERGE_MIN", 2)
+        table = IdTable()
+        for doc_id in added:
+            table.add(doc_id)
+        _check_against_model(table, added, ["zz", "", "new-id"])
+        _check_against_model(IdTable(table.tolist()), added, ["zz"])
+
+
+def test_a_duplicate_id_in_a_saved_table_is_refused() -> None:
+    with pytest.raises(ValueError, match="duplicate id"):
+        IdTable(["a", "b", "a"])
+    with pytest.MonkeyPatch.context() as patch:  # also when the hashes collide anyway
+        patch.setattr(_id_table, "hash", lambda text: 7, raising=False)
+        with pytest.raises(ValueError, match="duplicate id"):
+            IdTable(["x", "y", "y"])
+
+
+def test_labels_out_of_range_raise_index_error() -> None:
+    table = IdTable(["only"])
+    with pytest.raises(IndexError):
+        table[1]
+    with pytest.raises(IndexError):
+        table[-1]
+
+
+def test_a_reopened_table_holds_about_thirty_bytes_per_short_id() -> None:
+    n = 200_000
+    table = IdTable(f"s{i}" for i in range(n))
+    held = (
+        len(table._blob)
+        + table._ends.nbytes
+        + table._sorted_hashes.nbytes
+        + table._sorted_labels.nbytes
+    )
+    # the list + dict it replaces: ~130 bytes per id (str and int objects, dict slots)
+    assert held / n < 40 and not table._recent
+    assert table.get("s123456") == 123_456 and table.get("s200000") is None
