@@ -14,7 +14,7 @@ from __future__ import annotations
 import uvicorn
 from starlette.types import Receive, Scope, Send
 
-from engine.surfaces.http.serve import _without_nagle
+from engine.surfaces.http.serve import listening_socket
 
 _BODY = b'{"passages": []}'
 
@@ -36,7 +36,7 @@ def main() -> None:
     config = uvicorn.Config(
         app, host="127.0.0.1", port=0, log_level="warning", access_log=False, lifespan="off"
     )
-    sock = _without_nagle(config.bind_socket())
+    sock = listening_socket(config)
     host, port = sock.getsockname()[:2]
     print(f"serving http://{host}:{port}/", flush=True)
     uvicorn.Server(config).run(sockets=[sock])

@@ -27,7 +27,7 @@ from uvicorn.supervisors import Multiprocess
 from engine import EngineLocked, InvalidArgument, SearchEngine
 from engine.surfaces.http.settings import SETTINGS_ENV, ServerSettings, load_token
 
-__all__ = ["check_many_processes", "serve_http"]
+__all__ = ["check_many_processes", "listening_socket", "serve_http"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +44,18 @@ def _without_nagle(sock: socket.socket) -> socket.socket:
         return sock
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return socket.socket(sock.family, sock.type, socket.IPPROTO_TCP, fileno=sock.detach())
+
+
+def listening_socket(config: uvicorn.Config) -> socket.socket:
+    """The server's socket, bound and already listening, with Nagle off (``_without_nagle``).
+
+    uvicorn's ``bind_socket`` binds but listens only once the server starts, so a client
+    that connected as soon as the address was announced was refused; listening here, a
+    connection made after the announcement waits in the backlog until a worker accepts it.
+    """
+    sock = _without_nagle(config.bind_socket())
+    sock.listen(config.backlog)
+    return sock
 
 
 def check_many_processes(settings: ServerSettings) -> None:
@@ -112,7 +124,7 @@ def serve_http(
         timeout_worker_healthcheck=60,  # a busy machine can take seconds to start a worker
         lifespan="on",
     )
-    sock = _without_nagle(config.bind_socket())
+    sock = listening_socket(config)
     try:
         bound_host, bound_port = sock.getsockname()[:2]
         shown = f"[{bound_host}]" if ":" in str(bound_host) else bound_host

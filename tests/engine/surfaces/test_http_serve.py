@@ -149,3 +149,21 @@ def test_accepted_connections_send_without_waiting_for_acks() -> None:
                 assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
     finally:
         listener.close()
+
+
+def test_the_announced_address_accepts_connections_before_the_server_loop_runs() -> None:
+    """``tandem serve`` prints its address as soon as the socket is bound; a client that
+    connects right then must be queued, not refused (uvicorn listens only once it runs)."""
+    import socket
+
+    import uvicorn
+
+    from engine.surfaces.http.serve import listening_socket
+
+    sock = listening_socket(uvicorn.Config("engine.surfaces.http.app:app_from_env", port=0))
+    try:
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+        with socket.create_connection(sock.getsockname()[:2], timeout=30):
+            pass  # no server loop has run: the connection waits in the backlog
+    finally:
+        sock.close()
