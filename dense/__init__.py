@@ -32,6 +32,7 @@ def __getattr__(name: str) -> Any:
         return getattr(importlib.import_module(_PROVIDERS[name]), name)
     raise AttributeError(f"module 'dense' has no attribute {name!r}")
 
+
 __all__ = [
     "AllowList",
     "BreakerState",

@@ -123,7 +123,7 @@ def _graph_top(
         return graph.search(query, k, ef, selector, threads)
     want = k * SQ8_RERANK
     labels, _approx = graph.search(query, want, max(ef, want), selector, threads)
-    scores = store.base[store.base_row_of(labels)] @ query[0]
+    scores = store.base_vectors_for_rerank(store.base_row_of(labels)) @ query[0]
     return top(labels, scores, k)
 
 

@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dense._id_table import IdTable
+from dense._row_reader import RowReader
 
 Vectors = npt.NDArray[np.float32]
 Labels = npt.NDArray[np.int64]
@@ -76,6 +77,7 @@ class VectorStore:
         self.base_labels: Labels = np.zeros(0, dtype=np.int64)
         self.base_alive: Mask = np.zeros(0, dtype=np.bool_)
         self.base_keepalive: object = None
+        self.base_reader: RowReader | None = None  # set while ``base`` is a mapped file
         self.retired_base = 0
         self._tail: Vectors = np.zeros((0, dimension), dtype=np.float32)
         self._tail_labels: Labels = np.zeros(0, dtype=np.int64)
@@ -126,6 +128,14 @@ class VectorStore:
     def base_row_of(self, labels: Labels) -> Labels:
         """Rows of labels known to be live in the base segment."""
         return self._row_of_label[labels]
+
+    def base_vectors_for_rerank(self, rows: Labels) -> Vectors:
+        """Base rows for an SQ8 re-rank: read with ``pread`` when ``base`` is a mapped
+        file, so a handful of rows per search does not make the whole map resident
+        (``dense._row_reader``); indexed directly otherwise."""
+        if self.base_reader is not None:
+            return self.base_reader.rows(rows)
+        return self.base[rows]
 
     def vectors_at(self, rows: Labels) -> Vectors:
         """The vectors of global ``rows`` in the given order: a view when they are one
@@ -254,6 +264,7 @@ class VectorStore:
         tail_alive = self._tail_alive[extra].copy()
         self.base, self.base_labels, self.base_alive = base, plan.labels, alive
         self.base_keepalive = keepalive
+        self.base_reader = None
         self.retired_base = int(alive.shape[0] - np.count_nonzero(alive))
         self._tail, self._tail_labels, self._tail_alive = tail, tail_labels, tail_alive
         self.tail_size = int(tail.shape[0])
@@ -273,6 +284,7 @@ class VectorStore:
         self.base_labels = np.zeros(0, dtype=np.int64)
         self.base_alive = np.zeros(0, dtype=np.bool_)
         self.base_keepalive = None
+        self.base_reader = None
         self.retired_base = 0
         self._tail, self._tail_labels = vectors, plan.labels.copy()
         self._tail_alive = np.ones(len(plan), dtype=np.bool_)
@@ -288,6 +300,7 @@ class VectorStore:
         tail: Vectors,
         tail_labels: Labels,
         keepalive: object,
+        base_reader: RowReader | None = None,
     ) -> None:
         """Load saved state into an empty store; ``ValueError`` if it is inconsistent."""
         table = IdTable(ids)  # ValueError for a duplicate id
@@ -306,6 +319,7 @@ class VectorStore:
         self._grow_label_table()
         self.base, self.base_labels, self.base_alive = base, base_labels, base_alive
         self.base_keepalive = keepalive
+        self.base_reader = base_reader
         self.retired_base = int(rows_b - np.count_nonzero(base_alive))
         self._tail = np.array(tail, dtype=np.float32, order="C")
         self._tail_labels = np.array(tail_labels, dtype=np.int64)

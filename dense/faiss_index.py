@@ -360,10 +360,11 @@ class FaissIndex:
             offsets = write_snapshot(path, snap)
             base = store.base
         if "base_vectors" in offsets and snap.graph is not None and type(base) is np.ndarray:
-            mapped = map_vectors(path, offsets["base_vectors"], base.shape)
+            mapped, reader = map_vectors(path, offsets["base_vectors"], base.shape)
             with self._lock.write():
                 if self._store.base is base:  # no build swapped it meanwhile
                     self._store.base = self._store.base_keepalive = mapped
+                    self._store.base_reader = reader
 
     @classmethod
     def load(
@@ -407,6 +408,7 @@ class FaissIndex:
                 snap.tail_vectors,
                 snap.tail_labels,
                 snap.keepalive,
+                snap.base_reader,
             )
         except ValueError as exc:
             raise FaissIndexCorrupt(f"{path}: {exc}") from exc

@@ -46,6 +46,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dense._graph import Graph, VectorStorage, load_graph
+from dense._row_reader import RowReader
 from dense._vector_store import Labels, Mask, Vectors
 from dense.contracts import DenseError
 
@@ -81,6 +82,7 @@ class IndexSnapshot:
     storage: VectorStorage = VectorStorage.FLOAT32
     graph: Graph | None = None
     keepalive: object = None  # what owns base_vectors' memory when loaded
+    base_reader: RowReader | None = None  # reads base rows without the map (when mapped)
 
 
 @dataclass(frozen=True)
@@ -148,9 +150,10 @@ def write_snapshot(path: Path, snap: IndexSnapshot) -> dict[str, int]:
     return offsets
 
 
-def map_vectors(path: Path, offset: int, shape: tuple[int, int]) -> Vectors:
-    """A read-only memory map of a vector section of a file written here."""
-    return _map(path, offset, shape)
+def map_vectors(path: Path, offset: int, shape: tuple[int, int]) -> tuple[Vectors, RowReader]:
+    """A read-only memory map of a vector section of a file written here, and a reader of
+    its rows that does not go through the map (``dense._row_reader``)."""
+    return _map_with_reader(path, offset, shape)
 
 
 def _write(fh: IO[bytes], snap: IndexSnapshot) -> dict[str, int]:
@@ -299,8 +302,9 @@ def _decode(
     graph = None
     if has_graph:
         graph = load_graph(path, storage, base_labels, dim)
+    base_reader = None
     if "base_vectors" in spans:
-        base_vectors = _map(path, spans["base_vectors"][0], (rows_b, dim))
+        base_vectors, base_reader = _map_with_reader(path, spans["base_vectors"][0], (rows_b, dim))
     elif graph is not None:
         base_vectors = graph.float_view()
     else:  # pragma: no cover - excluded by the length checks above
@@ -318,6 +322,7 @@ def _decode(
         storage=storage,
         graph=graph,
         keepalive=graph if "base_vectors" not in spans else base_vectors,
+        base_reader=base_reader,
     )
     return snap, verification
 
@@ -330,6 +335,17 @@ def _read(
     if len(data) != span[1]:
         raise ValueError("file ended inside a section")
     return np.frombuffer(data, dtype=dtype).reshape(shape)
+
+
+def _map_with_reader(path: Path, offset: int, shape: tuple[int, int]) -> tuple[Vectors, RowReader]:
+    """Map the section and open a reader on the same file (same inode: a later save's
+    rename cannot slip between the two)."""
+    with open(path, "rb") as fh:
+        reader = RowReader(os.dup(fh.fileno()), offset, shape)
+        if shape[0] == 0:
+            return np.zeros(shape, dtype=np.float32), reader
+        mapped: Vectors = np.memmap(fh, dtype="<f4", mode="r", offset=offset, shape=shape)
+    return mapped, reader
 
 
 def _map(path: Path, offset: int, shape: tuple[int, int]) -> Vectors:

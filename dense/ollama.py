@@ -37,6 +37,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_HOST = "http://127.0.0.1:11434"
 _PROBE_TEXT = "dimension probe"
 
+
 def _unavailable(
     exc: Exception, *, model: str, host: str, call: str, timeout_s: float
 ) -> EmbedderUnavailable:
