@@ -91,15 +91,7 @@ def tandem_serve(
             time.sleep(0.2)
         yield base
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=30)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        stop_process(proc, grace_s=60)
 
 
 @contextmanager
@@ -122,15 +114,24 @@ def floor_server() -> Iterator[str]:
             raise BenchError(f"the floor app did not start: {line!r} {errors.read()[-2000:]}")
         yield line.split()[1]
     finally:
-        proc.terminate()
+        stop_process(proc, grace_s=30)
+        errors.close()
+
+
+def stop_process(proc: subprocess.Popen[str], *, grace_s: float = 60.0) -> int:
+    """SIGTERM, SIGKILL if it is still running after ``grace_s``; close its pipes and
+    return its exit code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(timeout=30)
+            proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=30)
-        if proc.stdout is not None:
-            proc.stdout.close()
-        errors.close()
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+    return proc.returncode
 
 
 def several_processes_allowed(home: Path) -> bool:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
@@ -18,6 +17,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from bench.http.server import stop_process
 
 TANDEM = shutil.which("tandem")
 
@@ -71,14 +72,4 @@ def running_server(
 
 def stop(proc: subprocess.Popen[str], timeout_s: float = 60.0) -> int:
     """SIGTERM, wait, SIGKILL if needed; returns the exit code."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
-    for stream in (proc.stdout, proc.stderr):
-        if stream is not None:
-            stream.close()
-    return proc.returncode
+    return stop_process(proc, grace_s=timeout_s)
