@@ -13,7 +13,6 @@ is never abandoned part-way).
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from typing import TypeVar
@@ -24,6 +23,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engine.surfaces.http.errors import ApiError, error_body
+from engine.surfaces.http.responses import send_json
 
 __all__ = ["BodyCap", "human_bytes", "within_budget"]
 
@@ -82,19 +82,8 @@ class BodyCap:
 
 
 async def _refuse(send: Send, error: ApiError) -> None:
-    body = json.dumps(error_body(error.code, error.message)).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": error.status_code,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"connection", b"close"),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    body = error_body(error.code, error.message)
+    await send_json(send, error.status_code, body, {"connection": "close"})
 
 
 async def within_budget(call: Callable[[], T], budget_s: float) -> T:

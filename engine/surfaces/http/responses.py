@@ -8,12 +8,14 @@ finite is written as ``null`` (the standard encoder would raise).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 from starlette.responses import Response
+from starlette.types import Send
 
-__all__ = ["JsonAnswer"]
+__all__ = ["JsonAnswer", "send_json"]
 
 
 class JsonAnswer(Response):
@@ -21,3 +23,14 @@ class JsonAnswer(Response):
 
     def render(self, content: Any) -> bytes:
         return orjson.dumps(content)
+
+
+async def send_json(
+    send: Send, status: int, content: Any, headers: Mapping[str, str] | None = None
+) -> None:
+    """Answer from a pure ASGI middleware (no ``Response`` object): ``content`` as JSON."""
+    body = orjson.dumps(content)
+    raw = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    raw += [(k.lower().encode(), str(v).encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})

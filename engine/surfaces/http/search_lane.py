@@ -19,7 +19,6 @@ compare the two answers for the same requests.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import orjson
 from pydantic import ValidationError
@@ -29,6 +28,7 @@ from engine import EngineError
 from engine.limits import CORPUS_NAME_PATTERN
 from engine.surfaces.http.errors import ApiError, engine_error, error_body
 from engine.surfaces.http.ops import ROUTE_KEY
+from engine.surfaces.http.responses import send_json
 from engine.surfaces.http.routes_read import run_search
 from engine.surfaces.http.schemas import SearchRequest
 
@@ -63,7 +63,7 @@ class SearchLane:
         try:
             body = await _read_body(receive)
         except ApiError as refused:  # the body cap stopped it
-            await _answer(send, refused.status_code, _error(refused), refused.headers)
+            await _send_error(send, refused)
             return
         request = _parse(body)
         if request is None:  # FastAPI writes the refusal, in the API's one shape
@@ -73,13 +73,12 @@ class SearchLane:
         try:
             passages = await run_search(scope["app"], match.group(1), request)
         except EngineError as exc:
-            mapped = engine_error(exc)
-            await _answer(send, mapped.status_code, _error(mapped), mapped.headers)
+            await _send_error(send, engine_error(exc))
             return
         except ApiError as exc:  # not ready, out of time
-            await _answer(send, exc.status_code, _error(exc), exc.headers)
+            await _send_error(send, exc)
             return
-        await _answer(send, 200, orjson.dumps({"passages": passages}), {})
+        await send_json(send, 200, {"passages": passages})
 
 
 def _parse(body: bytes) -> SearchRequest | None:
@@ -89,8 +88,8 @@ def _parse(body: bytes) -> SearchRequest | None:
         return None
 
 
-def _error(exc: ApiError) -> bytes:
-    return orjson.dumps(error_body(exc.code, exc.message))
+async def _send_error(send: Send, exc: ApiError) -> None:
+    await send_json(send, exc.status_code, error_body(exc.code, exc.message), exc.headers)
 
 
 async def _read_body(receive: Receive) -> bytes:
@@ -116,13 +115,3 @@ def _replay(body: bytes, receive: Receive) -> Receive:
         return await receive()
 
     return replayed
-
-
-async def _answer(send: Send, status: int, body: bytes, headers: Any) -> None:
-    raw = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-    ]
-    raw += [(k.lower().encode(), str(v).encode()) for k, v in dict(headers or {}).items()]
-    await send({"type": "http.response.start", "status": status, "headers": raw})
-    await send({"type": "http.response.body", "body": body})
