@@ -156,7 +156,7 @@ class VectorStore:
     # --------------------------------------------------------------------- writing
     def upsert(self, ids: list[str], matrix: Vectors) -> None:
         """Append the rows (ids distinct); a stored id's old row is retired."""
-        labels = np.fromiter((self.ids.add(i) for i in ids), dtype=np.int64, count=len(ids))
+        labels = self.ids.add_all(ids)
         self._grow_label_table()
         old = self._row_of_label[labels]
         self._retire(old[old >= 0])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -115,6 +116,8 @@ class AddResult:
 
 def is_utf8_encodable(value: str) -> bool:
     """False for strings with lone surrogates (``"\\ud800"``): SQLite cannot store them."""
+    if value.isascii():  # the common case, checked at C speed without a copy
+        return True
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -122,8 +125,12 @@ def is_utf8_encodable(value: str) -> bool:
     return True
 
 
+_CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
 def _has_control_chars(value: str) -> bool:
-    return any(ord(ch) < 32 and ch not in "\t\n\r" for ch in value)
+    """A character below U+0020 other than tab, newline and carriage return."""
+    return _CONTROL_CHARS.search(value) is not None
 
 
 def validate_document(doc: object) -> Document:

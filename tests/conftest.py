@@ -10,6 +10,34 @@ import pytest
 
 from dense.local import SentenceTransformerEmbedder
 
+# Run first, so the two xdist workers finish together: the files that take the longest.
+_LONGEST_FIRST = (
+    "tests/engine/write/test_crash_safety.py",
+    "tests/engine/test_hostile_input.py",
+    "tests/engine/surfaces/test_cli.py",
+    "tests/engine/cluster",
+)
+
+
+def _group(item: pytest.Item, root: Path) -> str:
+    relative = item.path.relative_to(root).as_posix()
+    # One local Ray cluster per worker is all a 2-core machine can hold: every cluster test
+    # runs on the same worker.
+    return "tests/engine/cluster" if relative.startswith("tests/engine/cluster/") else relative
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist (``-n``): one group per test file (module fixtures, the hostile-input
+    counters) and one for the Ray tests, the longest groups first."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    root = config.rootpath
+    rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
+    groups = {id(item): _group(item, root) for item in items}
+    items.sort(key=lambda item: rank.get(groups[id(item)], len(rank)))  # stable otherwise
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(groups[id(item)]))
+
 
 @pytest.fixture(scope="session")
 def shared_minilm(tmp_path_factory: pytest.TempPathFactory) -> SentenceTransformerEmbedder:

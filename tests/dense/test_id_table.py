@@ -52,6 +52,26 @@ def test_colliding_hashes_are_told_apart_by_the_ids(added: list[str]) -> None:
         _check_against_model(IdTable(table.tolist()), added, ["zz"])
 
 
+batches = st.lists(st.lists(st.text(min_size=0, max_size=6), max_size=40), max_size=12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(batches=batches, collide=st.booleans())
+def test_add_all_gives_the_labels_add_would(batches: list[list[str]], collide: bool) -> None:
+    """Batches (repeats inside a batch and across batches included) through ``add_all``
+    and, on a twin table, id by id through ``add``: same labels, same table."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_id_table, "_MERGE_MIN", 3)
+        if collide:
+            patch.setattr(_id_table, "hash", lambda text: len(text) % 3, raising=False)
+        bulk, single = IdTable(), IdTable()
+        for batch in batches:
+            labels = bulk.add_all(batch)
+            assert labels.tolist() == [single.add(doc_id) for doc_id in batch]
+        added = [doc_id for batch in batches for doc_id in batch]
+        _check_against_model(bulk, added, ["zz", "new-id"])
+
+
 def test_a_duplicate_id_in_a_saved_table_is_refused() -> None:
     with pytest.raises(ValueError, match="duplicate id"):
         IdTable(["a", "b", "a"])
