@@ -229,6 +229,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args[:1] == ["scale"]:
             return _main_scale(args[1:])
+        if args[:1] == ["passages"]:
+            from bench.passages import main as main_passages  # `python -m bench passages -h`
+
+            return main_passages(args[1:])
         if args[:1] == ["http"]:
             from bench.http import main as main_http  # `python -m bench http --help`
 

@@ -64,6 +64,10 @@ class VectorCache:
         self._store(self.path_for(encoder.model, dataset), vectors, encoder.model, dataset)
         return vectors, False
 
+    def store(self, model: str, dataset: BeirDataset, vectors: Vectors) -> None:
+        """Keep ``vectors`` under ``model``'s key (any recipe name works as a model key)."""
+        self._store(self.path_for(model, dataset), vectors, model, dataset)
+
     def _store(self, path: Path, vectors: Vectors, model: str, dataset: BeirDataset) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(dir=path.parent, suffix=".npy.tmp")

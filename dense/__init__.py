@@ -19,6 +19,7 @@ from dense.contracts import (
 )
 from dense.faiss_index import FaissIndex, IndexKind, VectorStorage
 from dense.index_file import FaissIndexCorrupt
+from dense.passages import PassageMeanEmbedder, split_passages
 
 if TYPE_CHECKING:
     from dense.local import SentenceTransformerEmbedder
@@ -44,8 +45,10 @@ __all__ = [
     "FaissIndexCorrupt",
     "IndexKind",
     "OllamaEmbedder",
+    "PassageMeanEmbedder",
     "QueryEmbedder",
     "SentenceTransformerEmbedder",
     "VectorStorage",
     "embed_query",
+    "split_passages",
 ]

@@ -6,6 +6,7 @@ from engine.config import (
     FusionWeights,
     NaturalLanguage,
     OllamaEmbedding,
+    PassageWindows,
     SentenceTransformerEmbedding,
 )
 from engine.corpus import Corpus
@@ -61,6 +62,7 @@ __all__ = [
     "NaturalSearchUnavailable",
     "OllamaEmbedding",
     "Passage",
+    "PassageWindows",
     "Range",
     "RateLimited",
     "SearchEngine",

@@ -17,7 +17,15 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Generic, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainSerializer, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    field_validator,
+    model_validator,
+)
 
 from dense import VectorStorage
 from engine.limits import CORPUS_NAME_PATTERN, MAX_LANGUAGE_ID
@@ -74,11 +82,29 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class PassageWindows(_Frozen):
+    """Embed a long document as the mean of overlapping word windows (``dense.passages``)
+    instead of letting the model truncate it: windows of ``max_words`` words, one every
+    ``stride_words``, the title heading each. Still one vector per document; ingest
+    embeds every window (SciFact: 2.1x the texts). Queries are embedded whole."""
+
+    max_words: Annotated[int, Field(ge=16, le=4096)] = 160
+    stride_words: Annotated[int, Field(ge=8, le=4096)] = 80
+
+    @model_validator(mode="after")
+    def _stride_within_window(self) -> PassageWindows:
+        if self.stride_words > self.max_words:
+            raise ValueError("stride_words must not exceed max_words (words would be skipped)")
+        return self
+
+
 class SentenceTransformerEmbedding(_Frozen):
-    """A local sentence-transformers model, run in process (name or path)."""
+    """A local sentence-transformers model, run in process (name or path). ``passages``
+    (``None``: the model truncates long documents) embeds long documents whole."""
 
     kind: Literal["sentence-transformers"] = "sentence-transformers"
     model: Annotated[str, Field(min_length=1, max_length=512)] = DEFAULT_MODEL
+    passages: PassageWindows | None = None
 
 
 class OllamaEmbedding(_Frozen):
@@ -89,6 +115,7 @@ class OllamaEmbedding(_Frozen):
     host: Annotated[str, Field(min_length=1, max_length=512)] = "http://127.0.0.1:11434"
     timeout_s: Annotated[float, Field(gt=0, le=600)] = 30.0
     health_timeout_s: Annotated[float, Field(gt=0, le=60)] = 2.0
+    passages: PassageWindows | None = None
 
 
 EmbedderSpec = Annotated[

@@ -17,7 +17,7 @@ from dense import Embedder
 from engine.config import CorpusConfig, EmbedderSpec, save_config
 from engine.dimension_guard import DimensionGuard
 from engine.documents import AddResult, Document, GrepMatch, Passage, SourceText
-from engine.embedders import default_embedder_factory
+from engine.embedders import build_embedder
 from engine.errors import InvalidArgument, sealed
 from engine.fields import sparse_kinds
 from engine.filters import Filter, compile_filter
@@ -474,8 +474,9 @@ class Corpus:
             return
         embedder: Embedder | None = None
         if config.embedder is not None and self._embedder is not None:
-            resolve = self._embedder_for or default_embedder_factory
-            embedder = self._guard(resolve(config.embedder))
+            spec = config.embedder
+            found = self._embedder_for(spec) if self._embedder_for else build_embedder(spec)
+            embedder = self._guard(found)
         self._config = config
         self._embedder = embedder
         self._ingestor = Ingestor(

@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable
 
 from dense import Embedder
+from dense.passages import PassageMeanEmbedder
 from engine.config import EmbedderSpec, OllamaEmbedding, SentenceTransformerEmbedding
 
 EmbedderFactory = Callable[[EmbedderSpec], Embedder]
@@ -34,11 +35,33 @@ def default_embedder_factory(spec: EmbedderSpec) -> Embedder:
     raise TypeError(f"unknown embedder spec {type(spec).__name__}")
 
 
+def model_spec(spec: EmbedderSpec) -> EmbedderSpec:
+    """``spec`` without its document-splitting choice: what names the model itself."""
+    return spec if spec.passages is None else spec.model_copy(update={"passages": None})
+
+
+def with_passages(spec: EmbedderSpec, model: Embedder) -> Embedder:
+    """``model`` as the spec embeds documents: whole, or as the mean of its passages."""
+    if spec.passages is None:
+        return model
+    return PassageMeanEmbedder(
+        model, max_words=spec.passages.max_words, stride_words=spec.passages.stride_words
+    )
+
+
+def build_embedder(spec: EmbedderSpec, factory: EmbedderFactory | None = None) -> Embedder:
+    """The embedder a spec names: ``factory`` (default: ``default_embedder_factory``)
+    builds the model, which ``with_passages`` wraps when the spec splits documents."""
+    return with_passages(spec, (factory or default_embedder_factory)(model_spec(spec)))
+
+
 class EmbedderPool:
-    """Caches embedders by spec (specs are frozen, hence hashable)."""
+    """Caches embedders by spec (specs are frozen, hence hashable); specs that differ
+    only in ``passages`` share one model."""
 
     def __init__(self, factory: EmbedderFactory | None = None) -> None:
         self._factory = factory or default_embedder_factory
+        self._models: dict[EmbedderSpec, Embedder] = {}
         self._embedders: dict[EmbedderSpec, Embedder] = {}
         self._lock = threading.Lock()
 
@@ -46,14 +69,18 @@ class EmbedderPool:
         with self._lock:
             embedder = self._embedders.get(spec)
             if embedder is None:
-                embedder = self._factory(spec)
-                self._embedders[spec] = embedder
+                base = model_spec(spec)
+                model = self._models.get(base)
+                if model is None:
+                    model = self._models[base] = self._factory(base)
+                embedder = self._embedders[spec] = with_passages(spec, model)
             return embedder
 
     def close(self) -> None:
         with self._lock:
-            for embedder in self._embedders.values():
-                close = getattr(embedder, "close", None)
+            for model in self._models.values():
+                close = getattr(model, "close", None)
                 if callable(close):
                     close()
+            self._models.clear()
             self._embedders.clear()

@@ -18,7 +18,7 @@ import numpy.typing as npt
 from dense import Embedder
 from engine.cluster.shard import EmbedderFactory
 from engine.config import EmbedderSpec, SentenceTransformerEmbedding
-from engine.embedders import default_embedder_factory
+from engine.embedders import build_embedder, with_passages
 
 
 class EmbeddingWorker:
@@ -30,16 +30,17 @@ class EmbeddingWorker:
         if factory is None and isinstance(spec, SentenceTransformerEmbedding):
             from dense.local import SentenceTransformerEmbedder
 
-            self._embedder: Embedder = SentenceTransformerEmbedder(
+            model: Embedder = SentenceTransformerEmbedder(
                 spec.model,
                 device="cuda" if gpu else "cpu",
                 onnx_queries=False,
                 progress=False,
             )
+            self._embedder = with_passages(spec, model)
             if not gpu:
                 _limit_torch_threads()
         else:
-            self._embedder = (factory or default_embedder_factory)(spec)
+            self._embedder = build_embedder(spec, factory)
 
     @property
     def name(self) -> str:

@@ -40,7 +40,7 @@ from engine.cluster.shard import EmbedderFactory, ShardInfo
 from engine.cluster.writes import ShardWriter, on_each
 from engine.config import CorpusConfig
 from engine.documents import AddResult, Document, GrepMatch, Passage, SourceText
-from engine.embedders import default_embedder_factory
+from engine.embedders import build_embedder
 from engine.errors import GrepTimeout, InvalidArgument, SourceNotFound
 from engine.filters import Filter, compile_filter
 from engine.limits import MAX_GREP_MATCHES
@@ -193,7 +193,7 @@ class ShardedCorpus:
             sum(i.documents for i in infos),
         )
         spec = manifest.config.embedder
-        embedder = None if spec is None else (factory or default_embedder_factory)(spec)
+        embedder = None if spec is None else build_embedder(spec, factory)
         return cls(root, manifest, handles, embedder, opts, ClusterMetrics(registry))
 
     # -- identity -------------------------------------------------------------------------
