@@ -61,6 +61,7 @@ class ScaleJob:
     hnsw_ef_search: tuple[int, ...] = (64, 256)  # besides the engine's own efSearch
     storage: str = "float32"  # which saved index ``dense-reopen`` opens
     keyword_corpus: bool = True  # tandem: also a keyword-only corpus (its ingest and p50)
+    graph_from_tandem: bool = False  # raw: load the Tandem corpus's saved graph, build none
 
     @property
     def label(self) -> str:
@@ -126,7 +127,8 @@ def _raw(job: ScaleJob, workdir: Path) -> dict[str, float]:
     out["keyword_p50_ms"], out["keyword_p95_ms"] = stats.p50_ms, stats.p95_ms
     tantivy_system.close()
     source = _source(job, workdir)
-    out.update(dense_stage.measure_dense(source, job.n_queries, job.hnsw_ef_search, workdir))
+    graph = tandem_stage.saved_vector_index(workdir) if job.graph_from_tandem else None
+    out.update(dense_stage.measure_dense(source, job.n_queries, job.hnsw_ef_search, workdir, graph))
     return out
 
 
@@ -173,12 +175,13 @@ def _floor_encoder(model: str) -> SentenceEncoder:
 
 
 def stages_for(tandem: bool) -> Sequence[tuple[Stage, dict[str, Any]]]:
-    """The stages of one scale point, in order, with their job overrides."""
-    plan: list[tuple[Stage, dict[str, Any]]] = [
-        (Stage.RAW, {}),
+    """The stages of one scale point, in order, with their job overrides. With Tandem,
+    its corpus comes first and the raw dense stage measures the graph it saved."""
+    dense: list[tuple[Stage, dict[str, Any]]] = [
+        (Stage.RAW, {"graph_from_tandem": tandem}),
         (Stage.DENSE_REOPEN, {"storage": "float32"}),
         (Stage.DENSE_REOPEN, {"storage": "sq8"}),
     ]
     if tandem:
-        plan += [(Stage.TANDEM, {}), (Stage.REOPEN, {})]
-    return plan
+        return [(Stage.TANDEM, {}), (Stage.REOPEN, {}), *dense]
+    return dense

@@ -228,7 +228,14 @@ def render_scale(rows: list[dict[str, float]], header: dict[str, object]) -> str
         "at a time. Dense figures: the engine's vector index alone (`dense.FaissIndex`); "
         "recall@10 against exact search on the same vectors. Hybrid: a Tandem corpus "
         "reopened in a fresh process. Load average (1 min) at the start of the raw stage "
-        "and the end of the Tandem stage: latencies are only as good as that load.",
+        "and the end of the Tandem stage: latencies are only as good as that load."
+        + (
+            " The dense figures are measured on the graph the Tandem corpus built and saved "
+            "(no second build: its time is `Tandem graph ready s`, with hybrid searches "
+            "running)."
+            if given.get("tandem")
+            else ""
+        ),
         "",
         "| " + " | ".join(label for _key, label, _d in COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),

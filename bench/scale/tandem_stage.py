@@ -41,6 +41,16 @@ def corpus_dir(workdir: Path, label: str) -> Path:
     return workdir / label
 
 
+def saved_vector_index(workdir: Path) -> Path:
+    """The hybrid corpus's saved vector index (graph included once the build finished)."""
+    found = sorted(
+        (corpus_dir(workdir, "tandem_hybrid") / "corpora" / CORPUS).rglob("vectors.faiss")
+    )
+    if len(found) != 1:
+        raise RuntimeError(f"expected one vectors.faiss in the hybrid corpus, found {len(found)}")
+    return found[0]
+
+
 def _batches(source: VectorSource, with_vectors: bool) -> Iterator[tuple[list[Any], Any]]:
     api = _api()
     corpus = synth.make_corpus(source.n_docs, source.seed)

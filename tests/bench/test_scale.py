@@ -213,3 +213,29 @@ def test_anchors_come_from_the_fixture_and_are_cached(tmp_path: Path) -> None:
     again = load_anchors("fake-model", None, tmp_path, encoder)  # type: ignore[arg-type]
     assert encoder.calls == calls  # documents and queries both came from the cache
     np.testing.assert_array_equal(again.queries, anchors.queries)
+
+
+def test_the_raw_dense_stage_measures_a_saved_graph_without_building_one(tmp_path: Path) -> None:
+    """With a Tandem corpus in the scale point, the raw stage loads the graph that
+    corpus saved (same vectors, same engine code) instead of building a second one."""
+    from bench.scale.dense_stage import doc_ids, measure_dense
+    from bench.scale.measure import Stage, stages_for
+    from bench.scale.source import VectorSource
+    from dense import FaissIndex
+
+    source = VectorSource(400, seed=3)
+    built = FaissIndex(source.dimension, hnsw_threshold=100, build_delay_s=0.0)
+    built.add(doc_ids(0, 400), source.matrix())
+    assert built.wait_for_graph(timeout=120)
+    saved = tmp_path / "vectors.faiss"
+    built.save(saved)
+    built.close()
+    out = measure_dense(source, 20, (64,), tmp_path, graph_file=saved)
+    assert out["graph_from_tandem_corpus"] == 1.0
+    assert "graph_build_s" not in out and "slowest_search_during_build_s" not in out
+    assert out["hnsw_recall_at_10"] > 0.9 and out["exact_p50_ms"] > 0
+    assert (tmp_path / "dense-sq8.faiss").is_file()  # the dense-reopen stages' input
+    order = [(stage, overrides) for stage, overrides in stages_for(True)]
+    assert [s for s, _ in order][:3] == [Stage.TANDEM, Stage.REOPEN, Stage.RAW]
+    assert order[2][1] == {"graph_from_tandem": True}
+    assert stages_for(False)[0] == (Stage.RAW, {"graph_from_tandem": False})
