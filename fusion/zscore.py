@@ -102,8 +102,12 @@ def _standardised(arm: dict[str, float]) -> tuple[dict[str, float], float]:
     scores = list(arm.values())
     n = len(scores)
     mean = math.fsum(scores) / n
-    variance = math.fsum((s - mean) ** 2 for s in scores) / n
-    std = math.sqrt(variance)
+    # Deviations are scaled by the largest before squaring: squared tiny deviations
+    # (1e-274) underflow to 0 and squared huge ones overflow, though their std exists.
+    scale = max(abs(s - mean) for s in scores)
+    if not (scale > 0.0 and math.isfinite(scale)):
+        return dict.fromkeys(arm, 0.0), 0.0
+    std = scale * math.sqrt(math.fsum(((s - mean) / scale) ** 2 for s in scores) / n)
     if not (std > 0.0 and math.isfinite(std)):
         return dict.fromkeys(arm, 0.0), 0.0
     z_scores = {doc_id: (score - mean) / std for doc_id, score in arm.items()}

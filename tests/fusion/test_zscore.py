@@ -212,3 +212,11 @@ def test_invalid_arguments_raise_fusion_error(arms: object, weights: object, lim
 def test_fusion_error_is_a_value_error() -> None:
     with pytest.raises(ValueError):
         zscore_fusion([[("a", math.nan)]])
+
+
+def test_tiny_and_huge_spreads_are_standardised_not_flattened() -> None:
+    """Regression (found by hypothesis): squaring a 1e-274 deviation underflowed to a
+    zero std, so the arm's ranking was dropped; squaring 1e200 overflowed."""
+    for a, b in ((9.61655284241959e-274, 0.0), (1e200, -1e200)):
+        hits = zscore_fusion([[("a", a), ("b", b)]])
+        assert [(h.id, h.score) for h in hits] == [("a", 1.0), ("b", -1.0)]
