@@ -26,6 +26,7 @@ def _group(item: pytest.Item, root: Path) -> str:
     return "tests/engine/cluster" if relative.startswith("tests/engine/cluster/") else relative
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups off the markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under xdist (``-n``): one group per test file (module fixtures, the hostile-input
     counters) and one for the Ray tests, the longest groups first."""
