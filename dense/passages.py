@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dense.contracts import Embedder, embed_query
+from dense.wrapped import WrappedEmbedder
 
 Vectors = npt.NDArray[np.float32]
 
@@ -62,7 +63,7 @@ def split_passages(text: str, *, max_words: int, stride_words: int, title: str =
     return windows
 
 
-class PassageMeanEmbedder:
+class PassageMeanEmbedder(WrappedEmbedder):
     """An ``Embedder`` whose document vectors are means of passage vectors.
 
     ``embed(texts)`` takes document texts as the engine builds them (title, newline,
@@ -80,25 +81,10 @@ class PassageMeanEmbedder:
         split: Callable[[str], list[str]] | None = None,
     ) -> None:
         split_passages("", max_words=max_words, stride_words=stride_words)  # validates
-        self._inner = inner
+        super().__init__(inner)
         self._max_words = max_words
         self._stride_words = stride_words
         self._split = split or self._title_and_body_windows
-
-    @property
-    def inner(self) -> Embedder:
-        return self._inner
-
-    @property
-    def name(self) -> str:
-        return self._inner.name
-
-    @property
-    def dimension(self) -> int:
-        return self._inner.dimension
-
-    def is_available(self) -> bool:
-        return self._inner.is_available()
 
     def windows(self, text: str) -> list[str]:
         """The texts ``embed`` sends to the model for one document."""

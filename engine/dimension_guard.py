@@ -17,32 +17,18 @@ import numpy as np
 import numpy.typing as npt
 
 from dense import Embedder, EmbedderUnavailable, embed_query
+from dense.wrapped import WrappedEmbedder
 
 logger = logging.getLogger(__name__)
 
 
-class DimensionGuard:
+class DimensionGuard(WrappedEmbedder):
     """Wraps a (shared) embedder; ``expected()`` is the corpus's dimension, None = any."""
 
     def __init__(self, inner: Embedder, expected: Callable[[], int | None]) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._expected = expected
         self._reported: set[tuple[int, int]] = set()
-
-    @property
-    def inner(self) -> Embedder:
-        return self._inner
-
-    @property
-    def name(self) -> str:
-        return self._inner.name
-
-    @property
-    def dimension(self) -> int:
-        return self._inner.dimension
-
-    def is_available(self) -> bool:
-        return self._inner.is_available()
 
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         return self._checked(self._inner.embed(texts))
