@@ -86,7 +86,6 @@ class _EncoderAsEmbedder:
 
     def __init__(self, encoder: SentenceEncoder) -> None:
         self._encoder = encoder
-        self.texts = 0
 
     @property
     def name(self) -> str:
@@ -100,7 +99,6 @@ class _EncoderAsEmbedder:
         return True
 
     def embed(self, texts: Sequence[str]) -> Vectors:
-        self.texts += len(texts)
         return self._encoder.encode(list(texts))
 
 

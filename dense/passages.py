@@ -67,9 +67,8 @@ class PassageMeanEmbedder(WrappedEmbedder):
     """An ``Embedder`` whose document vectors are means of passage vectors.
 
     ``embed(texts)`` takes document texts as the engine builds them (title, newline,
-    body); ``split`` turns one into its windows. By default a short first line (at most
-    ``max_words // 4`` words: a title or a heading) heads every window of the rest;
-    a text without one is split whole.
+    body). A short first line (at most ``max_words // 4`` words: a title or a heading)
+    heads every window of the rest; a text without one is split whole.
     """
 
     def __init__(
@@ -78,17 +77,11 @@ class PassageMeanEmbedder(WrappedEmbedder):
         *,
         max_words: int = 160,
         stride_words: int = 80,
-        split: Callable[[str], list[str]] | None = None,
     ) -> None:
         split_passages("", max_words=max_words, stride_words=stride_words)  # validates
         super().__init__(inner)
         self._max_words = max_words
         self._stride_words = stride_words
-        self._split = split or self._title_and_body_windows
-
-    def windows(self, text: str) -> list[str]:
-        """The texts ``embed`` sends to the model for one document."""
-        return self._split(text)
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         """One unit row per document: the normalised mean of its windows' vectors."""
@@ -97,7 +90,7 @@ class PassageMeanEmbedder(WrappedEmbedder):
         windows: list[str] = []
         owners: list[int] = []
         for i, text in enumerate(texts):
-            parts = self._split(text)
+            parts = self.windows(text)
             windows.extend(parts)
             owners.extend([i] * len(parts))
         if len(windows) == len(texts):  # nothing was split: the plain embedder's rows
@@ -120,7 +113,8 @@ class PassageMeanEmbedder(WrappedEmbedder):
         if callable(close):
             close()
 
-    def _title_and_body_windows(self, text: str) -> list[str]:
+    def windows(self, text: str) -> list[str]:
+        """The texts ``embed`` sends to the model for one document."""
         title, newline, body = text.partition("\n")
         if not newline or len(title.split()) > self._max_words // 4:
             title, body = "", text  # no heading line: the whole text is split
