@@ -199,6 +199,9 @@ class CorpusConfig(_Frozen):
     filter on them. ``natural`` (``None``: off) configures ``Corpus.ask``.
     ``fusion`` is ``RRFFusion()`` (default) or ``ZScoreFusion(dense_weight=...)``; the
     names ``"rrf"`` and ``"zscore"`` are shorthands for their defaults.
+    ``complete_windows`` (default on): in a hybrid search each arm also ranks the
+    candidates only the other arm found, after its own ``window``
+    (``engine.search.completion``); off, the two windows are fused as they are.
     ``vector_storage`` is how the vector index's HNSW graph (built from 50,000 vectors)
     holds them: ``float32`` (default, exact scores) or ``sq8`` (8-bit codes, a quarter of
     the memory; candidates re-ranked exactly from the float vectors, which a reopened
@@ -210,6 +213,7 @@ class CorpusConfig(_Frozen):
     rrf_k: Annotated[float, Field(gt=0, le=10_000, allow_inf_nan=False)] = 60.0
     weights: FusionWeights = FusionWeights()
     window: Annotated[int, Field(ge=1, le=500)] = 100
+    complete_windows: bool = True
     fusion: FusionSpec = RRFFusion()
     languages: Annotated[
         Mapping[int, str], AfterValidator(_frozen_map), PlainSerializer(_plain_dict)

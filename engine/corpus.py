@@ -450,6 +450,20 @@ class Corpus:
         """The scored vector window for a query embedded elsewhere."""
         return self._searcher.vector_window(text, vector, limit, language, filters, need, covered)
 
+    def _completion_windows(
+        self,
+        text: str,
+        vector: npt.NDArray[np.float32],
+        for_keyword: list[str],
+        for_vector: list[str],
+        language: int | None,
+        filters: tuple[FieldFilter, ...],
+    ) -> tuple[ArmWindow, ArmWindow]:
+        """This corpus's part of completing a sharded search (``engine.search.completion``)."""
+        return self._searcher.completion_windows(
+            text, vector, for_keyword, for_vector, language, filters
+        )
+
     def _passages_for(
         self, ids: Sequence[str], text: str, filters: tuple[FieldFilter, ...]
     ) -> list[Passage]:

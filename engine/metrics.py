@@ -169,7 +169,8 @@ class EngineMetrics:
         )
         self.arm_duration = Histogram(
             "tandem_arm_duration_seconds",
-            "Wall time of one arm of a search (sparse: keyword facade; dense: FAISS).",
+            "Wall time of one arm of a search (sparse: keyword facade; dense: FAISS; "
+            "completion: each arm scoring the other's extra candidates).",
             ["corpus", "arm"],
             buckets=_LATENCY_BUCKETS,
             registry=r,

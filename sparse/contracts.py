@@ -177,6 +177,10 @@ class RetrievalQuery:
     filters: tuple[FieldFilter, ...] = ()
     excerpts: bool = True
     """False: the caller needs ranked ids only; backends may leave ``excerpt`` empty."""
+    within: frozenset[str] | None = None
+    """Only these source ids are eligible (``None``: every document), applied inside the
+    search like ``filters``: how a hybrid search asks for the keyword scores of
+    candidates that only the vector arm found. Empty matches nothing."""
 
 
 @dataclass(frozen=True, slots=True)

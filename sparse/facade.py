@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from sparse.cascade import RetrievalService
 from sparse.clamp import clamp_language, clamp_limit, clamp_text
 from sparse.contracts import (
+    MAX_SOURCES,
     AccessContext,
     EvidenceSource,
     FieldFilter,
@@ -79,13 +80,16 @@ class KeywordSearchFacade:
         *,
         filters: Iterable[FieldFilter] = (),
         excerpts: bool = True,
+        within: Iterable[str] | None = None,
     ) -> list[KeywordHit]:
         """Best-first public hits for ``query``; ``[]`` on short queries or any failure.
 
         Keyword-only extensions of the ``KeywordSearch`` contract: ``filters`` are AND-ed
         conditions on declared fields, applied inside the backend before the top
         ``limit``; ``excerpts=False`` returns hits with an empty ``excerpt`` (a caller
-        that only fuses ranked ids — the hybrid arm — skips the cost of cutting them).
+        that only fuses ranked ids — the hybrid arm — skips the cost of cutting them);
+        ``within`` restricts the hits to those source ids (at most ``MAX_SOURCES``
+        strings; more, or a non-string, answers ``[]``).
         """
         try:
             text = clamp_text(query)
@@ -94,12 +98,18 @@ class KeywordSearchFacade:
                 isinstance(c, TermsFilter | RangeFilter) for c in conditions
             ):
                 return []
+            eligible = None
+            if within is not None:
+                eligible = frozenset(within)
+                if len(eligible) > MAX_SOURCES or not all(isinstance(i, str) for i in eligible):
+                    return []
             request = RetrievalQuery(
                 text=text,
                 limit=clamp_limit(limit),
                 language_id=clamp_language(language_id),
                 filters=conditions,
                 excerpts=bool(excerpts),
+                within=eligible,
             )
             result = self._service.retrieve(request, AccessContext.public_only())
             return [_to_hit(source) for source in result.sources[: request.limit]]

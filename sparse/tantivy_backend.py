@@ -13,7 +13,8 @@ parentheses, ``AND``/``OR``/``NOT``, ``field:value``, emoji and control characte
 therefore just text, and a 10,000-character token is dropped by the analyzer (it matches
 nothing) - user text cannot raise a syntax error.
 
-Filters run inside the tantivy query (never by post-filtering the top k): ``public`` is
+Filters run inside the tantivy query (never by post-filtering the top k), and so does
+``within`` (a term-set clause on the id field): ``public`` is
 required (the index carries no access groups yet, so every ``AccessContext`` searches
 public documents only), and a ``language_id`` restricts both the field (that language's
 analyzer) and the documents. ``language_id=None`` searches every analyzer field that
@@ -123,11 +124,13 @@ class TantivyBackend:
                 if query.excerpts:  # anchor excerpts on the rarest term in the index
                     for surface in surfaces:
                         rarest.append((view.searcher.doc_freq(field, term), surface))
-        if not clauses:
+        if not clauses or (query.within is not None and not query.within):
             return []
         filters = [self._filter_query(view.schema, f) for f in query.filters]
         if any(f is None for f in filters):
             return []  # a condition nothing can satisfy
+        if query.within is not None:
+            filters.append(tantivy.Query.term_set_query(view.schema, F_ID, sorted(query.within)))
         rarest.sort(key=lambda pair: pair[0])
         excerpt_terms = list(dict.fromkeys(surface for _, surface in rarest))[:MAX_EXCERPT_TERMS]
         required = [f for f in filters if f is not None]

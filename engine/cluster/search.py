@@ -27,8 +27,9 @@ from engine.cluster.routing import group_by_shard
 from engine.config import CorpusConfig
 from engine.documents import ArmRanks, Passage
 from engine.limits import MAX_LANGUAGE_ID, MAX_OFFSET, MAX_TOP_K
+from engine.search.completion import extra_candidates
 from engine.search.searcher import clamp_int
-from engine.search.windows import ArmWindow
+from engine.search.windows import ArmWindow, ScoredHit
 from fusion import FusedHit
 from sparse import MAX_SOURCES, FieldFilter
 from sparse.clamp import clamp_language, clamp_text
@@ -115,11 +116,55 @@ class ShardedSearcher:
         dense = None
         if vector is not None:
             dense = merge_arm([vectors[i].hits() for i in answered], window)
+            if config.complete_windows:
+                sparse, dense = self._complete(
+                    text, vector, window, language, compiled, answered, sparse, dense
+                )
         fused = fuse(config, sparse, dense, need)
         windows = [keyword[i] for i in answered] + [vectors[i] for i in answered if i in vectors]
         passages = self._page(fused[skip:need], windows, answered, text, compiled)
         self._metrics.search_duration.labels(config.name).observe(time.perf_counter() - started)
         return passages
+
+    def _complete(
+        self,
+        text: str,
+        vector: npt.NDArray[np.float32],
+        window: int,
+        language: int | None,
+        filters: tuple[FieldFilter, ...],
+        answered: Sequence[int],
+        sparse: list[ScoredHit],
+        dense: list[ScoredHit],
+    ) -> tuple[list[ScoredHit], list[ScoredHit]]:
+        """Each global arm ranking followed by that arm's order of the other arm's extra
+        candidates (``engine.search.completion``), asked of their owners in one round
+        trip; a shard that does not answer leaves its extras unranked."""
+        for_keyword, for_vector = extra_candidates(
+            [h.id for h in sparse], [h.id for h in dense], window
+        )
+        if not for_keyword and not for_vector:
+            return sparse, dense
+        keyword_owners = group_by_shard(for_keyword, self._shards)
+        vector_owners = group_by_shard(for_vector, self._shards)
+        owners = sorted(set(keyword_owners) | set(vector_owners))
+        answers: dict[int, tuple[ArmWindow, ArmWindow]] = self._calls.fan_out(
+            [i for i in owners if i in answered],
+            "completion_windows",
+            lambda i: (
+                text,
+                vector,
+                [for_keyword[p] for p in keyword_owners.get(i, [])],
+                [for_vector[p] for p in vector_owners.get(i, [])],
+                language,
+                filters,
+            ),
+            self._timeout_s,
+        )
+        shards = sorted(answers)
+        keyword_extra = merge_arm([answers[i][0].hits() for i in shards], len(for_keyword))
+        vector_extra = merge_arm([answers[i][1].hits() for i in shards], len(for_vector))
+        return sparse + keyword_extra, dense + vector_extra
 
     def _query_vector(self, embedder: Embedder, text: str) -> npt.NDArray[np.float32] | None:
         """The query's vector, embedded once here; ``None``: answer from keywords."""

@@ -134,6 +134,19 @@ class ShardActor:
             text, vector, limit, language, filters, need, frozenset(covered)
         )
 
+    def completion_windows(
+        self,
+        text: str,
+        vector: npt.NDArray[np.float32],
+        for_keyword: Sequence[str],
+        for_vector: Sequence[str],
+        language: int | None,
+        filters: tuple[FieldFilter, ...],
+    ) -> tuple[ArmWindow, ArmWindow]:
+        return self._corpus._completion_windows(
+            text, vector, list(for_keyword), list(for_vector), language, filters
+        )
+
     def passages(
         self, ids: Sequence[str], text: str, filters: tuple[FieldFilter, ...]
     ) -> tuple[Passage, ...]:

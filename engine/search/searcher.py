@@ -23,12 +23,20 @@ from engine.config import CorpusConfig
 from engine.documents import ArmRanks, Passage
 from engine.limits import MAX_LANGUAGE_ID, MAX_OFFSET, MAX_TOP_K
 from engine.metrics import EngineMetrics
+from engine.search.completion import complete_windows
 from engine.search.excerpts import excerpt_for, query_terms
 from engine.search.fusing import fuse_arms
 from engine.search.router import resolve_strategy
 from engine.search.strategy import Arm, FallbackReason, Strategy
 from engine.search.visibility import DenseVisibility
-from engine.search.windows import ArmWindow, keyword_window, vector_window
+from engine.search.windows import (
+    ArmWindow,
+    completion_windows,
+    keyword_scores,
+    keyword_window,
+    vector_scores,
+    vector_window,
+)
 from engine.storage import DocumentStore
 from engine.write.indexes import DerivedIndexes
 from fusion import FusedHit
@@ -292,7 +300,52 @@ class Searcher:
         sparse_hits = done[0] if done else self._sparse_arm(p, text, window, language, filters)
         if not sparse_hits and p.store.has_public_documents():
             p.metrics.sparse_arm_empty.labels(p.corpus).inc()
+        if p.config.complete_windows:
+            sparse_hits, dense = self._complete(
+                p, vector, text, window, language, filters, sparse_hits, dense
+            )
         return fuse_arms(p.config, sparse_hits, dense, need), sparse_hits
+
+    def _complete(
+        self,
+        p: SearchState,
+        vector: npt.NDArray[np.float32],
+        text: str,
+        window: int,
+        language: int | None,
+        filters: tuple[FieldFilter, ...],
+        sparse_hits: list[KeywordHit],
+        dense: list[tuple[str, float]],
+    ) -> tuple[list[KeywordHit], list[tuple[str, float]]]:
+        """Each arm's window followed by its order of the other arm's extra candidates
+        (``engine.search.completion``). The extras passed their own arm's visibility
+        checks; the passages are checked against the store again regardless."""
+        started = time.perf_counter()
+        completed = complete_windows(
+            sparse_hits,
+            dense,
+            window,
+            keyword_scores=lambda ids: keyword_scores(p, text, ids, language, filters),
+            vector_scores=lambda ids: vector_scores(p, vector, ids),
+        )
+        p.metrics.arm_duration.labels(p.corpus, Arm.COMPLETION.value).observe(
+            time.perf_counter() - started
+        )
+        return completed
+
+    def completion_windows(
+        self,
+        text: str,
+        vector: npt.NDArray[np.float32],
+        for_keyword: list[str],
+        for_vector: list[str],
+        language: int | None,
+        filters: tuple[FieldFilter, ...],
+    ) -> tuple[ArmWindow, ArmWindow]:
+        """Internal (``engine.cluster``): this corpus's part of completing a sharded
+        search; see ``engine.search.windows.completion_windows``."""
+        p = self._state
+        return completion_windows(p, text, vector, for_keyword, for_vector, language, filters)
 
     def _sparse_arm(
         self,

@@ -23,5 +23,9 @@ class FallbackReason(enum.Enum):
 
 
 class Arm(enum.Enum):
+    """A stage of a search timed by ``tandem_arm_duration_seconds``."""
+
     SPARSE = "sparse"
     DENSE = "dense"
+    COMPLETION = "completion"
+    """Each arm scoring the other's extra candidates (``engine.search.completion``)."""

@@ -21,7 +21,7 @@ from dense import FaissIndex
 from engine.documents import Passage
 from engine.search.visibility import DenseVisibility
 from fusion import FusedHit
-from sparse import FieldFilter, KeywordSearchFacade
+from sparse import FieldFilter, KeywordHit, KeywordSearchFacade
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,3 +141,46 @@ def vector_window(
         passages=tuple(passages(top)) if top else (),
         checked=tuple(f.id for f in top),
     )
+
+
+def keyword_scores(
+    parts: SearchParts,
+    text: str,
+    ids: list[str],
+    language: int | None,
+    filters: tuple[FieldFilter, ...],
+) -> list[KeywordHit]:
+    """The keyword arm's hits among ``ids`` (``engine.search.completion``), best first."""
+    facade = parts.keyword_index_backed
+    return facade.search(text, len(ids), language, filters=filters, excerpts=False, within=ids)
+
+
+def vector_scores(
+    parts: SearchParts, vector: npt.NDArray[np.float32], ids: list[str]
+) -> list[tuple[str, float]]:
+    """The vector arm's exact scores of those of ``ids`` that have a vector, best first."""
+    index = parts.indexes.faiss
+    if not ids or index is None or len(index) == 0 or vector.shape[-1] != index.dimension:
+        return []
+    return index.search(vector, len(ids), allow=ids)
+
+
+def completion_windows(
+    parts: SearchParts,
+    text: str,
+    vector: npt.NDArray[np.float32],
+    for_keyword: list[str],
+    for_vector: list[str],
+    language: int | None,
+    filters: tuple[FieldFilter, ...],
+) -> tuple[ArmWindow, ArmWindow]:
+    """One shard's part of completing a sharded search: the keyword arm's hits among
+    ``for_keyword`` and the vector arm's scores of ``for_vector`` (no passages)."""
+    hits = keyword_scores(parts, text, for_keyword, language, filters) if for_keyword else []
+    scored = vector_scores(parts, vector, for_vector)
+    keyword = ArmWindow(
+        ids=tuple(h.source_id for h in hits),
+        scores=tuple(h.score for h in hits),
+        urls=tuple(h.url for h in hits),
+    )
+    return keyword, ArmWindow(ids=tuple(i for i, _ in scored), scores=tuple(s for _, s in scored))

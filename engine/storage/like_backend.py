@@ -64,6 +64,11 @@ class DatabaseLikeBackend:
             condition, filter_params = filter_sql(query.filters)
             where += f" AND {condition}"
             params += filter_params
+        if query.within is not None:
+            if not query.within:
+                return []
+            where += f" AND source_id IN ({','.join('?' * len(query.within))})"
+            params += sorted(query.within)
         params.append(query.limit)
         sql = (
             f"SELECT source_id, title, url, text, language_id, page_uid, "

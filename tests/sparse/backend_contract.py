@@ -180,3 +180,22 @@ class SearchBackendContract:
         found = backend.search(query(text), PUBLIC)
         assert isinstance(found, list)
         assert "p3" not in ids(found)
+
+    def test_within_restricts_the_hits_and_keeps_their_scores(
+        self, make_backend: BackendFactory
+    ) -> None:
+        docs = [
+            SparseDocument(f"d{i}", f"Volcano {i}", "Lava and ash. " * (i + 1), url=f"/d{i}")
+            for i in range(8)
+        ] + [SparseDocument("hidden", "Volcano secret", "Lava.", public=False)]
+        backend = make_backend(docs)
+        everything = {s.source_id: s.score for s in backend.search(query("volcano lava"), PUBLIC)}
+        wanted = frozenset({"d1", "d4", "d6", "hidden", "nowhere"})
+        restricted = RetrievalQuery(text="volcano lava", limit=10, within=wanted)
+        found = backend.search(restricted, PUBLIC)
+        assert sorted(ids(found)) == ["d1", "d4", "d6"]  # never the private one
+        assert {s.source_id: s.score for s in found} == {i: everything[i] for i in ids(found)}
+
+    def test_empty_within_matches_nothing(self, backend: SearchBackend) -> None:
+        nothing = RetrievalQuery(text="photosynthesis", limit=10, within=frozenset())
+        assert backend.search(nothing, PUBLIC) == []

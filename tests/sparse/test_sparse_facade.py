@@ -288,3 +288,16 @@ def test_excerpts_off_returns_the_same_ranking_without_excerpts(tmp_path: Path) 
     assert [h.source_id for h in ids_only] == [h.source_id for h in with_excerpts]
     assert all(h.excerpt == "" for h in ids_only)
     assert all("photosynthesis" in h.excerpt for h in with_excerpts)
+
+
+def test_within_is_validated_at_the_facade(facade: KeywordSearchFacade) -> None:
+    found = facade.search("lichen rocks", 50)
+    assert len(found) >= 2
+    first, second = found[0].source_id, found[1].source_id
+    only = facade.search("lichen rocks", 50, within=[second, "priv3"])
+    assert [h.source_id for h in only] == [second]
+    assert facade.search("lichen", 50, within=[]) == []
+    assert facade.search("lichen", 50, within=[first, 7]) == []  # type: ignore[list-item]
+    too_many = [first] + [f"x{i}" for i in range(MAX_SOURCES)]
+    assert facade.search("lichen", 50, within=too_many) == []
+    assert facade.search("lichen", 50, within=too_many[:MAX_SOURCES])[0].source_id == first

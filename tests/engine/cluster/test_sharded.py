@@ -42,6 +42,7 @@ def single(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Corpu
             "hybrid": engine.create_corpus(config("hybrid")),
             "keyword": engine.create_corpus(config("keyword", embedder=None)),
             "dense": engine.create_corpus(config("dense", weights={"sparse": 0.0})),
+            "narrow": engine.create_corpus(config("narrow", window=5)),
         }
         for corpus in corpora.values():
             corpus.add(DOCS)
@@ -63,6 +64,7 @@ def sharded(
         "hybrid1": _sharded(root / "h1", config("hybrid"), 1),
         "keyword1": _sharded(root / "k1", config("keyword", embedder=None), 1),
         "dense3": _sharded(root / "d3", config("dense", weights={"sparse": 0.0}), 3),
+        "narrow1": _sharded(root / "n1", config("narrow", window=5), 1),
     }
     yield corpora
     for corpus in corpora.values():
@@ -103,6 +105,21 @@ def test_one_shard_answers_exactly_like_one_corpus(
             compared += len(expected)
     assert compared > 200
     assert one.evidence("password reset", top_k=3) == many.evidence("password reset", top_k=3)
+
+
+def test_completion_across_shards_answers_like_one_corpus(
+    single: dict[str, Corpus], sharded: dict[str, ShardedCorpus]
+) -> None:
+    """A window of 5: each arm also ranks the other's extra candidates (ranks past 5),
+    asked of their owning shards, exactly as one corpus completes its windows."""
+    one, many = single["narrow"], sharded["narrow1"]
+    past_window = 0
+    for query in QUERIES:
+        for args in ({"top_k": 5}, {"top_k": 3, "offset": 1}, {"top_k": 4, "language_id": 0}):
+            expected = one.search(query, **args)
+            assert as_tuples(many.search(query, **args)) == as_tuples(expected), (query, args)
+            past_window += sum(max(p.ranks.sparse or 0, p.ranks.dense or 0) > 5 for p in expected)
+    assert past_window > 0
 
 
 def test_ranks_are_global_ranks_across_shards(
