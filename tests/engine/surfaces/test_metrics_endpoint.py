@@ -164,7 +164,7 @@ def test_labels_are_bounded_to_corpus_names_and_enum_values(
         "corpus": {"docs", "kw"},
         "strategy": {"hybrid", "keyword"},
         "reason": {"embedder_down", "embedder_error"},
-        "arm": {"sparse", "dense"},
+        "arm": {"sparse", "dense", "completion"},
         "purpose": {"query", "documents"},
     }
     samples = scrape(server.url)
