@@ -36,7 +36,8 @@ def _run_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--systems",
         default="all",
-        help="comma-separated systems (default: all): tandem-hybrid, tandem-keyword, "
+        help="comma-separated systems (default: all): tandem-hybrid, tandem-hybrid-zscore, "
+        "tandem-hybrid-windows, tandem-keyword, "
         "tantivy, faiss-flat, bm25s, lancedb-hybrid, txtai-hybrid",
     )
     parser.add_argument("--out", type=Path, default=Path("bench-results"))

@@ -11,6 +11,7 @@ from bench.systems.base import SystemName
 HYBRIDS = (
     SystemName.TANDEM_HYBRID,
     SystemName.TANDEM_HYBRID_ZSCORE,
+    SystemName.TANDEM_HYBRID_WINDOWS,
     SystemName.GLUE,
     SystemName.LANCEDB_HYBRID,
     SystemName.TXTAI_HYBRID,

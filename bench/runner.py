@@ -144,7 +144,9 @@ def _measure(job: SystemJob, dataset: BeirDataset, workdir: Path) -> SystemResul
     )
 
 
-TANDEM_HYBRIDS = frozenset({SystemName.TANDEM_HYBRID, SystemName.TANDEM_HYBRID_ZSCORE})
+TANDEM_HYBRIDS = frozenset(
+    {SystemName.TANDEM_HYBRID, SystemName.TANDEM_HYBRID_ZSCORE, SystemName.TANDEM_HYBRID_WINDOWS}
+)
 """Tandem corpora with an embedder: they embed their own documents on ``Corpus.add``."""
 
 
@@ -187,7 +189,7 @@ def _own_encoding_ingest(
     model on a handful of documents first, so the figures compare steady-state throughput
     rather than model loading.
     """
-    from bench.systems.tandem import TandemSystem
+    from bench.systems.tandem import tandem_for
 
     subset = dataset.spread_sample(max(1, job.encode_subset))
     warm = [
@@ -203,8 +205,7 @@ def _own_encoding_ingest(
     raw_s = time.perf_counter() - start
 
     ctx = SystemContext(workdir=workdir / "own", model=job.model, encoder=lambda: raw)
-    fusion = "zscore" if job.system is SystemName.TANDEM_HYBRID_ZSCORE else None
-    tandem = TandemSystem(ctx, hybrid=True, fusion=fusion)
+    tandem = tandem_for(ctx, job.system)
     tandem.index_with_own_encoding(warm)
     start = time.perf_counter()
     tandem.index_with_own_encoding(subset)

@@ -17,6 +17,7 @@ class SystemName(enum.StrEnum):
 
     TANDEM_HYBRID = "tandem-hybrid"
     TANDEM_HYBRID_ZSCORE = "tandem-hybrid-zscore"
+    TANDEM_HYBRID_WINDOWS = "tandem-hybrid-windows"
     TANDEM_KEYWORD = "tandem-keyword"
     TANTIVY = "tantivy"
     FAISS_FLAT = "faiss-flat"

@@ -41,6 +41,12 @@ SPECS: dict[SystemName, SystemSpec] = {
             "tandem:tandem_hybrid_zscore",
             uses_vectors=True,
         ),
+        SystemSpec(
+            SystemName.TANDEM_HYBRID_WINDOWS,
+            ("engine",),
+            "tandem:tandem_hybrid_windows",
+            uses_vectors=True,
+        ),
         SystemSpec(SystemName.TANDEM_KEYWORD, ("engine",), "tandem:tandem_keyword"),
         SystemSpec(SystemName.TANTIVY, ("tantivy",), "tantivy_raw:TantivySystem"),
         SystemSpec(

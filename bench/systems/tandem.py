@@ -2,7 +2,9 @@
 
 Hybrid: a corpus with the default embedder, fed the cached corpus vectors (the engine
 embeds each query itself), with the default fusion (RRF) or ``fusion="zscore"`` (its
-default dense weight). Keyword: a corpus with ``embedder=None``.
+default dense weight); ``tandem-hybrid-windows`` is the default with
+``complete_windows=False`` (the two windows fused as they are), to show in one run what
+completion gains and costs. Keyword: a corpus with ``embedder=None``.
 """
 
 from __future__ import annotations
@@ -38,17 +40,25 @@ class TandemSystem:
     """Tandem hybrid (``hybrid=True``) or Tandem keyword (vector off); ``fusion`` names a
     non-default fusion (``CorpusConfig(fusion=...)``) for the hybrid corpus."""
 
-    def __init__(self, ctx: SystemContext, hybrid: bool, fusion: str | None = None) -> None:
+    def __init__(
+        self,
+        ctx: SystemContext,
+        hybrid: bool,
+        fusion: str | None = None,
+        complete_windows: bool = True,
+    ) -> None:
         self._api = engine_api()
         self._ctx = ctx
         self._hybrid = hybrid
         self._fusion = fusion
+        self._complete = complete_windows
         if not hybrid:
             self.name = SystemName.TANDEM_KEYWORD
-        elif fusion == "zscore":
+        elif fusion == "zscore" and complete_windows:
             self.name = SystemName.TANDEM_HYBRID_ZSCORE
         elif fusion is None:
-            self.name = SystemName.TANDEM_HYBRID
+            windows = SystemName.TANDEM_HYBRID_WINDOWS
+            self.name = SystemName.TANDEM_HYBRID if complete_windows else windows
         else:
             raise ValueError(f"no bench system for fusion {fusion!r}")
         self.uses_vectors = hybrid
@@ -58,9 +68,14 @@ class TandemSystem:
     def _open(self) -> Any:
         if self._corpus is None:
             self._engine = self._api.SearchEngine(str(self._ctx.workdir / "tandem"))
-            fields = {"name": CORPUS_NAME, "embedder": self._ctx.model if self._hybrid else None}
+            fields: dict[str, object] = {
+                "name": CORPUS_NAME,
+                "embedder": self._ctx.model if self._hybrid else None,
+            }
             if self._fusion is not None:
                 fields["fusion"] = self._fusion
+            if not self._complete:
+                fields["complete_windows"] = False
             config = self._api.CorpusConfig.model_validate(fields)
             self._corpus = self._engine.create_corpus(config)
         return self._corpus
@@ -106,5 +121,20 @@ def tandem_hybrid_zscore(ctx: SystemContext) -> TandemSystem:
     return TandemSystem(ctx, hybrid=True, fusion="zscore")
 
 
+def tandem_hybrid_windows(ctx: SystemContext) -> TandemSystem:
+    return TandemSystem(ctx, hybrid=True, complete_windows=False)
+
+
 def tandem_keyword(ctx: SystemContext) -> TandemSystem:
     return TandemSystem(ctx, hybrid=False)
+
+
+def tandem_for(ctx: SystemContext, name: SystemName) -> TandemSystem:
+    """The Tandem system called ``name``."""
+    factories = {
+        SystemName.TANDEM_HYBRID: tandem_hybrid,
+        SystemName.TANDEM_HYBRID_ZSCORE: tandem_hybrid_zscore,
+        SystemName.TANDEM_HYBRID_WINDOWS: tandem_hybrid_windows,
+        SystemName.TANDEM_KEYWORD: tandem_keyword,
+    }
+    return factories[name](ctx)
