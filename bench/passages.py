@@ -53,17 +53,31 @@ CORPUS = "bench"
 @dataclasses.dataclass(frozen=True)
 class Recipe:
     """How document vectors are made: ``windows`` (max words, stride) or ``None``, the
-    model truncates."""
+    model truncates; ``pieces``: windows cut by the model's tokenizer instead
+    (``dense.PieceSplitter``, ``PassageWindows(unit="pieces")``)."""
 
     label: str
     windows: tuple[int, int] | None = None
+    pieces: bool = False
+
+    @property
+    def cache_suffix(self) -> str:
+        if self.pieces:
+            return "passages:pieces"
+        assert self.windows is not None
+        return f"passages:{self.windows[0]}/{self.windows[1]}"
 
     def embedder(self, encoder: SentenceEncoder) -> Any:
         adapter = _EncoderAsEmbedder(encoder)
-        if self.windows is None:
+        if self.windows is None and not self.pieces:
             return adapter
-        from dense import PassageMeanEmbedder
+        from dense import PassageMeanEmbedder, PieceSplitter
 
+        if self.pieces:
+            model = encoder._model  # the loaded sentence-transformers model (its tokenizer)
+            splitter = PieceSplitter(lambda: (model.tokenizer, int(model.max_seq_length)))
+            return PassageMeanEmbedder(adapter, splitter=splitter)
+        assert self.windows is not None
         max_words, stride = self.windows
         return PassageMeanEmbedder(adapter, max_words=max_words, stride_words=stride)
 
@@ -71,7 +85,9 @@ class Recipe:
         import engine
 
         windows = None
-        if self.windows is not None:
+        if self.pieces:
+            windows = engine.PassageWindows(unit="pieces")
+        elif self.windows is not None:
             max_words, stride = self.windows
             windows = engine.PassageWindows(max_words=max_words, stride_words=stride)
         return engine.SentenceTransformerEmbedding(passages=windows)
@@ -79,6 +95,9 @@ class Recipe:
 
 TRUNCATE = Recipe("truncate")
 PASSAGES = Recipe("passages 160/80", (160, 80))
+PIECES = Recipe("passages in pieces", pieces=True)
+SPLIT = (PASSAGES, PIECES)
+RECIPES = (TRUNCATE, *SPLIT)
 
 
 class _EncoderAsEmbedder:
@@ -120,10 +139,10 @@ def truncation(encoder: SentenceEncoder, dataset: BeirDataset) -> dict[str, floa
 def recipe_vectors(
     recipe: Recipe, encoder: SentenceEncoder, dataset: BeirDataset, cache: VectorCache
 ) -> Vectors:
-    if recipe.windows is None:
+    if recipe is TRUNCATE:
         truncated, _ = cache.get_or_compute(encoder, dataset, progress=False)
         return truncated
-    key = f"{encoder.model}|passages:{recipe.windows[0]}/{recipe.windows[1]}"
+    key = f"{encoder.model}|{recipe.cache_suffix}"
     cached = cache.load(key, dataset)
     if cached is not None:
         return cached
@@ -133,19 +152,22 @@ def recipe_vectors(
 
 
 def encode_cost(encoder: SentenceEncoder, dataset: BeirDataset) -> dict[str, float]:
-    """Seconds to embed the same spread sample truncated and as passages, and the
-    windows per document over the whole corpus."""
+    """Seconds to embed the same spread sample truncated and by each splitting recipe,
+    and each recipe's windows per document over the whole corpus."""
     sample = [d.full_text for d in dataset.spread_sample(SAMPLE_DOCS)]
     out: dict[str, float] = {}
-    for recipe in (TRUNCATE, PASSAGES):
+    for recipe in RECIPES:
         embedder = recipe.embedder(encoder)
         start = time.perf_counter()
         embedder.embed(sample)
         out[f"{recipe.label}_sample_s"] = time.perf_counter() - start
-    out["encode_ratio"] = out[f"{PASSAGES.label}_sample_s"] / out[f"{TRUNCATE.label}_sample_s"]
-    splitter = PASSAGES.embedder(encoder)
-    windows = sum(len(splitter.windows(d.full_text)) for d in dataset.documents)
-    out["windows_per_doc"] = windows / len(dataset.documents)
+    for recipe in SPLIT:
+        out[f"{recipe.label}_encode_ratio"] = (
+            out[f"{recipe.label}_sample_s"] / out[f"{TRUNCATE.label}_sample_s"]
+        )
+        splitter = recipe.embedder(encoder)
+        windows = sum(len(splitter.windows(d.full_text)) for d in dataset.documents)
+        out[f"{recipe.label}_windows_per_doc"] = windows / len(dataset.documents)
     return out
 
 
@@ -237,7 +259,7 @@ def run_folder(
     }
     train = train_view(folder, dataset)
     query_vectors = encoder.encode([q.text for q in dataset.queries])
-    for recipe in (TRUNCATE, PASSAGES):
+    for recipe in RECIPES:
         vectors = recipe_vectors(recipe, encoder, dataset, cache)
         row: dict[str, Any] = {"dense": dense_quality(dataset, vectors, query_vectors)}
         row["rrf"] = tandem_quality(dataset, vectors, recipe, engine.config.RRFFusion(), workdir)
@@ -257,22 +279,27 @@ def run_folder(
 
 def markdown(results: list[dict[str, Any]]) -> str:
     lines = [
-        "# Passage vectors: the mean of word windows against truncation",
+        "# Passage vectors: the mean of document windows against truncation",
         "",
         "nDCG@10 / R@100 on test judgements; z-score weight chosen on training judgements "
         "where the folder has them (else the engine default); encode ratio: seconds to embed "
-        f"the same {SAMPLE_DOCS} documents as passages / truncated.",
+        f"the same {SAMPLE_DOCS} documents by the recipe / truncated. Recipes: word windows "
+        "(160 words, stride 80) and windows in the model's word pieces (each filling its "
+        "input, half-window stride).",
         "",
-        "| corpus | docs | truncated | windows/doc | encode ratio | recipe | vector arm | "
+        "| corpus | docs | truncated | recipe | windows/doc | encode ratio | vector arm | "
         "RRF hybrid | z-score hybrid (w) | hybrid p50 ms | disk MiB |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
-        for recipe in (TRUNCATE, PASSAGES):
+        for recipe in RECIPES:
             row = r[recipe.label]
+            split = recipe is not TRUNCATE
+            windows = f"{r[f'{recipe.label}_windows_per_doc']:.2f}" if split else "1"
+            ratio = f"{r[f'{recipe.label}_encode_ratio']:.2f}" if split else "1"
             lines.append(
-                f"| {r['corpus']} | {r['docs']} | {r['truncated_share']:.0%} | "
-                f"{r['windows_per_doc']:.2f} | {r['encode_ratio']:.2f} | {recipe.label} | "
+                f"| {r['corpus']} | {r['docs']} | {r['truncated_share']:.0%} | {recipe.label} | "
+                f"{windows} | {ratio} | "
                 f"{row['dense']['ndcg@10']:.4f} / {row['dense']['recall@100']:.4f} | "
                 f"{row['rrf']['ndcg@10']:.4f} / {row['rrf']['recall@100']:.4f} | "
                 f"{row['zscore']['ndcg@10']:.4f} / {row['zscore']['recall@100']:.4f} "

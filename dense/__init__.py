@@ -19,7 +19,7 @@ from dense.contracts import (
 )
 from dense.faiss_index import FaissIndex, IndexKind, VectorStorage
 from dense.index_file import FaissIndexCorrupt
-from dense.passages import PassageMeanEmbedder, split_passages
+from dense.passages import PassageMeanEmbedder, PieceSplitter, split_by_pieces, split_passages
 
 if TYPE_CHECKING:
     from dense.local import SentenceTransformerEmbedder
@@ -46,9 +46,11 @@ __all__ = [
     "IndexKind",
     "OllamaEmbedder",
     "PassageMeanEmbedder",
+    "PieceSplitter",
     "QueryEmbedder",
     "SentenceTransformerEmbedder",
     "VectorStorage",
     "embed_query",
+    "split_by_pieces",
     "split_passages",
 ]

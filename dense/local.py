@@ -39,6 +39,7 @@ from dense.onnx_query import (
     export_onnx,
     onnx_errors,
 )
+from dense.passages import PieceSplitter
 
 logger = logging.getLogger(__name__)
 
@@ -194,6 +195,16 @@ class SentenceTransformerEmbedder:
         if not np.isfinite(vectors).all():
             raise EmbedderUnavailable(f"{self._name!r} produced non-finite vectors")
         return vectors
+
+    def piece_splitter(self) -> PieceSplitter:
+        """Document windows cut in this model's own word pieces, each filling its input
+        (``dense.passages.PieceSplitter``); the model loads on the splitter's first use."""
+
+        def load() -> tuple[Any, int]:
+            model = self._torch()
+            return model.tokenizer, int(model.max_seq_length)
+
+        return PieceSplitter(load)
 
     def warm_up(self) -> None:
         """Load everything now (torch model and, if enabled, the ONNX query path)."""

@@ -8,11 +8,13 @@ wrapped embedder, and keeps, per document, the L2-normalised mean of its windows
 vectors: still one vector per document, so the vector index, its memory and the query
 path are untouched; only ingest pays, in proportion to the extra windows.
 
-Windows are counted in whitespace-separated words, not in the model's word pieces, so
-the same split works for every provider (a local model or Ollama). ``max_words`` should
-leave the model room: English prose runs ~1.3 word pieces per word, so 160 words fit in
-256 pieces with a margin; a window the model still truncates loses a few words at its
-end, which the next window (``stride_words`` later) repeats.
+By default windows are counted in whitespace-separated words, so the same split works
+for every provider (a local model or Ollama). ``max_words`` should leave the model room:
+English prose runs ~1.3 word pieces per word, so 160 words fit in 256 pieces with a
+margin; a window the model still truncates loses a few words at its end, which the next
+window (``stride_words`` later) repeats. A model whose tokenizer is at hand can cut
+windows in its own word pieces instead (``PieceSplitter``): each window then fills the
+model's input exactly (title included), one every half window, and nothing is truncated.
 
 Queries are not split: ``embed_query`` is the wrapped embedder's.
 """
@@ -20,6 +22,7 @@ Queries are not split: ``embed_query`` is the wrapped embedder's.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -32,6 +35,16 @@ Vectors = npt.NDArray[np.float32]
 MAX_WINDOWS_PER_TEXT = 64
 """A document longer than this many windows keeps its first ``MAX_WINDOWS_PER_TEXT``
 (10,000 words at the defaults): an outsized text must not cost unbounded model time."""
+
+MAX_TOKENIZED_CHARS = 200_000
+"""``PieceSplitter`` tokenizes at most this much of a body (64 windows of 256 pieces
+cover ~40,000 characters of prose): the tokenizer's cost stays bounded too."""
+
+Splitter = Callable[[str], list[str]]
+"""A document's text (title, newline, body) -> the texts to embed for it."""
+
+Offsets = Sequence[tuple[int, int]]
+"""Character ``(start, end)`` of each word piece of a text, in order."""
 
 
 def split_passages(text: str, *, max_words: int, stride_words: int, title: str = "") -> list[str]:
@@ -63,12 +76,109 @@ def split_passages(text: str, *, max_words: int, stride_words: int, title: str =
     return windows
 
 
+def split_by_pieces(
+    body: str, offsets: Offsets, *, max_pieces: int, stride: int, title: str = ""
+) -> list[str]:
+    """``body`` as windows of at most ``max_pieces`` word pieces (``offsets``: each
+    piece's characters in ``body``), one every ``stride`` pieces, ``title`` prefixed.
+
+    A body of at most ``max_pieces`` pieces is one window, the title and body joined as
+    ``split_passages`` joins them. Every piece is in at least one window (up to
+    ``MAX_WINDOWS_PER_TEXT`` windows); a window is the body's own characters from its
+    first piece to its last, so nothing is re-spelled.
+    """
+    if max_pieces < 1 or not 1 <= stride <= max_pieces:
+        raise ValueError(
+            f"need max_pieces >= 1 and 1 <= stride <= max_pieces, got {max_pieces} and {stride}"
+        )
+    head = title.strip()
+    if len(offsets) <= max_pieces:
+        return [f"{head}\n{body}".strip() if head else body]
+    windows: list[str] = []
+    start = 0
+    while len(windows) < MAX_WINDOWS_PER_TEXT:
+        end = min(start + max_pieces, len(offsets))
+        part = body[offsets[start][0] : offsets[end - 1][1]]
+        windows.append(f"{head}\n{part}" if head else part)
+        if end >= len(offsets):
+            break
+        start += stride
+    return windows
+
+
+class PieceSplitter:
+    """A ``Splitter`` that cuts windows in a model's own word pieces.
+
+    ``load`` returns the model's (fast) tokenizer and its input length in pieces; it is
+    called on first use, so building a splitter never loads a model. Each window holds
+    the title's pieces plus as many of the body's as the input has room for (special
+    tokens and a margin of 1/32 excluded), and starts half a window after the previous
+    one. A title taking
+    more than a quarter of the input is split with the body instead. A tokenizer that
+    cannot report character offsets (not a "fast" one) gets word windows instead.
+    """
+
+    def __init__(self, load: Callable[[], tuple[Any, int]]) -> None:
+        self._load = load
+        self._loaded: tuple[Any, int] | None = None
+        self._words = _WordSplitter(160, 80)
+
+    def __call__(self, text: str) -> list[str]:
+        if self._loaded is None:
+            self._loaded = self._load()
+        tokenizer, limit = self._loaded
+        if not getattr(tokenizer, "is_fast", False):
+            return self._words(text)
+        room = int(limit) - int(tokenizer.num_special_tokens_to_add(pair=False))
+        title, newline, body = text.partition("\n")
+        head = len(self._offsets(tokenizer, f"{title}\n")) if newline and title.strip() else 0
+        if not newline or head > room // 4:
+            title, body, head = "", text, 0
+        body = body[:MAX_TOKENIZED_CHARS]
+        offsets = self._offsets(tokenizer, body)
+        # A window re-tokenized alone may split its first word differently (it can start
+        # inside a word): a few pieces of margin keep it within the input.
+        max_pieces = max(1, room - head - max(2, room // 32))
+        if len(offsets) <= max_pieces:
+            return [text]
+        return split_by_pieces(
+            body, offsets, max_pieces=max_pieces, stride=max(1, max_pieces // 2), title=title
+        )
+
+    @staticmethod
+    def _offsets(tokenizer: Any, text: str) -> list[tuple[int, int]]:
+        encoded = tokenizer(
+            text, add_special_tokens=False, return_offsets_mapping=True, verbose=False
+        )
+        return [(int(a), int(b)) for a, b in encoded["offset_mapping"]]
+
+
+class _WordSplitter:
+    """Word windows (``split_passages``) with the title rule ``PassageMeanEmbedder``
+    documents."""
+
+    def __init__(self, max_words: int, stride_words: int) -> None:
+        split_passages("", max_words=max_words, stride_words=stride_words)  # validates
+        self.max_words = max_words
+        self.stride_words = stride_words
+
+    def __call__(self, text: str) -> list[str]:
+        title, newline, body = text.partition("\n")
+        if not newline or len(title.split()) > self.max_words // 4:
+            title, body = "", text  # no heading line: the whole text is split
+        windows = split_passages(
+            body, max_words=self.max_words, stride_words=self.stride_words, title=title
+        )
+        return [text] if len(windows) == 1 else windows
+
+
 class PassageMeanEmbedder(WrappedEmbedder):
     """An ``Embedder`` whose document vectors are means of passage vectors.
 
     ``embed(texts)`` takes document texts as the engine builds them (title, newline,
     body). A short first line (at most ``max_words // 4`` words: a title or a heading)
-    heads every window of the rest; a text without one is split whole.
+    heads every window of the rest; a text without one is split whole. ``splitter``
+    replaces the word windows (``PieceSplitter``: windows in the model's word pieces).
     """
 
     def __init__(
@@ -77,11 +187,11 @@ class PassageMeanEmbedder(WrappedEmbedder):
         *,
         max_words: int = 160,
         stride_words: int = 80,
+        splitter: Splitter | None = None,
     ) -> None:
-        split_passages("", max_words=max_words, stride_words=stride_words)  # validates
+        words = _WordSplitter(max_words, stride_words)
         super().__init__(inner)
-        self._max_words = max_words
-        self._stride_words = stride_words
+        self._split: Splitter = splitter if splitter is not None else words
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         """One unit row per document: the normalised mean of its windows' vectors."""
@@ -115,10 +225,4 @@ class PassageMeanEmbedder(WrappedEmbedder):
 
     def windows(self, text: str) -> list[str]:
         """The texts ``embed`` sends to the model for one document."""
-        title, newline, body = text.partition("\n")
-        if not newline or len(title.split()) > self._max_words // 4:
-            title, body = "", text  # no heading line: the whole text is split
-        windows = split_passages(
-            body, max_words=self._max_words, stride_words=self._stride_words, title=title
-        )
-        return [text] if len(windows) == 1 else windows
+        return self._split(text)

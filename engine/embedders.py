@@ -7,6 +7,7 @@ per corpus or per query.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 
@@ -15,6 +16,8 @@ from dense.passages import PassageMeanEmbedder
 from engine.config import EmbedderSpec, OllamaEmbedding, SentenceTransformerEmbedding
 
 EmbedderFactory = Callable[[EmbedderSpec], Embedder]
+
+logger = logging.getLogger(__name__)
 
 
 def default_embedder_factory(spec: EmbedderSpec) -> Embedder:
@@ -42,10 +45,18 @@ def model_spec(spec: EmbedderSpec) -> EmbedderSpec:
 
 def with_passages(spec: EmbedderSpec, model: Embedder) -> Embedder:
     """``model`` as the spec embeds documents: whole, or as the mean of its passages."""
-    if spec.passages is None:
+    windows = spec.passages
+    if windows is None:
         return model
+    splitter = None
+    if windows.unit == "pieces":
+        make = getattr(model, "piece_splitter", None)
+        if callable(make):
+            splitter = make()
+        else:  # a custom factory's provider without a tokenizer
+            logger.warning("%s has no tokenizer: passage windows counted in words", model.name)
     return PassageMeanEmbedder(
-        model, max_words=spec.passages.max_words, stride_words=spec.passages.stride_words
+        model, max_words=windows.max_words, stride_words=windows.stride_words, splitter=splitter
     )
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
-from bench.passages import PASSAGES, TRUNCATE, WEIGHT_GRID
+from bench.passages import RECIPES, SPLIT, TRUNCATE, WEIGHT_GRID
 
 pytest.importorskip("sentence_transformers")
 
@@ -58,16 +58,19 @@ def test_passages_run_on_a_tiny_folder(tmp_path: Path, monkeypatch: pytest.Monke
     [result] = record["corpora"]
     assert result["corpus"] == "tiny" and result["docs"] == 10 and result["queries"] == 3
     assert result["truncated_docs"] == 5  # the five long documents, by the tokenizer
-    assert result["windows_per_doc"] > 1.4  # long ones split into 3+ windows
-    assert result["encode_ratio"] > 1.0
-    for recipe in (TRUNCATE, PASSAGES):
+    for recipe in SPLIT:
+        assert result[f"{recipe.label}_windows_per_doc"] > 1.4  # long ones: 2+ windows
+        assert result[f"{recipe.label}_encode_ratio"] > 1.0
+    for recipe in RECIPES:
         row = result[recipe.label]
         assert set(row["train_ndcg_by_weight"]) == {str(w) for w in WEIGHT_GRID}
         assert row["zscore_weight"] in WEIGHT_GRID
         for arm in ("dense", "rrf", "zscore"):
             assert 0.0 <= row[arm]["ndcg@10"] <= 1.0
     # The topic sits past MiniLM's 256 word pieces: truncated, the vector arm cannot see it.
-    assert result[PASSAGES.label]["dense"]["ndcg@10"] > result[TRUNCATE.label]["dense"]["ndcg@10"]
+    for recipe in SPLIT:
+        dense = result[recipe.label]["dense"]["ndcg@10"]
+        assert dense > result[TRUNCATE.label]["dense"]["ndcg@10"], recipe.label
     text = (out / "passages.json").read_text(encoding="utf-8")
     assert str(tmp_path) not in text and result["data"] == "tiny"
     assert "| tiny | 10 |" in (out / "passages.md").read_text(encoding="utf-8")

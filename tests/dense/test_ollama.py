@@ -38,8 +38,6 @@ TIMEOUT_S = 0.5
 GENEROUS_S = 4.0  # the stand-in sleeps longer than this when slow; we must return sooner
 
 
-
-
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()

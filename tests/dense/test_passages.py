@@ -3,14 +3,22 @@ embedder, against a fake that truncates like a sentence model and against MiniLM
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dense import PassageMeanEmbedder, SentenceTransformerEmbedder, split_passages
+from dense import (
+    PassageMeanEmbedder,
+    PieceSplitter,
+    SentenceTransformerEmbedder,
+    split_by_pieces,
+    split_passages,
+)
 from dense.passages import MAX_WINDOWS_PER_TEXT
-from tests.support.fakes import FakeEmbedder, HashEmbedder, word_directions
+from tests.support.fakes import FakeEmbedder, HashEmbedder, RecordingEmbedder, word_directions
 
 words = st.lists(st.from_regex(r"[a-z]{1,6}", fullmatch=True), max_size=400)
 shapes = st.integers(1, 40).flatmap(lambda m: st.tuples(st.just(m), st.integers(1, m)))
@@ -142,3 +150,89 @@ def test_minilm_sees_a_long_document_past_its_256_word_pieces(
     truncated = float(shared_minilm.embed([doc])[0] @ query)
     whole = float(wrapped.embed([doc])[0] @ query)
     assert whole > truncated + 0.1, (truncated, whole)
+
+
+# -- windows in the model's own word pieces ------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.text("abc xyz", min_size=1, max_size=6), min_size=0, max_size=60),
+    st.integers(1, 12),
+    st.integers(1, 12),
+)
+def test_piece_windows_cover_every_piece_in_order(
+    words: list[str], max_pieces: int, stride: int
+) -> None:
+    stride = min(stride, max_pieces)
+    body = " ".join(words)
+    offsets = [(m.start(), m.end()) for m in re.finditer(r"\S+", body)]
+    windows = split_by_pieces(body, offsets, max_pieces=max_pieces, stride=stride, title="T")
+    if len(offsets) <= max_pieces:
+        assert windows == [f"T\n{body}".strip()]
+        return
+    assert len(windows) <= MAX_WINDOWS_PER_TEXT
+    covered = set()
+    for i, window in enumerate(windows):
+        head, _, part = window.partition("\n")
+        assert head == "T"
+        start = i * stride
+        chunk = offsets[start : start + max_pieces]
+        assert part == body[chunk[0][0] : chunk[-1][1]]  # the body's own characters
+        covered.update(range(start, start + len(chunk)))
+    if len(windows) < MAX_WINDOWS_PER_TEXT:
+        assert covered == set(range(len(offsets)))
+
+
+def test_piece_windows_refuse_bad_shapes() -> None:
+    for max_pieces, stride in ((0, 1), (4, 0), (4, 5)):
+        with pytest.raises(ValueError):
+            split_by_pieces("a b", [(0, 1), (2, 3)], max_pieces=max_pieces, stride=stride)
+
+
+def test_minilm_piece_windows_fill_the_model_input_and_reach_the_end(
+    shared_minilm: SentenceTransformerEmbedder,
+) -> None:
+    splitter = shared_minilm.piece_splitter()
+    body = " ".join(f"photosynthesis{i} converts light into chemical energy" for i in range(200))
+    windows = splitter("A short title\n" + body)
+    model = shared_minilm._torch()
+    limit = int(model.max_seq_length)
+    lengths = [len(model.tokenizer(w)["input_ids"]) for w in windows]
+    assert len(windows) > 2
+    assert max(lengths) <= limit  # nothing the model would truncate
+    assert max(lengths) >= limit - 16  # and each full window uses the room it has
+    assert all(w.startswith("A short title\n") for w in windows)
+    assert windows[-1].endswith("chemical energy")  # the tail is in the last window
+    assert splitter("A short title\nA short body.") == ["A short title\nA short body."]
+
+
+def test_a_tokenizer_without_offsets_gets_word_windows() -> None:
+    class SlowTokenizer:
+        is_fast = False
+
+    splitter = PieceSplitter(lambda: (SlowTokenizer(), 256))
+    text = "Title\n" + " ".join(f"w{i}" for i in range(400))
+    assert splitter(text) == PassageMeanEmbedder(HashEmbedder()).windows(text)
+
+
+def test_the_piece_splitter_is_what_the_embedder_sends_to_the_model() -> None:
+    inner = RecordingEmbedder()
+    splitter = PieceSplitter(lambda: (_WhitespaceTokenizer(), 10))
+    wrapped = PassageMeanEmbedder(inner, splitter=splitter)
+    text = "Head\n" + " ".join(f"w{i}" for i in range(30))
+    wrapped.embed([text])
+    assert list(inner.embedded) == splitter(text)
+    assert all(len(w.split()) <= 10 - 2 for w in inner.embedded)
+
+
+class _WhitespaceTokenizer:
+    """A fast-tokenizer stand-in: one piece per whitespace-separated word, two specials."""
+
+    is_fast = True
+
+    def num_special_tokens_to_add(self, pair: bool = False) -> int:
+        return 2
+
+    def __call__(self, text: str, **_: object) -> dict[str, list[tuple[int, int]]]:
+        return {"offset_mapping": [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]}

@@ -126,8 +126,16 @@ def test_updates_to_visibility_and_titles_are_seen_by_the_next_search(
     assert [h.title for h in corpus.search("marker")] == ["Old title"]  # now cached
     corpus.add([Document(id="a", title="New title", text="shared marker words")])
     assert [h.title for h in corpus.search("marker")] == ["New title"]
-    corpus.add([Document(id="a", title="New title", text="shared marker words",
-                         access_groups=frozenset({"staff"}))])
+    corpus.add(
+        [
+            Document(
+                id="a",
+                title="New title",
+                text="shared marker words",
+                access_groups=frozenset({"staff"}),
+            )
+        ]
+    )
     assert corpus.search("marker") == []
     corpus.add([Document(id="a", title="Public again", text="shared marker words")])
     assert [h.title for h in corpus.search("marker")] == ["Public again"]

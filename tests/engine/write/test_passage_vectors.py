@@ -114,3 +114,46 @@ def test_window_shapes_are_validated_and_round_trip_through_json() -> None:
     for bad in ({"max_words": 10, "stride_words": 20}, {"max_words": 8}, {"stride_words": 0}):
         with pytest.raises(ValueError):
             PassageWindows(**bad)
+
+
+class _PieceAware(FakeEmbedder):
+    """A truncating fake that offers word-piece windows, as the local model does."""
+
+    def __init__(self) -> None:
+        super().__init__(64, "pieces", vectors=word_directions)
+        self.splits: list[str] = []
+
+    def piece_splitter(self) -> object:
+        def split(text: str) -> list[str]:
+            self.splits.append(text)
+            return [text[: len(text) // 2], text[len(text) // 2 :]]
+
+        return split
+
+
+def test_piece_windows_use_the_models_own_splitter(caplog: pytest.LogCaptureFixture) -> None:
+    spec = SentenceTransformerEmbedding(passages=PassageWindows(unit="pieces"))
+    model = _PieceAware()
+    wrapped = build_embedder(spec, lambda s: model)  # type: ignore[arg-type,return-value]
+    assert isinstance(wrapped, PassageMeanEmbedder)
+    assert wrapped.windows("Title\nsome body text") == ["Title\nsome", " body text"]
+    assert model.splits == ["Title\nsome body text"]
+    # a provider without a tokenizer: word windows, and a warning that says so
+    plain = build_embedder(spec, lambda s: _truncating())  # type: ignore[arg-type,return-value]
+    text = "Title\n" + " ".join(f"w{i}" for i in range(400))
+    assert isinstance(plain, PassageMeanEmbedder)
+    assert plain.windows(text) == PassageMeanEmbedder(_truncating()).windows(text)
+    assert "counted in words" in caplog.text
+
+
+def test_piece_windows_round_trip_and_need_a_tokenizer() -> None:
+    config = CorpusConfig(
+        name="c",
+        embedder={"kind": "sentence-transformers", "passages": {"unit": "pieces"}},
+    )
+    assert config.embedder is not None and config.embedder.passages == PassageWindows(unit="pieces")
+    assert CorpusConfig.model_validate_json(config.model_dump_json()) == config
+    with pytest.raises(ValueError, match="no tokenizer"):
+        OllamaEmbedding(model="m", passages=PassageWindows(unit="pieces"))
+    with pytest.raises(ValueError):
+        PassageWindows(unit="sentences")  # type: ignore[arg-type]
