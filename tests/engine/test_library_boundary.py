@@ -54,9 +54,7 @@ def test_store_read_errors_leave_as_storage_errors(
         assert info.value.__cause__ is error, name
 
 
-def test_os_errors_leave_as_storage_errors(
-    corpus: Corpus, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_os_errors_leave_as_storage_errors(corpus: Corpus, monkeypatch: pytest.MonkeyPatch) -> None:
     _failing_reads(monkeypatch, PermissionError(13, "Permission denied"))
     with pytest.raises(StorageError, match="Permission denied"):
         corpus.fetch_source("p1")

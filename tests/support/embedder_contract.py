@@ -55,9 +55,7 @@ class EmbedderContract:
     def test_a_healthy_embedder_says_so(self, embedder: Embedder) -> None:
         assert embedder.is_available() is True
 
-    def test_query_path_calls_the_hook_once_and_matches_documents(
-        self, embedder: Embedder
-    ) -> None:
+    def test_query_path_calls_the_hook_once_and_matches_documents(self, embedder: Embedder) -> None:
         calls: list[int] = []
         row = embed_query(embedder, TEXTS[0], before_model=lambda: calls.append(1))
         assert calls == [1]

@@ -25,8 +25,6 @@ from tests.support.clock import FakeClock
 DECLARED = {"author": FieldType.KEYWORD, "year": FieldType.INTEGER, "sent": FieldType.DATE}
 
 
-
-
 # -- rate limiter ------------------------------------------------------------------------------
 
 

@@ -14,11 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine import Corpus, CorpusConfig, Document, SearchEngine
+from engine import Corpus, CorpusConfig, SearchEngine
 from engine.search.completion import complete_windows
 from fusion import FusedHit, rrf, zscore_fusion
 from sparse import KeywordHit
 from tests.support.fakes import HashEmbedder, SwitchableEmbedder
+from tests.support.topics import topic_documents
 
 
 def kw(doc_id: str, score: float) -> KeywordHit:
@@ -127,15 +128,7 @@ def test_completion_keeps_windows_and_cuts_full_rankings_to_the_union(
 
 # -- the engine ----------------------------------------------------------------------------
 
-TOPICS = ["printer", "fuser", "toner", "paper", "network", "driver", "password", "invoice"]
-DOCS = [
-    Document(
-        id=f"doc-{n:02d}",
-        title=f"{TOPICS[n % 8]} {TOPICS[(n * 3) % 8]} guide",
-        text=" ".join(TOPICS[(n + i) % 8] for i in range(n % 5 + 1)) + f" note {n}",
-    )
-    for n in range(40)
-]
+DOCS = topic_documents()
 QUERIES = ["printer fuser", "toner paper jam", "network driver password", "invoice note"]
 WINDOW = 4
 

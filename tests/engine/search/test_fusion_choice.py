@@ -9,20 +9,13 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from engine import Corpus, CorpusConfig, Document, SearchEngine
+from engine import Corpus, CorpusConfig, SearchEngine
 from engine.config import RRFFusion, ZScoreFusion
 from fusion import FusedHit, rrf, zscore_fusion
 from tests.support.fakes import HashEmbedder, SwitchableEmbedder
+from tests.support.topics import topic_documents
 
-TOPICS = ["printer", "fuser", "toner", "paper", "network", "driver", "password", "invoice"]
-DOCS = [
-    Document(
-        id=f"doc-{n:02d}",
-        title=f"{TOPICS[n % 8]} {TOPICS[(n * 3) % 8]} guide",
-        text=" ".join(TOPICS[(n + i) % 8] for i in range(n % 5 + 1)) + f" note {n}",
-    )
-    for n in range(40)
-]
+DOCS = topic_documents()
 QUERIES = ["printer fuser", "toner paper jam", "network driver password", "invoice"]
 
 

@@ -21,11 +21,19 @@ def corpus(fast_engine: SearchEngine) -> Corpus:
     corpus = fast_engine.create_corpus(CorpusConfig(name="docs", embedder=None))
     corpus.add(
         [
-            Document(id="guide/1", title="Install guide", text="Run setup.exe\nThen reboot.",
-                     url="/guide"),
+            Document(
+                id="guide/1",
+                title="Install guide",
+                text="Run setup.exe\nThen reboot.",
+                url="/guide",
+            ),
             Document(id="long", title="Long", text="word " * (MAX_FETCH_CHARS // 4)),
-            Document(id="hidden", title="Hidden", text="Run the secret setup",
-                     access_groups=frozenset({"ops"})),
+            Document(
+                id="hidden",
+                title="Hidden",
+                text="Run the secret setup",
+                access_groups=frozenset({"ops"}),
+            ),
             Document(id="aaa", title="Many a", text="a" * 5_000 + "b"),
         ]
     )
