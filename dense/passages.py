@@ -36,6 +36,10 @@ MAX_WINDOWS_PER_TEXT = 64
 """A document longer than this many windows keeps its first ``MAX_WINDOWS_PER_TEXT``
 (10,000 words at the defaults): an outsized text must not cost unbounded model time."""
 
+DEFAULT_MAX_WORDS = 160
+DEFAULT_STRIDE_WORDS = 80
+"""Word windows' default shape (also what a tokenizer without offsets falls back to)."""
+
 MAX_TOKENIZED_CHARS = 200_000
 """``PieceSplitter`` tokenizes at most this much of a body (64 windows of 256 pieces
 cover ~40,000 characters of prose): the tokenizer's cost stays bounded too."""
@@ -121,7 +125,7 @@ class PieceSplitter:
     def __init__(self, load: Callable[[], tuple[Any, int]]) -> None:
         self._load = load
         self._loaded: tuple[Any, int] | None = None
-        self._words = _WordSplitter(160, 80)
+        self._words = _WordSplitter(DEFAULT_MAX_WORDS, DEFAULT_STRIDE_WORDS)
 
     def __call__(self, text: str) -> list[str]:
         if self._loaded is None:
@@ -185,8 +189,8 @@ class PassageMeanEmbedder(WrappedEmbedder):
         self,
         inner: Embedder,
         *,
-        max_words: int = 160,
-        stride_words: int = 80,
+        max_words: int = DEFAULT_MAX_WORDS,
+        stride_words: int = DEFAULT_STRIDE_WORDS,
         splitter: Splitter | None = None,
     ) -> None:
         words = _WordSplitter(max_words, stride_words)

@@ -68,21 +68,19 @@ def complete_windows(
     sparse_out = list(sparse)
     dense_out = list(dense)
     if for_keyword:
-        wanted = set(for_keyword)
-        sparse_out += [hit for hit in keyword_scores(for_keyword) if hit.source_id in wanted]
+        sparse_out += _asked(keyword_scores(for_keyword), for_keyword, lambda hit: hit.source_id)
     if for_vector:
-        wanted = set(for_vector)
-        dense_out += [(i, s) for i, s in vector_scores(for_vector) if i in wanted]
-    return _unique(sparse_out, lambda hit: hit.source_id), _unique(dense_out, lambda pair: pair[0])
+        dense_out += _asked(vector_scores(for_vector), for_vector, lambda pair: pair[0])
+    return sparse_out, dense_out
 
 
-def _unique(items: list[T], key: Callable[[T], str]) -> list[T]:
-    """``items`` without repeated ids (the first occurrence stays)."""
-    seen: set[str] = set()
+def _asked(answers: Sequence[T], asked: list[str], key: Callable[[T], str]) -> list[T]:
+    """``answers`` whose id was asked for, each id once (the windows already are)."""
+    wanted = set(asked)
     out: list[T] = []
-    for item in items:
-        doc_id = key(item)
-        if doc_id not in seen:
-            seen.add(doc_id)
-            out.append(item)
+    for answer in answers:
+        doc_id = key(answer)
+        if doc_id in wanted:
+            wanted.discard(doc_id)
+            out.append(answer)
     return out

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine import Corpus, CorpusConfig, SearchEngine
+from engine import Corpus, CorpusConfig, Document, SearchEngine
 from engine.search.completion import complete_windows
 from fusion import FusedHit, rrf, zscore_fusion
 from sparse import KeywordHit
@@ -218,3 +218,23 @@ def test_the_choice_persists(tmp_path: Path) -> None:
     with SearchEngine(tmp_path / "e", embedder_factory=factory) as eng:
         assert eng.corpus("off").config.complete_windows is False
         assert eng.corpus("on").config.complete_windows is True
+
+
+def test_completion_never_brings_in_a_private_document(engine: SearchEngine) -> None:
+    corpus = make(engine, "private", window=WINDOW)
+    hidden = [
+        Document(
+            id=f"secret-{t}",
+            title=f"{t} {t} guide",
+            text=f"{t} " * 6,
+            access_groups=frozenset({"staff"}),
+        )
+        for t in ("printer", "toner", "network", "invoice")
+    ]
+    corpus.add(hidden)
+    for text in QUERIES:
+        hits = corpus.search(text, top_k=WINDOW)
+        assert hits and not any(h.source_id.startswith("secret-") for h in hits)
+        # the arms' extended rankings themselves never hold one either
+        keyword = corpus._keyword_window(text, 100, None, (), True, 0).ids
+        assert not any(i.startswith("secret-") for i in keyword)
