@@ -5,12 +5,14 @@ with any grade >= 1 relevant. A run lists ranked document ids; scores handed to 
 evaluator are derived from rank so ties cannot reorder a system's answer. Every judged
 query counts: a query a system answered with nothing scores 0 instead of being dropped
 from the mean (pytrec_eval alone would silently average over answered queries only).
+The per-query nDCG@10 is kept beside the means, so two systems can be compared query by
+query on the same queries (``bench.significance``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import ir_measures
 from ir_measures import RR, R, nDCG
@@ -29,6 +31,9 @@ class Quality:
     ndcg_at_10: float
     recall_at_100: float
     mrr_at_10: float
+    per_query_ndcg_at_10: Mapping[str, float] = field(default_factory=dict, hash=False)
+    """query id → nDCG@10 for every judged query (0 for a query left unanswered); its mean
+    is ``ndcg_at_10``."""
 
     def as_dict(self) -> dict[str, float]:
         return {
@@ -48,17 +53,23 @@ def evaluate(qrels: Qrels, run: Run) -> Quality:
         for qid, ranked in run.items()
         if qid in judged and ranked
     }
-    totals = dict.fromkeys(MEASURES, 0.0)
+    per_query = {key: dict.fromkeys(judged, 0.0) for key in MEASURES}
     by_measure = {measure: key for key, measure in MEASURES.items()}
     if scored_run:
         for metric in ir_measures.iter_calc(list(MEASURES.values()), judged, scored_run):
-            totals[by_measure[metric.measure]] += float(metric.value)
+            per_query[by_measure[metric.measure]][metric.query_id] = float(metric.value)
     n = len(judged)
     return Quality(
-        ndcg_at_10=totals["ndcg@10"] / n,
-        recall_at_100=totals["recall@100"] / n,
-        mrr_at_10=totals["mrr@10"] / n,
+        ndcg_at_10=sum(per_query["ndcg@10"].values()) / n,
+        recall_at_100=sum(per_query["recall@100"].values()) / n,
+        mrr_at_10=sum(per_query["mrr@10"].values()) / n,
+        per_query_ndcg_at_10=per_query["ndcg@10"],
     )
+
+
+def rounded(per_query: Mapping[str, float], digits: int = 6) -> dict[str, float]:
+    """Per-query values rounded for a result record (keeps ``results.jsonl`` small)."""
+    return {query_id: round(value, digits) for query_id, value in per_query.items()}
 
 
 def _dedup(ranked: Sequence[str]) -> list[str]:

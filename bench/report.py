@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from bench.plot import plot_quality_vs_latency
 from bench.ratios import CorpusRatios, compute_ratios
 from bench.results import CorpusFloor, Status, SystemResult
+from bench.significance import PERMUTATIONS, RESAMPLES, SEED, paired_test
 
 if TYPE_CHECKING:
     from bench.run import RunConfig
@@ -201,12 +202,14 @@ def render_markdown(report: RunReport, header: dict[str, Any]) -> str:
 
 def best_peer_table(results: Sequence[SystemResult]) -> list[str]:
     """One row per corpus: each Tandem hybrid system, the best non-Tandem system by
-    nDCG@10 and the distance between them (positive: Tandem ahead)."""
+    nDCG@10, the distance between them (positive: Tandem ahead) and, when both records
+    carry per-query nDCG@10, a paired test of that distance (``bench.significance``)."""
     lines = [
         "## Tandem against the best peer (nDCG@10)",
         "",
-        "| corpus | Tandem system | Tandem | best peer | peer | Tandem − peer |",
-        "|---|---|---|---|---|---|",
+        "| corpus | Tandem system | Tandem | best peer | peer | Tandem − peer "
+        "| 95 % CI | p (paired) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for corpus in _corpora(results):
         ok = [
@@ -223,9 +226,31 @@ def best_peer_table(results: Sequence[SystemResult]) -> list[str]:
             gap = (tandem.ndcg_at_10 or 0.0) - (best.ndcg_at_10 or 0.0)
             lines.append(
                 f"| {corpus} | {tandem.system} | {_fmt(tandem.ndcg_at_10, 4)} | {best.system} "
-                f"| {_fmt(best.ndcg_at_10, 4)} | {gap:+.4f} |"
+                f"| {_fmt(best.ndcg_at_10, 4)} | {gap:+.4f} | {_paired_cells(tandem, best)} |"
             )
+    lines += ["", PAIRED_NOTE]
     return lines
+
+
+PAIRED_NOTE = (
+    "95 % CI and p (paired): Tandem and the peer paired on the same queries (per-query "
+    f"nDCG@10 differences); CI: paired bootstrap of the mean difference ({RESAMPLES:,} "
+    f"resamples), p: two-sided sign-flip randomization test ({PERMUTATIONS:,} permutations), "
+    f"seeds fixed ({SEED}) so the figures reproduce. A difference whose CI contains 0 is not "
+    "one this query set can tell apart. “–”: a record written without per-query scores."
+)
+
+
+def _paired_cells(ours: SystemResult, peer: SystemResult) -> str:
+    """``95 % CI | p`` of ``ours - peer`` over their common queries, "–" without data."""
+    if not ours.per_query_ndcg10 or not peer.per_query_ndcg10:
+        return "– | –"
+    try:
+        test = paired_test(ours.per_query_ndcg10, peer.per_query_ndcg10)
+    except ValueError:  # no query in common
+        return "– | –"
+    p = "< 0.001" if test.p_value < 0.001 else f"{test.p_value:.3f}"
+    return f"[{test.ci_low:+.4f}, {test.ci_high:+.4f}] | {p}"
 
 
 def _corpora(results: Sequence[SystemResult]) -> list[str]:

@@ -26,6 +26,10 @@ class SystemResult:
     Ingest: ``ingest_docs_per_s`` is index-only (systems that take vectors get the cached
     corpus vectors); ``ingest_e2e_docs_per_s`` includes embedding the documents (see
     ``bench.runner``); for systems that embed nothing the two are the same.
+
+    Per query: ``per_query_ndcg10`` maps every judged query id to its nDCG@10 (6 decimals),
+    so two systems can be paired on the same queries; empty in records written before it
+    existed (and in skipped or failed ones).
     """
 
     corpus: str
@@ -48,6 +52,7 @@ class SystemResult:
     rss_delta_mib: float | None = None
     disk_mib: float | None = None
     extra: dict[str, float] = field(default_factory=dict)
+    per_query_ndcg10: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

@@ -28,7 +28,7 @@ from pathlib import Path
 from bench.dataset import BeirDataset, BenchDocument, load_beir
 from bench.encoder import EncoderBackend, SentenceEncoder
 from bench.errors import SystemUnavailable
-from bench.quality import evaluate
+from bench.quality import evaluate, rounded
 from bench.results import Status, SystemResult, errored, skipped
 from bench.systems.base import BenchSystem, SystemContext, SystemName
 from bench.systems.registry import SPECS, build
@@ -141,6 +141,7 @@ def _measure(job: SystemJob, dataset: BeirDataset, workdir: Path) -> SystemResul
         rss_delta_mib=(rss_after - rss_before) / MIB,
         disk_mib=disk / MIB,
         extra=extra,
+        per_query_ndcg10=rounded(quality.per_query_ndcg_at_10),
     )
 
 

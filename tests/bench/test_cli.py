@@ -56,6 +56,10 @@ def test_python_m_bench_isolated_cheap_systems(tiny_beir: Path, tmp_path: Path) 
         assert 0.0 < float(line["ndcg_at_10"]) <= 1.0
         assert float(line["peak_rss_mib"]) > 10
         assert float(line["p95_ms"]) >= float(line["p50_ms"]) > 0
+        per_query = line["per_query_ndcg10"]
+        assert set(per_query) == {"q1", "q2", "q3", "q4"}  # the judged queries (q5: none)
+        mean = sum(per_query.values()) / len(per_query)
+        assert mean == pytest.approx(float(line["ndcg_at_10"]), abs=1e-6)
     assert "| tantivy |" in (out / "results.md").read_text()
     assert "| tantivy |" in done.stdout
     assert (out / "results.png").read_bytes()[:4] == b"\x89PNG"

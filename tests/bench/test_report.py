@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from bench.ratios import compute_ratios
 from bench.report import RunReport, best_peer_table, git_revision, render_markdown, write_report
 from bench.results import CorpusFloor, Status, SystemResult, skipped
 from bench.run import RunConfig, portable_path
+from bench.significance import paired_test
 from bench.systems.base import SystemName
 
 
@@ -114,7 +116,7 @@ def test_portable_path_is_relative_or_under_home(
 def test_best_peer_row_names_the_best_non_tandem_system() -> None:
     glue = ok(SystemName.GLUE, 0.77, 12.0)
     lines = best_peer_table((*RESULTS, glue))
-    assert "| c | tandem-hybrid | 0.7500 | glue | 0.7700 | -0.0200 |" in lines
+    assert "| c | tandem-hybrid | 0.7500 | glue | 0.7700 | -0.0200 | – | – |" in lines
 
 
 def test_markdown_groups_rows_by_corpus() -> None:
@@ -133,3 +135,71 @@ def test_git_revision_is_a_sha_or_unknown(tmp_path: Path) -> None:
     assert git_revision(tmp_path) == "unknown"  # not a checkout
     rev = git_revision()
     assert rev == "unknown" or len(rev) == 40
+
+
+def with_per_query(result: SystemResult, per_query: dict[str, float]) -> SystemResult:
+    mean = sum(per_query.values()) / len(per_query)
+    return replace(result, ndcg_at_10=mean, per_query_ndcg10=per_query)
+
+
+PEER_PER_QUERY = {f"q{i}": round(0.3 + 0.02 * i, 6) for i in range(20)}
+
+
+def test_best_peer_table_pairs_per_query_scores() -> None:
+    peer = with_per_query(ok(SystemName.GLUE, 0.0, 12.0), PEER_PER_QUERY)
+    ahead = with_per_query(
+        ok(SystemName.TANDEM_HYBRID, 0.0, 11.0), {q: v + 0.1 for q, v in PEER_PER_QUERY.items()}
+    )
+    # Same mean as the peer, but not on the same queries: ahead on half, behind on half.
+    mixed = with_per_query(
+        ok(SystemName.TANDEM_HYBRID_ZSCORE, 0.0, 11.0),
+        {q: v + (0.1 if i % 2 else -0.1) for i, (q, v) in enumerate(PEER_PER_QUERY.items())},
+    )
+    lines = best_peer_table((ahead, mixed, peer))
+    assert lines[2] == (
+        "| corpus | Tandem system | Tandem | best peer | peer | Tandem − peer "
+        "| 95 % CI | p (paired) |"
+    )
+    assert lines[3] == "|---|---|---|---|---|---|---|---|"
+    assert lines[4] == (
+        "| c | tandem-hybrid | 0.5900 | glue | 0.4900 | +0.1000 | [+0.1000, +0.1000] | < 0.001 |"
+    )
+    mixed_test = paired_test(mixed.per_query_ndcg10, peer.per_query_ndcg10)
+    assert mixed_test.ci_contains_zero and mixed_test.p_value > 0.5
+    assert lines[5] == (
+        "| c | tandem-hybrid-zscore | 0.4900 | glue | 0.4900 | +0.0000 "
+        f"| [{mixed_test.ci_low:+.4f}, {mixed_test.ci_high:+.4f}] "
+        f"| {mixed_test.p_value:.3f} |"
+    )
+    assert best_peer_table((ahead, mixed, peer)) == lines  # fixed seeds: same report
+    note = lines[-1]
+    assert "paired" in note and "bootstrap" in note and "sign-flip" in note
+    assert "10,000" in note and "CI contains 0" in note
+
+
+def test_records_without_per_query_scores_show_dashes() -> None:
+    lines = best_peer_table(RESULTS)
+    assert "| c | tandem-hybrid | 0.7500 | faiss-flat | 0.7000 | +0.0500 | – | – |" in lines
+    half = with_per_query(ok(SystemName.TANDEM_HYBRID, 0.0, 11.0), PEER_PER_QUERY)
+    assert best_peer_table((half, RESULTS[3]))[4].endswith("| – | – |")
+
+
+def test_an_old_results_line_without_per_query_scores_loads_and_renders() -> None:
+    old_lines = [ok(SystemName.TANDEM_HYBRID, 0.75, 11.0), ok(SystemName.GLUE, 0.70, 12.0)]
+    loaded = []
+    for result in old_lines:
+        data = json.loads(json.dumps(result.to_json()))
+        del data["per_query_ndcg10"]  # written before the field existed
+        loaded.append(SystemResult.from_json(data))
+    assert [r.per_query_ndcg10 for r in loaded] == [{}, {}]
+    lines = best_peer_table(loaded)
+    assert "| c | tandem-hybrid | 0.7500 | glue | 0.7000 | +0.0500 | – | – |" in lines
+
+
+def test_results_jsonl_carries_per_query_scores(tmp_path: Path) -> None:
+    peer = with_per_query(ok(SystemName.GLUE, 0.0, 12.0), PEER_PER_QUERY)
+    config = RunConfig(data_dirs=(tmp_path,), out_dir=tmp_path / "out")
+    paths = write_report(RunReport(config, (peer,), (FLOOR,)), tmp_path / "out")
+    line = json.loads(paths["jsonl"].read_text().splitlines()[0])
+    assert line["per_query_ndcg10"] == PEER_PER_QUERY
+    assert SystemResult.from_json(line) == peer
