@@ -218,6 +218,10 @@ class CorpusConfig(_Frozen):
     holds them: ``float32`` (default, exact scores) or ``sq8`` (8-bit codes, a quarter of
     the memory; candidates re-ranked exactly from the float vectors, which a reopened
     corpus memory-maps). Set at creation.
+    ``title_weight`` (1-8, default 3, chosen on training judgements: see
+    ``sparse.DEFAULT_TITLE_WEIGHT``): how many times the keyword index counts a document's
+    title ahead of its body (BM25F in one field); 1 treats the title as one more sentence
+    of the body, for corpora whose titles say little. Set at creation.
     """
 
     name: Annotated[str, Field(min_length=1, max_length=64)]
@@ -235,6 +239,7 @@ class CorpusConfig(_Frozen):
     ] = FrozenMap({})
     natural: NaturalLanguage | None = None
     vector_storage: VectorStorage = VectorStorage.FLOAT32
+    title_weight: Annotated[int, Field(strict=True, ge=1, le=8)] = 3
 
     @field_validator("name")
     @classmethod

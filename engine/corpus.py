@@ -86,6 +86,7 @@ class Corpus:
             search_threads=search_threads,
             read_only=read_only,
             vector_storage=config.vector_storage,
+            title_weight=config.title_weight,
         )
         self._sync = CorpusSync(
             directory,

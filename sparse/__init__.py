@@ -8,9 +8,11 @@ binds ``KeywordSearchFacade.full_cascade`` to keyword search and
 from sparse.analyzers import DEFAULT_LANGUAGE_ANALYZERS, Analyzer, LanguageAnalyzers
 from sparse.cascade import RetrievalService
 from sparse.contracts import (
+    DEFAULT_TITLE_WEIGHT,
     MAX_EXCERPT_LENGTH,
     MAX_QUERY_LENGTH,
     MAX_SOURCES,
+    MAX_TITLE_WEIGHT,
     MIN_QUERY_LENGTH,
     AccessContext,
     EvidenceSource,
@@ -32,9 +34,11 @@ from sparse.tantivy_index import TantivyIndex
 
 __all__ = [
     "DEFAULT_LANGUAGE_ANALYZERS",
+    "DEFAULT_TITLE_WEIGHT",
     "MAX_EXCERPT_LENGTH",
     "MAX_QUERY_LENGTH",
     "MAX_SOURCES",
+    "MAX_TITLE_WEIGHT",
     "MIN_QUERY_LENGTH",
     "AccessContext",
     "Analyzer",

@@ -19,10 +19,13 @@ Commit semantics - what is visible when:
 Schema: ``source_id`` (raw term, for update/delete by id), stored-only ``title``,
 ``body`` (unless ``store_text=False``) and ``url``, ``language_id``, ``public``,
 ``page_uid``, one indexed-only text field per ``Analyzer`` holding title + body: a
-document is analyzed by its language's analyzer only (see ``sparse.analyzers``), and one
+document is analyzed by its language's analyzer only (see ``sparse.analyzers``), its
+title indexed ``title_weight`` times ahead of the body (``indexed_text``), and one
 indexed-only field per declared filterable field (``field_name_for``): a raw-token text
 field for a keyword field, an integer field (indexed and fast, for range queries) for an
-integer field. Opening an index whose fields differ from the declared ones fails
+integer field, and an empty marker field naming the title weight
+(``layout_title_x3``), so an index built with another weight (or before weights existed)
+no longer matches the schema. Opening an index whose fields differ from the declared ones fails
 (``SparseIndexCorruptError``), and its owner rebuilds it. The index is derived data: a
 missing or corrupt directory raises ``SparseIndexCorruptError`` on write, and the owner
 rebuilds it with ``clear()`` followed by ``upsert``.
@@ -43,7 +46,13 @@ from pathlib import Path
 import tantivy
 
 from sparse.analyzers import Analyzer, LanguageAnalyzers
-from sparse.contracts import FieldKind, SparseDocument, is_field_name
+from sparse.contracts import (
+    DEFAULT_TITLE_WEIGHT,
+    MAX_TITLE_WEIGHT,
+    FieldKind,
+    SparseDocument,
+    is_field_name,
+)
 from sparse.errors import SparseError, SparseIndexCorruptError, SparseIndexLockedError
 from sparse.shadow_dir import ShadowDirectory
 
@@ -64,6 +73,7 @@ F_PUBLIC = "public"
 F_PAGE_UID = "page_uid"
 F_ANALYZER = "analyzer"
 _FIELD_PREFIX = "fld__"
+_LAYOUT_PREFIX = "layout_title_x"
 
 
 def field_name_for(name: str) -> str:
@@ -71,12 +81,36 @@ def field_name_for(name: str) -> str:
     return _FIELD_PREFIX + name
 
 
+def indexed_text(title: str, text: str, title_weight: int) -> str:
+    """What the analyzer field receives for one document: the title ``title_weight`` times,
+    then the body. Repeating the title is BM25F in one field (Robertson et al. 2004): a
+    title term's frequency counts ``title_weight`` times and the title adds that many
+    times its length to the document's, unlike summing BM25 over separate title and body
+    fields, which saturates each field on its own (raw tantivy does that: 0.656 nDCG@10 on
+    SciFact against this layout's 0.69)."""
+    if not title:
+        return text
+    return "\n".join([title] * title_weight + [text])
+
+
+def check_title_weight(value: object) -> int:
+    """``value`` if it is an int in 1..``MAX_TITLE_WEIGHT``; ``ValueError`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"title_weight must be an int, got {type(value).__name__}")
+    if not 1 <= value <= MAX_TITLE_WEIGHT:
+        raise ValueError(f"title_weight must be 1..{MAX_TITLE_WEIGHT}, got {value}")
+    return value
+
+
 def build_schema(
-    fields: Mapping[str, FieldKind] | None = None, *, store_text: bool = True
+    fields: Mapping[str, FieldKind] | None = None,
+    *,
+    store_text: bool = True,
+    title_weight: int = DEFAULT_TITLE_WEIGHT,
 ) -> tantivy.Schema:
     """The schema of a Tandem tantivy index: one text field per analyzer, one field per
     declared filterable field (``fields``: name -> kind); the body stored for excerpts
-    unless ``store_text`` is false."""
+    unless ``store_text`` is false; an empty marker field naming ``title_weight``."""
     builder = tantivy.SchemaBuilder()
     builder.add_text_field(F_ID, stored=True, tokenizer_name="raw", index_option="basic")
     builder.add_bytes_field(F_TITLE, stored=True)
@@ -87,6 +121,8 @@ def build_schema(
     builder.add_boolean_field(F_PUBLIC, indexed=True)
     builder.add_integer_field(F_PAGE_UID, stored=True)
     builder.add_text_field(F_ANALYZER, tokenizer_name="raw", index_option="basic")
+    # Never written: only its name matters (see the module docstring).
+    builder.add_integer_field(f"{_LAYOUT_PREFIX}{check_title_weight(title_weight)}")
     for analyzer in Analyzer:
         builder.add_text_field(
             analyzer.field_name, tokenizer_name=analyzer.tokenizer_name, index_option="freq"
@@ -118,6 +154,9 @@ class TantivyIndex:
     for an owner that keeps the text elsewhere. Every hit reads its stored document, and
     without the body those reads touch a small fraction of the blocks (measured on
     SciFact: 100 reads 0.34 ms instead of 1.06 ms), and the index is smaller.
+    ``title_weight`` (1..``MAX_TITLE_WEIGHT``): how many times a title is indexed ahead of
+    its body (``indexed_text``; the default ``DEFAULT_TITLE_WEIGHT`` is chosen on training
+    judgements); an index built with another weight does not open (the owner rebuilds).
     """
 
     def __init__(
@@ -127,9 +166,11 @@ class TantivyIndex:
         fields: Mapping[str, FieldKind] | None = None,
         *,
         store_text: bool = True,
+        title_weight: int = DEFAULT_TITLE_WEIGHT,
         create_missing: bool = True,
         read_only: bool = False,
     ) -> None:
+        self._title_weight = check_title_weight(title_weight)
         declared = dict(fields or {})
         for name, kind in declared.items():
             if not is_field_name(name) or not isinstance(kind, FieldKind):
@@ -161,9 +202,15 @@ class TantivyIndex:
         """The declared filterable fields (name -> kind)."""
         return dict(self._fields)
 
+    @property
+    def title_weight(self) -> int:
+        return self._title_weight
+
     @cached_property
     def schema(self) -> tantivy.Schema:
-        return build_schema(self._fields, store_text=self._store_text)
+        return build_schema(
+            self._fields, store_text=self._store_text, title_weight=self._title_weight
+        )
 
     @cached_property
     def query_analyzers(self) -> Mapping[Analyzer, tantivy.TextAnalyzer]:
@@ -319,7 +366,8 @@ class TantivyIndex:
         if doc.page_uid is not None:
             out.add_integer(F_PAGE_UID, doc.page_uid)
         out.add_text(F_ANALYZER, analyzer.value)
-        out.add_text(analyzer.field_name, analyzer.prepare(f"{doc.title}\n{doc.text}"))
+        text = indexed_text(doc.title, doc.text, self._title_weight)
+        out.add_text(analyzer.field_name, analyzer.prepare(text))
         for name, value in doc.fields:
             kind = self._fields.get(name)
             if kind is FieldKind.KEYWORD and isinstance(value, str):

@@ -38,7 +38,13 @@ import numpy as np
 from dense import FaissIndex, FaissIndexCorrupt, VectorStorage
 from engine.errors import StorageError
 from engine.storage import DocumentStore, StoredDocument, StoreState
-from sparse import FieldKind, SparseDocument, SparseError, TantivyIndex
+from sparse import (
+    DEFAULT_TITLE_WEIGHT,
+    FieldKind,
+    SparseDocument,
+    SparseError,
+    TantivyIndex,
+)
 from sparse.analyzers import Analyzer, LanguageAnalyzers
 
 logger = logging.getLogger(__name__)
@@ -97,6 +103,7 @@ class DerivedIndexes:
         search_threads: int | None = 1,
         read_only: bool = False,
         vector_storage: VectorStorage = VectorStorage.FLOAT32,
+        title_weight: int = DEFAULT_TITLE_WEIGHT,
     ) -> None:
         self._dir = directory
         self._vector_storage = vector_storage
@@ -113,6 +120,7 @@ class DerivedIndexes:
             analyzers,
             fields,
             store_text=False,
+            title_weight=title_weight,
             create_missing=False,  # created by the lock holder only (``clear()``)
             read_only=read_only,
         )

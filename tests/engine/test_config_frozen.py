@@ -43,3 +43,19 @@ def test_json_round_trip_is_exact() -> None:
     assert again == config and hash(again) == hash(config)
     assert again.languages[1] == "de" and again.fields["year"] is FieldType.INTEGER
     assert config.model_dump()["fields"] == {"year": FieldType.INTEGER}
+
+
+def test_title_weight_defaults_to_the_keyword_index_default_and_is_bounded() -> None:
+    from pydantic import ValidationError
+
+    from sparse import DEFAULT_TITLE_WEIGHT, MAX_TITLE_WEIGHT
+
+    assert CorpusConfig(name="c").title_weight == DEFAULT_TITLE_WEIGHT
+    assert CorpusConfig(name="c", title_weight=MAX_TITLE_WEIGHT).title_weight == MAX_TITLE_WEIGHT
+    for bad in (0, MAX_TITLE_WEIGHT + 1, 2.5, "3", True):
+        with pytest.raises(ValidationError):
+            CorpusConfig(name="c", title_weight=bad)
+    again = CorpusConfig.model_validate_json(
+        CorpusConfig(name="c", title_weight=1).model_dump_json()
+    )
+    assert again.title_weight == 1

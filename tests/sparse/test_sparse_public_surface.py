@@ -9,9 +9,11 @@ import sparse
 
 EXPECTED_ALL = [
     "DEFAULT_LANGUAGE_ANALYZERS",
+    "DEFAULT_TITLE_WEIGHT",
     "MAX_EXCERPT_LENGTH",
     "MAX_QUERY_LENGTH",
     "MAX_SOURCES",
+    "MAX_TITLE_WEIGHT",
     "MIN_QUERY_LENGTH",
     "AccessContext",
     "Analyzer",

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from engine import CorpusConfig, Document, SearchEngine
-from sparse import SparseDocument, TantivyIndex
+from sparse import DEFAULT_TITLE_WEIGHT, SparseDocument, TantivyIndex
 
 TEXT = "Sediment cores from the delta show {word} layers deposited after each flood."
 DOCS = [
@@ -44,3 +44,38 @@ def test_an_index_in_the_old_layout_is_rebuilt_on_open(tmp_path: Path) -> None:
         assert hits[0].source_id == "d4"
         assert "gravel" in hits[0].excerpt
     assert TantivyIndex(directory, store_text=False).doc_count() == len(DOCS)
+
+
+def test_an_index_built_with_another_title_weight_is_rebuilt_on_open(tmp_path: Path) -> None:
+    # Indexes from before title weights (or a weight the config does not name) are
+    # derived data in the wrong layout: rebuilt from the store, never mixed with new docs.
+    with SearchEngine(tmp_path) as eng:
+        eng.create_corpus(CorpusConfig(name="c", embedder=None)).add(DOCS)
+    directory = tmp_path / "corpora" / "c" / "tantivy"
+    shutil.rmtree(directory)
+    old = TantivyIndex(directory, store_text=False, title_weight=1)
+    old.upsert([SparseDocument(source_id=d.id, title=d.title, text=d.text) for d in DOCS])
+    old.close()
+    with SearchEngine(tmp_path) as eng:
+        assert eng.corpus("c").search("sand flood")[0].source_id == "d2"
+    rebuilt = TantivyIndex(directory, store_text=False, title_weight=DEFAULT_TITLE_WEIGHT)
+    assert rebuilt.doc_count() == len(DOCS)
+    assert not TantivyIndex(directory, store_text=False, title_weight=1).is_available()
+
+
+def test_the_corpus_title_weight_reaches_the_keyword_index(tmp_path: Path) -> None:
+    docs = [
+        Document(id="body", title="Heron", text="gannet seabird"),
+        Document(id="title", title="Gannet", text="heron seabird"),
+        Document(id="other", title="Petrel", text="storm seabird"),
+    ]
+    with SearchEngine(tmp_path) as eng:
+        flat = eng.create_corpus(CorpusConfig(name="flat", embedder=None, title_weight=1))
+        flat.add(docs)
+        weighted = eng.create_corpus(CorpusConfig(name="weighted", embedder=None))
+        weighted.add(docs)
+        assert [h.source_id for h in flat.search("gannet")] == ["body", "title"]  # a tie
+        assert [h.source_id for h in weighted.search("gannet")] == ["title", "body"]
+    with SearchEngine(tmp_path) as eng:  # persisted with the corpus
+        assert eng.corpus("flat").config.title_weight == 1
+        assert eng.corpus("weighted").config.title_weight == DEFAULT_TITLE_WEIGHT
