@@ -17,7 +17,7 @@ Both draws use fixed seeds, so the same scores always give the same interval and
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -97,22 +97,23 @@ def paired_test(
 def _bootstrap_means(diffs: FloatArray, resamples: int, rng: np.random.Generator) -> FloatArray:
     """Means of ``resamples`` resamples of ``diffs`` with replacement."""
     n = len(diffs)
-    out = np.empty(resamples, dtype=np.float64)
-    step = max(1, _CHUNK_CELLS // n)
-    for start in range(0, resamples, step):
-        stop = min(resamples, start + step)
-        picks = rng.integers(0, n, size=(stop - start, n))
-        out[start:stop] = diffs[picks].mean(axis=1)
-    return out
+    return _chunked_means(resamples, n, lambda rows: diffs[rng.integers(0, n, size=(rows, n))])
 
 
 def _sign_flip_means(diffs: FloatArray, permutations: int, rng: np.random.Generator) -> FloatArray:
     """Means of ``diffs`` under ``permutations`` random sign flips."""
     n = len(diffs)
-    out = np.empty(permutations, dtype=np.float64)
+    return _chunked_means(
+        permutations, n, lambda rows: (rng.integers(0, 2, size=(rows, n)) * 2.0 - 1.0) * diffs
+    )
+
+
+def _chunked_means(count: int, n: int, draw: Callable[[int], FloatArray]) -> FloatArray:
+    """Row means of ``count`` rows of ``n`` values made by ``draw(rows)``, a bounded number
+    of cells at a time (memory stays flat however many resamples are asked for)."""
+    out = np.empty(count, dtype=np.float64)
     step = max(1, _CHUNK_CELLS // n)
-    for start in range(0, permutations, step):
-        stop = min(permutations, start + step)
-        signs = rng.integers(0, 2, size=(stop - start, n)) * 2.0 - 1.0
-        out[start:stop] = (signs * diffs).mean(axis=1)
+    for start in range(0, count, step):
+        stop = min(count, start + step)
+        out[start:stop] = draw(stop - start).mean(axis=1)
     return out
