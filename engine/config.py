@@ -29,6 +29,7 @@ from pydantic import (
 
 from dense import VectorStorage
 from engine.limits import CORPUS_NAME_PATTERN, MAX_LANGUAGE_ID
+from sparse.contracts import DEFAULT_TITLE_WEIGHT, MAX_TITLE_WEIGHT
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 MAX_FIELDS = 32
@@ -219,10 +220,11 @@ class CorpusConfig(_Frozen):
     holds them: ``float32`` (default, exact scores) or ``sq8`` (8-bit codes, a quarter of
     the memory; candidates re-ranked exactly from the float vectors, which a reopened
     corpus memory-maps). Set at creation.
-    ``title_weight`` (1-8, default 3, chosen on training judgements: see
-    ``sparse.DEFAULT_TITLE_WEIGHT``): how many times the keyword index counts a document's
-    title ahead of its body (BM25F in one field); 1 treats the title as one more sentence
-    of the body, for corpora whose titles say little. Set at creation.
+    ``title_weight`` (1 to ``sparse.MAX_TITLE_WEIGHT``, default
+    ``sparse.DEFAULT_TITLE_WEIGHT``, chosen on training judgements): how many times the
+    keyword index counts a document's title ahead of its body (BM25F in one field); 1
+    treats the title as one more sentence of the body, for corpora whose titles say
+    little. Set at creation.
     """
 
     name: Annotated[str, Field(min_length=1, max_length=64)]
@@ -240,7 +242,9 @@ class CorpusConfig(_Frozen):
     ] = FrozenMap({})
     natural: NaturalLanguage | None = None
     vector_storage: VectorStorage = VectorStorage.FLOAT32
-    title_weight: Annotated[int, Field(strict=True, ge=1, le=8)] = 3
+    title_weight: Annotated[int, Field(strict=True, ge=1, le=MAX_TITLE_WEIGHT)] = (
+        DEFAULT_TITLE_WEIGHT
+    )
 
     @field_validator("name")
     @classmethod
