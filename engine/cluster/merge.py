@@ -19,8 +19,9 @@ import heapq
 from collections.abc import Iterator, Sequence
 
 from engine.config import CorpusConfig
+from engine.search.completion import extra_candidates
 from engine.search.fusing import fuse_arms
-from engine.search.windows import ScoredHit
+from engine.search.windows import ArmWindow, ScoredHit
 from fusion import FusedHit
 from sparse import KeywordHit
 
@@ -65,6 +66,41 @@ def dedupe_urls(hits: Sequence[ScoredHit], limit: int) -> list[ScoredHit]:
         if len(kept) >= limit:
             break
     return kept
+
+
+def completed(
+    sparse: list[ScoredHit],
+    dense: list[ScoredHit],
+    window: int,
+    shard_answers: Sequence[tuple[ArmWindow, ArmWindow, ArmWindow]],
+) -> tuple[list[ScoredHit], list[ScoredHit]]:
+    """Both global rankings completed (``engine.search.completion``) from what the
+    shards sent with their vector windows: per shard ``(vector window, keyword hits
+    among its vector candidates outside the keyword window, vector scores of its
+    keyword-window documents outside its vector window)`` (``shard_extras``). Each arm is
+    followed by its order of the other arm's extra candidates, merged across shards by
+    score; an extra whose shard did not answer stays unranked."""
+    for_keyword, for_vector = extra_candidates(
+        [h.id for h in sparse], [h.id for h in dense], window
+    )
+    keyword_wanted, vector_wanted = set(for_keyword), set(for_vector)
+    keyword_extra = merge_arm(
+        [[h for h in keyword.hits() if h.id in keyword_wanted] for _, keyword, _ in shard_answers],
+        len(for_keyword),
+    )
+    # A shard's document outside the global vector window may still be inside its own
+    # window (cut by the merge): its score came with the window, not with the extras.
+    vector_extra = merge_arm(
+        [
+            sorted(
+                (h for h in (*own.hits(), *scored.hits()) if h.id in vector_wanted),
+                key=lambda h: -(h.score or 0.0),
+            )
+            for own, _, scored in shard_answers
+        ],
+        len(for_vector),
+    )
+    return sparse + keyword_extra, dense + vector_extra
 
 
 def fuse(

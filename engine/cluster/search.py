@@ -22,12 +22,11 @@ import numpy.typing as npt
 from dense import Embedder, EmbedderUnavailable, embed_query
 from engine.cluster.calls import ShardCalls
 from engine.cluster.health import ClusterMetrics, ShardHealth
-from engine.cluster.merge import dedupe_urls, fuse, merge_arm
+from engine.cluster.merge import completed, dedupe_urls, fuse, merge_arm
 from engine.cluster.routing import group_by_shard
 from engine.config import CorpusConfig
 from engine.documents import ArmRanks, Passage
 from engine.limits import MAX_LANGUAGE_ID, MAX_OFFSET, MAX_TOP_K
-from engine.search.completion import extra_candidates
 from engine.search.searcher import clamp_int
 from engine.search.windows import ArmWindow, ScoredHit
 from fusion import FusedHit
@@ -100,7 +99,31 @@ class ShardedSearcher:
             )
         keyword: dict[int, ArmWindow] = self._calls.collect(pending, self._timeout_s)
         vectors: dict[int, ArmWindow] = {}
-        if vector is not None:
+        rounds: dict[int, tuple[ArmWindow, ArmWindow, ArmWindow]] = {}
+        complete = vector is not None and config.complete_windows
+        if complete:
+            # The global keyword window is known now, so each shard scores its part of
+            # both arms' extra candidates in the vector round itself (``shard_extras``)
+            # instead of in one more round trip after the merge.
+            merged = {h.id for h in _keyword_ranking(keyword, sorted(keyword), window)}
+            held = {i: [x for x in keyword[i].ids if x in merged] for i in keyword}
+            rounds = self._calls.fan_out(
+                list(keyword),
+                "vector_round",
+                lambda i: (
+                    text,
+                    vector,
+                    window,
+                    language,
+                    compiled,
+                    ahead,
+                    keyword[i].checked,
+                    held[i],
+                ),
+                self._timeout_s,
+            )
+            vectors = {i: answer[0] for i, answer in rounds.items()}
+        elif vector is not None:
             vectors = self._calls.fan_out(
                 list(keyword),
                 "vector_window",
@@ -110,61 +133,17 @@ class ShardedSearcher:
         answered = [i for i in sorted(keyword) if vector is None or i in vectors]
         if len(answered) < self._shards:
             self._metrics.partial_searches.labels(config.name).inc()
-        sparse_windows = [keyword[i].hits() for i in answered]
-        sparse = merge_arm(sparse_windows, sum(len(w) for w in sparse_windows))
-        sparse = dedupe_urls(sparse, window)
+        sparse = _keyword_ranking(keyword, answered, window)
         dense = None
         if vector is not None:
             dense = merge_arm([vectors[i].hits() for i in answered], window)
-            if config.complete_windows:
-                sparse, dense = self._complete(
-                    text, vector, window, language, compiled, answered, sparse, dense
-                )
+            if complete:
+                sparse, dense = completed(sparse, dense, window, [rounds[i] for i in answered])
         fused = fuse(config, sparse, dense, need)
         windows = [keyword[i] for i in answered] + [vectors[i] for i in answered if i in vectors]
         passages = self._page(fused[skip:need], windows, answered, text, compiled)
         self._metrics.search_duration.labels(config.name).observe(time.perf_counter() - started)
         return passages
-
-    def _complete(
-        self,
-        text: str,
-        vector: npt.NDArray[np.float32],
-        window: int,
-        language: int | None,
-        filters: tuple[FieldFilter, ...],
-        answered: Sequence[int],
-        sparse: list[ScoredHit],
-        dense: list[ScoredHit],
-    ) -> tuple[list[ScoredHit], list[ScoredHit]]:
-        """Each global arm ranking followed by that arm's order of the other arm's extra
-        candidates (``engine.search.completion``), asked of their owners in one round
-        trip; a shard that does not answer leaves its extras unranked."""
-        for_keyword, for_vector = extra_candidates(
-            [h.id for h in sparse], [h.id for h in dense], window
-        )
-        if not for_keyword and not for_vector:
-            return sparse, dense
-        keyword_owners = group_by_shard(for_keyword, self._shards)
-        vector_owners = group_by_shard(for_vector, self._shards)
-        owners = sorted(set(keyword_owners) | set(vector_owners))
-        answers: dict[int, tuple[ArmWindow, ArmWindow]] = self._calls.fan_out(
-            [i for i in owners if i in answered],
-            "completion_windows",
-            lambda i: (
-                text,
-                vector,
-                [for_keyword[p] for p in keyword_owners.get(i, [])],
-                [for_vector[p] for p in vector_owners.get(i, [])],
-                language,
-                filters,
-            ),
-            self._timeout_s,
-        )
-        shards = sorted(answers)
-        keyword_extra = merge_arm([answers[i][0].hits() for i in shards], len(for_keyword))
-        vector_extra = merge_arm([answers[i][1].hits() for i in shards], len(for_vector))
-        return sparse + keyword_extra, dense + vector_extra
 
     def _query_vector(self, embedder: Embedder, text: str) -> npt.NDArray[np.float32] | None:
         """The query's vector, embedded once here; ``None``: answer from keywords."""
@@ -205,6 +184,15 @@ class ShardedSearcher:
             )
             out.append(dataclasses.replace(passage, score=hit.score, ranks=ranks))
         return out
+
+
+def _keyword_ranking(
+    windows: dict[int, ArmWindow], shards: Sequence[int], window: int
+) -> list[ScoredHit]:
+    """The global keyword ranking from the windows of ``shards``: merged by score, one
+    hit per URL, cut at ``window``."""
+    hits = [windows[i].hits() for i in shards]
+    return dedupe_urls(merge_arm(hits, sum(len(h) for h in hits)), window)
 
 
 def passages_ahead(need: int, shards: int) -> int:

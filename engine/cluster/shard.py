@@ -32,6 +32,7 @@ from engine.config import CorpusConfig, EmbedderSpec
 from engine.documents import GrepMatch, Passage, SourceText
 from engine.engine import SearchEngine
 from engine.errors import CorpusNotFound, EngineLocked, GrepTimeout, SourceNotFound
+from engine.search.completion import shard_extras
 from engine.search.windows import ArmWindow
 from sparse import FieldFilter
 
@@ -134,18 +135,28 @@ class ShardActor:
             text, vector, limit, language, filters, need, frozenset(covered)
         )
 
-    def completion_windows(
+    def vector_round(
         self,
         text: str,
         vector: npt.NDArray[np.float32],
-        for_keyword: Sequence[str],
-        for_vector: Sequence[str],
+        limit: int,
         language: int | None,
         filters: tuple[FieldFilter, ...],
-    ) -> tuple[ArmWindow, ArmWindow]:
-        return self._corpus._completion_windows(
-            text, vector, list(for_keyword), list(for_vector), language, filters
+        need: int,
+        covered: Sequence[str],
+        keyword_ids: Sequence[str],
+    ) -> tuple[ArmWindow, ArmWindow, ArmWindow]:
+        """The vector window and, in the same call, this shard's part of completing the
+        search (``engine.search.completion.shard_extras``; ``keyword_ids``: the global
+        keyword window's documents this shard holds): the keyword hits among its vector
+        candidates outside that window, and the vector scores of those documents outside
+        its vector window. Saves the coordinator a round trip after the merge."""
+        window = self.vector_window(text, vector, limit, language, filters, need, covered)
+        for_keyword, for_vector = shard_extras(window.ids, keyword_ids)
+        keyword, scored = self._corpus._completion_windows(
+            text, vector, for_keyword, for_vector, language, filters
         )
+        return window, keyword, scored
 
     def passages(
         self, ids: Sequence[str], text: str, filters: tuple[FieldFilter, ...]

@@ -51,6 +51,22 @@ def extra_candidates(
     return for_keyword, for_vector
 
 
+def shard_extras(
+    vector_ids: Sequence[str], keyword_ids: Sequence[str]
+) -> tuple[list[str], list[str]]:
+    """One shard's part of completing a sharded search, computed by the shard before the
+    global vector window is known: its vector candidates outside the global keyword
+    window (``keyword_ids``: that window's documents this shard holds), for the keyword
+    arm to score, and those documents outside its own vector window, for the vector arm
+    to score. Over all shards these cover ``extra_candidates`` of the global windows: a
+    document in the global vector window is in its shard's vector window, and one
+    outside its shard's vector window is outside the global one."""
+    in_vector, in_keyword = set(vector_ids), set(keyword_ids)
+    for_keyword = [i for i in vector_ids if i not in in_keyword]
+    for_vector = [i for i in keyword_ids if i not in in_vector]
+    return for_keyword, for_vector
+
+
 def complete_windows(
     sparse: Sequence[KeywordHit],
     dense: DenseList,

@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 pytest.importorskip("ray")
 
 from engine import CorpusConfig
-from engine.cluster.merge import dedupe_urls, fuse, merge_arm
+from engine.cluster.merge import completed, dedupe_urls, fuse, merge_arm
 from engine.cluster.routing import group_by_shard, jump_hash, shard_for
-from engine.search.windows import ScoredHit
+from engine.search.completion import extra_candidates, shard_extras
+from engine.search.windows import ArmWindow, ScoredHit
 from fusion import rrf, zscore_fusion
 
 
@@ -120,3 +121,64 @@ def test_fusion_follows_the_corpus_config() -> None:
         limit=3,
     )
     assert [f.id for f in fused] == [f.id for f in expected]
+
+
+def _top(scores: dict[str, float], ids: list[str], limit: int) -> list[str]:
+    return sorted(ids, key=lambda i: -scores[i])[:limit]
+
+
+@given(
+    st.integers(min_value=1, max_value=4),
+    st.integers(min_value=1, max_value=8),
+    st.lists(
+        st.tuples(
+            st.one_of(st.none(), st.floats(min_value=0.01, max_value=30.0)),
+            st.floats(min_value=-1.0, max_value=1.0),
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+)
+def test_completion_sent_with_the_vector_round_equals_asking_the_owners(
+    shards: int, window: int, docs: list[tuple[float | None, float]]
+) -> None:
+    """Shards that score their part of the extras in the vector round, before the global
+    vector window is known (``shard_extras``), complete both arms exactly as asking each
+    extra's owner after the merge would: same ids, same order."""
+    ids = [f"d{n}" for n in range(len(docs))]
+    # distinct scores (a tie's order is each shard's own, not what this compares)
+    bm25 = {ids[n]: s + n * 1e-6 for n, (s, _) in enumerate(docs) if s is not None}
+    cosine = {ids[n]: c + n * 1e-7 for n, (_, c) in enumerate(docs)}
+    held = [[i for i in ids if shard_for(i, shards) == s] for s in range(shards)]
+    keyword = [_top(bm25, [i for i in h if i in bm25], window) for h in held]
+    vector = [_top(cosine, h, window) for h in held]
+    sparse = merge_arm([hits(*((i, bm25[i]) for i in w)) for w in keyword], window)
+    dense = merge_arm([hits(*((i, cosine[i]) for i in w)) for w in vector], window)
+    in_sparse = {h.id for h in sparse}
+
+    answers = []
+    for s in range(shards):
+        own = [i for i in keyword[s] if i in in_sparse]
+        for_keyword, for_vector = shard_extras(vector[s], own)
+        answers.append(
+            (
+                ArmWindow(ids=tuple(vector[s]), scores=tuple(cosine[i] for i in vector[s])),
+                _window(bm25, [i for i in for_keyword if i in bm25]),
+                _window(cosine, for_vector),
+            )
+        )
+    got_sparse, got_dense = completed(sparse, dense, window, answers)
+
+    for_keyword, for_vector = extra_candidates(
+        [h.id for h in sparse], [h.id for h in dense], window
+    )
+    expected_sparse = [h.id for h in sparse] + _top(bm25, [i for i in for_keyword if i in bm25], 99)
+    expected_dense = [h.id for h in dense] + _top(cosine, for_vector, 99)
+    assert [h.id for h in got_sparse] == expected_sparse
+    assert [h.id for h in got_dense] == expected_dense
+    assert [h.score for h in got_dense] == [cosine[i] for i in expected_dense]
+
+
+def _window(scores: dict[str, float], ids: list[str]) -> ArmWindow:
+    best = _top(scores, ids, len(ids))
+    return ArmWindow(ids=tuple(best), scores=tuple(scores[i] for i in best))
