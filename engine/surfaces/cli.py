@@ -35,8 +35,11 @@ from engine.surfaces.cli_args import (
     HOME_ENV,
     CommandError,
     CorpusArg,
+    FusionChoice,
+    FusionOpt,
     JsonOpt,
     PathOpt,
+    TitleWeightOpt,
     check_source_id,
     console,
     engine_home,
@@ -48,6 +51,7 @@ from engine.surfaces.cli_args import (
 from engine.surfaces.cluster_cli import cluster_app
 from engine.surfaces.loaders import DocumentFile
 from engine.surfaces.progress import AddProgress, wants_progress
+from sparse import DEFAULT_TITLE_WEIGHT
 
 app = typer.Typer(
     name="tandem",
@@ -113,6 +117,8 @@ def create(
             metavar="NAME:TYPE",
         ),
     ] = None,
+    fusion: FusionOpt = FusionChoice.RRF,
+    title_weight: TitleWeightOpt = DEFAULT_TITLE_WEIGHT,
     path: PathOpt = None,
 ) -> None:
     """Create a corpus."""
@@ -131,13 +137,24 @@ def create(
     if ask_model is not None:
         chat = ollama_spec(ask_model)
         natural = NaturalLanguage(model=chat.model, host=chat.host)
-    config = CorpusConfig(
-        name=corpus, embedder=spec, natural=natural, fields=field_declarations(field or [])
+    config = CorpusConfig.model_validate(
+        {
+            "name": corpus,
+            "embedder": spec,
+            "natural": natural,
+            "fields": field_declarations(field or []),
+            "fusion": fusion.value,  # a shorthand: "rrf" or "zscore" with its defaults
+            "title_weight": title_weight,
+        }
     )
     with open_engine(ctx, path, create=True) as engine:
         engine.create_corpus(config)
         home = engine.path
     kind = "keyword only" if spec is None else f"hybrid, embedder {spec.kind}:{spec.model}"
+    if config.fusion.kind != "rrf":
+        kind += f", fusion {config.fusion.kind}"
+    if title_weight != DEFAULT_TITLE_WEIGHT:
+        kind += f", title weight {title_weight}"
     if config.fields:
         kind += ", fields " + ", ".join(f"{k}:{v.value}" for k, v in config.fields.items())
     typer.echo(f"created corpus {corpus} ({kind}) in {home}")

@@ -6,6 +6,7 @@ checked here, before any engine opens, so a bad value is a usage error (exit 2).
 
 from __future__ import annotations
 
+import enum
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +18,7 @@ from rich.console import Console
 
 from engine import Corpus, FieldType, OllamaEmbedding, SearchEngine
 from engine.limits import is_valid_corpus_name, is_valid_source_id
+from sparse import MAX_TITLE_WEIGHT
 
 DEFAULT_HOME = "tandem-data"
 HOME_ENV = "TANDEM_HOME"
@@ -56,6 +58,33 @@ CorpusArg = Annotated[
     str, typer.Argument(help="Corpus name.", metavar="CORPUS", callback=check_corpus_name)
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+
+class FusionChoice(enum.StrEnum):
+    """``--fusion``'s values: the names ``CorpusConfig.fusion`` takes as shorthands."""
+
+    RRF = "rrf"
+    ZSCORE = "zscore"
+
+
+FusionOpt = Annotated[
+    FusionChoice,
+    typer.Option(
+        "--fusion",
+        help="How a hybrid search merges its arms: rrf (reciprocal rank fusion, the "
+        "default) or zscore (z-scored arm scores; README: measured per corpus).",
+    ),
+]
+TitleWeightOpt = Annotated[
+    int,
+    typer.Option(
+        "--title-weight",
+        min=1,
+        max=MAX_TITLE_WEIGHT,
+        help="How many times the keyword index counts a title ahead of the body "
+        "(1: titles that say little).",
+    ),
+]
 
 
 def engine_home(ctx: typer.Context, path: Path | None) -> Path:

@@ -22,7 +22,16 @@ import typer
 from engine import CorpusConfig
 from engine.limits import MAX_TOP_K
 from engine.surfaces import render
-from engine.surfaces.cli_args import CommandError, JsonOpt, console, field_declarations
+from engine.surfaces.cli_args import (
+    CommandError,
+    FusionChoice,
+    FusionOpt,
+    JsonOpt,
+    TitleWeightOpt,
+    console,
+    field_declarations,
+)
+from sparse import DEFAULT_TITLE_WEIGHT
 
 if TYPE_CHECKING:
     from engine.cluster import ShardedCorpus
@@ -93,6 +102,8 @@ def create(
         list[str] | None,
         typer.Option("--field", help="A filterable field, NAME:TYPE (keyword|integer|date)."),
     ] = None,
+    fusion: FusionOpt = FusionChoice.RRF,
+    title_weight: TitleWeightOpt = DEFAULT_TITLE_WEIGHT,
     placement: Annotated[
         str | None,
         typer.Option(
@@ -110,6 +121,8 @@ def create(
             "name": name,
             "embedder": None if embedder.lower() == "none" else embedder,
             "fields": field_declarations(field or []),
+            "fusion": fusion.value,
+            "title_weight": title_weight,
         }
     )
     _connect(address, detached)

@@ -92,17 +92,28 @@ async def create_corpus(request: Request, body: CreateCorpusRequest) -> JsonAnsw
     engine = engine_of(request)
     model = body.embedder
     try:
-        config = CorpusConfig(
-            name=body.name,
-            embedder=None if model is None else SentenceTransformerEmbedding(model=model),
-            fields=body.fields,
+        config = CorpusConfig.model_validate(
+            {
+                "name": body.name,
+                "embedder": None if model is None else SentenceTransformerEmbedding(model=model),
+                "fields": body.fields,
+                "fusion": body.fusion,  # a shorthand: "rrf" or "zscore" with its defaults
+                "title_weight": body.title_weight,
+            }
         )
     except pydantic.ValidationError as exc:
         reasons = "; ".join(str(e["msg"]) for e in exc.errors())
         raise ApiError(422, "invalid_argument", reasons) from None
     await anyio.to_thread.run_sync(engine.create_corpus, config)
     fields = {k: v.value for k, v in body.fields.items()}
-    return JsonAnswer({"name": body.name, "embedder": model, "fields": fields}, status_code=201)
+    answer = {
+        "name": body.name,
+        "embedder": model,
+        "fields": fields,
+        "fusion": body.fusion,
+        "title_weight": body.title_weight,
+    }
+    return JsonAnswer(answer, status_code=201)
 
 
 @router.post(

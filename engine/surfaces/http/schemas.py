@@ -10,7 +10,7 @@ is capped only by the body size (the engine reads its first 1,000 characters).
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -18,6 +18,7 @@ from engine import FieldType, GrepMatch, Passage, SourceText
 from engine.config import DEFAULT_MODEL
 from engine.limits import CORPUS_NAME_PATTERN, MAX_TITLE_CHARS
 from engine.surfaces.memory import MAX_MEMORY_CHARS, Recalled
+from sparse import DEFAULT_TITLE_WEIGHT, MAX_TITLE_WEIGHT
 
 __all__ = [
     "AskRequest",
@@ -92,6 +93,17 @@ class CreateCorpusRequest(_Request):
     )
     fields: dict[str, FieldType] = Field(
         default_factory=dict, description='Filterable fields, e.g. {"year": "integer"}.'
+    )
+    fusion: Literal["rrf", "zscore"] = Field(
+        "rrf",
+        description="How a hybrid search merges its arms: reciprocal rank fusion (default) "
+        "or z-scored arm scores.",
+    )
+    title_weight: int = Field(
+        DEFAULT_TITLE_WEIGHT,
+        ge=1,
+        le=MAX_TITLE_WEIGHT,
+        description="How many times the keyword index counts a title ahead of the body.",
     )
 
 
@@ -216,6 +228,8 @@ class CorpusResponse(_Out):
     name: str
     embedder: str | None
     fields: dict[str, FieldType]
+    fusion: Literal["rrf", "zscore"]
+    title_weight: int
 
 
 class RejectedOut(_Out):

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 pytest.importorskip("ray.data")
 
+from engine.cluster.manifest import read_manifest
 from engine.surfaces.cli import app
 
 
@@ -45,8 +46,11 @@ def test_create_load_search_health(ray_cluster: None, tmp_path: Path) -> None:
         "none",
         "--field",
         "year:integer",
+        "--title-weight",
+        "2",
     )
     assert code == 0, out
+    assert read_manifest(root).config.title_weight == 2
     code, out = run("cluster", "load", str(root), str(source), "--quiet")
     assert code == 0, out
     assert "written 31" in out and "rejected 1" in out
@@ -71,3 +75,8 @@ def test_create_load_search_health(ray_cluster: None, tmp_path: Path) -> None:
     assert sum(s["documents"] for s in shards) == 31
     code, out = run("cluster", "create", str(root), "--name", "notes", "--shards", "2")
     assert code != 0  # the directory already holds a sharded corpus
+    other = tmp_path / "other"
+    for bad in (["--fusion", "borda"], ["--title-weight", "9"]):
+        code, out = run("cluster", "create", str(other), "--name", "x", "--shards", "1", *bad)
+        assert code == 2, (bad, out)
+    assert not other.exists()

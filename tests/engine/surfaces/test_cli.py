@@ -163,6 +163,20 @@ def test_create_reports_usage_and_runtime_errors(tmp_path: Path) -> None:
     assert tandem("frobnicate", home=home).returncode == 2
 
 
+def test_create_chooses_fusion_and_title_weight(tmp_path: Path) -> None:
+    home = tmp_path / "engine"
+    made = ok(tandem("create", "tuned", "--fusion", "zscore", "--title-weight", "1", home=home))
+    assert "fusion zscore" in made.stdout and "title weight 1" in made.stdout
+    ok(tandem("create", "plain", "--no-vectors", home=home))
+    for bad in (["--fusion", "borda"], ["--title-weight", "0"], ["--title-weight", "9"]):
+        assert tandem("create", "bad", "--no-vectors", *bad, home=home).returncode == 2, bad
+    with SearchEngine(home) as engine:
+        tuned, plain = engine.corpus("tuned").config, engine.corpus("plain").config
+        assert (tuned.fusion.kind, tuned.title_weight) == ("zscore", 1)
+        assert (plain.fusion.kind, plain.title_weight) == ("rrf", 3)
+        assert "bad" not in engine.list_corpora()
+
+
 def test_ollama_corpus_with_the_provider_down_stores_documents_degraded(tmp_path: Path) -> None:
     home = tmp_path / "engine"
     # Port 9 (discard) on loopback: connection refused at once, no Ollama involved.

@@ -273,6 +273,23 @@ def test_without_a_configured_token_writes_are_refused_not_open(
         assert client.post("/v1/corpora/kw/search", json={"query": "password"}).status_code == 200
 
 
+def test_create_chooses_fusion_and_title_weight(client: TestClient) -> None:
+    made = client.post(
+        "/v1/corpora",
+        json={"name": "tuned", "embedder": None, "fusion": "zscore", "title_weight": 1},
+        headers=AUTH,
+    )
+    assert made.status_code == 201
+    assert (made.json()["fusion"], made.json()["title_weight"]) == ("zscore", 1)
+    engine: SearchEngine = client.app.state.engine  # type: ignore[attr-defined]
+    config = engine.corpus("tuned").config
+    assert (config.fusion.kind, config.title_weight) == ("zscore", 1)
+    for bad in ({"fusion": "borda"}, {"title_weight": 0}, {"title_weight": 9}):
+        answer = client.post("/v1/corpora", json={"name": "bad1", **bad}, headers=AUTH)
+        assert answer.status_code == 422, bad
+    assert "bad1" not in engine.list_corpora()
+
+
 def test_create_add_delete_and_drop_with_the_token(client: TestClient) -> None:
     created = client.post(
         "/v1/corpora",
@@ -280,7 +297,13 @@ def test_create_add_delete_and_drop_with_the_token(client: TestClient) -> None:
         headers=AUTH,
     )
     assert created.status_code == 201
-    assert created.json() == {"name": "letters", "embedder": None, "fields": {"year": "integer"}}
+    assert created.json() == {
+        "name": "letters",
+        "embedder": None,
+        "fields": {"year": "integer"},
+        "fusion": "rrf",
+        "title_weight": 3,
+    }
     again = client.post("/v1/corpora", json={"name": "letters", "embedder": None}, headers=AUTH)
     assert error_of(again, 409)["code"] == "corpus_exists"
     bad_field = client.post(
