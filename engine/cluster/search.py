@@ -4,6 +4,8 @@ The inputs are clamped exactly as ``Corpus.search`` clamps them. The query is em
 here, once; every shard that is up returns its keyword window and its vector window
 *with scores* (``Corpus._arm_windows``); each arm is merged across shards by score
 (``engine.cluster.merge``) and the two global rankings are fused by one ``fusion.rrf``.
+With completion on, the vector call also carries each shard's part of completing both
+arms (``engine.search.completion.shard_extras``), so completion costs no round trip.
 A passage's ranks are its global ranks. Shards also send passages for their own best
 candidates, so the page usually needs no second round trip; the rest are fetched from
 their owners.
