@@ -106,7 +106,9 @@ class ShardedSearcher:
         if complete:
             # The global keyword window is known now, so each shard scores its part of
             # both arms' extra candidates in the vector round itself (``shard_extras``)
-            # instead of in one more round trip after the merge.
+            # instead of in one more round trip after the merge. (A shard failing this
+            # round leaves the answer partial: the keyword window is re-cut without it,
+            # and documents moving up into it stay unranked by the vector arm.)
             merged = {h.id for h in _keyword_ranking(keyword, sorted(keyword), window)}
             held = {i: [x for x in keyword[i].ids if x in merged] for i in keyword}
             rounds = self._calls.fan_out(
