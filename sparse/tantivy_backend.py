@@ -14,7 +14,7 @@ therefore just text, and a 10,000-character token is dropped by the analyzer (it
 nothing) - user text cannot raise a syntax error.
 
 Filters run inside the tantivy query (never by post-filtering the top k), and so does
-``within`` (a term-set clause on the id field): ``public`` is
+``within`` (a clause on the id field: term queries, or a term set past 256 ids): ``public`` is
 required (the index carries no access groups yet, so every ``AccessContext`` searches
 public documents only), and a ``language_id`` restricts both the field (that language's
 analyzer) and the documents. ``language_id=None`` searches every analyzer field that
@@ -130,7 +130,7 @@ class TantivyBackend:
         if any(f is None for f in filters):
             return []  # a condition nothing can satisfy
         if query.within is not None:
-            filters.append(tantivy.Query.term_set_query(view.schema, F_ID, sorted(query.within)))
+            filters.append(_one_of_ids(view.schema, query.within))
         rarest.sort(key=lambda pair: pair[0])
         excerpt_terms = list(dict.fromkeys(surface for _, surface in rarest))[:MAX_EXCERPT_TERMS]
         required = [f for f in filters if f is not None]
@@ -227,6 +227,24 @@ class TantivyBackend:
                 )
             )
         return sources
+
+
+_MAX_ID_CLAUSES = 256
+"""Up to this many ids, ``within`` is a disjunction of term queries (a dictionary lookup
+each); past it, one term-set query (which streams the id dictionary through an
+automaton). Measured on SciFact's 5,183 ids, inside a BM25 query: 20 ids 0.29 vs 0.82 ms,
+100 ids 1.04 vs 1.63 ms, 300 ids 2.9 ms both, 500 ids 4.2 vs 3.4 ms."""
+
+
+def _one_of_ids(schema: tantivy.Schema, ids: frozenset[str]) -> tantivy.Query:
+    """A clause matching exactly the documents whose ``source_id`` is in ``ids``."""
+    if len(ids) > _MAX_ID_CLAUSES:
+        return tantivy.Query.term_set_query(schema, F_ID, sorted(ids))
+    terms = [
+        (tantivy.Occur.Should, tantivy.Query.term_query(schema, F_ID, i, index_option="basic"))
+        for i in sorted(ids)
+    ]
+    return tantivy.Query.boolean_query(terms)
 
 
 def _ranked(

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sparse.analyzers import Analyzer, LanguageAnalyzers
-from sparse.contracts import MAX_EXCERPT_LENGTH, SearchBackend, SparseDocument
+from sparse.contracts import MAX_EXCERPT_LENGTH, RetrievalQuery, SearchBackend, SparseDocument
 from sparse.tantivy_backend import TantivyBackend
 from sparse.tantivy_index import TantivyIndex
 from tests.sparse.backend_contract import (
@@ -113,6 +113,27 @@ def test_public_filter_is_inside_the_query_not_a_top_k_post_filter(tmp_path: Pat
     index = TantivyIndex(tmp_path / "index")
     index.upsert(docs)
     assert ids(TantivyBackend(index).search(query("okapi", limit=1), PUBLIC)) == ["pub"]
+
+
+@pytest.mark.parametrize("size", [1, 256, 257, 500])
+def test_within_restricts_alike_as_term_queries_or_a_term_set(tmp_path: Path, size: int) -> None:
+    """Up to 256 ids ``within`` is a disjunction of term queries, past it a term set:
+    both must keep exactly the listed public matches, with their unrestricted scores."""
+    docs = [
+        SparseDocument(f"d{i:03d}", f"Heron {i}", "heron marsh " * (1 + i % 7), public=i % 11 != 0)
+        for i in range(600)
+    ]
+    index = TantivyIndex(tmp_path / "index")
+    index.upsert(docs)
+    backend = TantivyBackend(index)
+    everything = {
+        s.source_id: s.score for s in backend.search(query("heron marsh", limit=500), PUBLIC)
+    }
+    wanted = frozenset(f"d{i:03d}" for i in range(1, 2 * size, 2)) | {"absent"}
+    found = backend.search(RetrievalQuery(text="heron marsh", limit=500, within=wanted), PUBLIC)
+    expected = {d.source_id for d in docs if d.public and d.source_id in wanted}
+    assert set(ids(found)) == expected and expected
+    assert all(s.score == everything[s.source_id] for s in found if s.source_id in everything)
 
 
 def test_query_syntax_is_plain_text(multilingual: TantivyBackend) -> None:
