@@ -152,7 +152,10 @@ def _ratio_lines(ratios: CorpusRatios) -> list[str]:
     for system, value in ratios.hybrid_over_floor.items():
         how = "interleaved, same process" if system in ratios.paired else "separate runs"
         lines.append(f"- {system} p50 / embedding p50 ({how}): {value:.2f}×")
-    lines.append(f"- tandem-keyword p50 / tantivy p50: {_fmt(ratios.keyword_over_tantivy, 2)}")
+    how = "interleaved, same process" if ratios.keyword_paired else "separate runs"
+    lines.append(
+        f"- tandem-keyword p50 / tantivy p50 ({how}): {_fmt(ratios.keyword_over_tantivy, 2)}"
+    )
     lines.append(
         f"- tandem-hybrid ingest (own encoding) / raw encoder: "
         f"{_fmt(ratios.ingest_over_encoder, 2)}"

@@ -171,6 +171,8 @@ class ZScoreFusion(_Frozen):
 
 FusionSpec = Annotated[RRFFusion | ZScoreFusion, Field(discriminator="kind")]
 _FUSION_SHORTHANDS = {"rrf": RRFFusion, "zscore": ZScoreFusion}
+FUSION_NAMES: tuple[str, ...] = tuple(_FUSION_SHORTHANDS)
+"""The names ``CorpusConfig.fusion`` takes as shorthands (the CLI and HTTP API list them)."""
 
 
 class FieldType(enum.StrEnum):

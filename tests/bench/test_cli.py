@@ -116,3 +116,34 @@ def test_the_shipped_fixture_is_a_valid_graded_beir_folder() -> None:
     grades = {g for judged in data.qrels.values() for g in judged.values()}
     assert grades == {1, 2}
     assert sum(p.stat().st_size for p in FIXTURE_DIR.rglob("*") if p.is_file()) < 300_000
+
+
+def test_keyword_ratio_is_timed_against_tantivy_in_the_same_process(
+    tiny_beir: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    code = main(
+        [
+            "--data",
+            str(tiny_beir),
+            "--systems",
+            "tandem-keyword,tantivy",
+            "--in-process",
+            "--out",
+            str(out),
+            "--cache",
+            str(tmp_path / "cache"),
+            "--no-progress",
+        ]
+    )
+    assert code == 0
+    keyword = {x["system"]: x for x in read_lines(out)}["tandem-keyword"]
+    extra = keyword["extra"]
+    assert extra["interleaved_p50_ms"] > 0 and extra["interleaved_tantivy_p50_ms"] > 0
+    assert extra["over_tantivy"] == pytest.approx(
+        extra["interleaved_p50_ms"] / extra["interleaved_tantivy_p50_ms"]
+    )
+    assert (
+        "tandem-keyword p50 / tantivy p50 (interleaved, same process)"
+        in (out / "results.md").read_text()
+    )

@@ -62,6 +62,13 @@ def test_paired_ratio_is_preferred_over_separate_p50s() -> None:
     assert ratios.paired == frozenset({"lancedb-hybrid"})
 
 
+def test_paired_keyword_ratio_is_preferred_over_separate_p50s() -> None:
+    paired = replace(RESULTS[1], extra={"over_tantivy": 1.05})
+    ratios = compute_ratios(FLOOR, (RESULTS[0], paired, *RESULTS[2:]))
+    assert ratios.keyword_over_tantivy == 1.05 and ratios.keyword_paired  # not 1.2 / 1.0
+    assert not compute_ratios(FLOOR, RESULTS).keyword_paired
+
+
 def test_ratios_are_none_when_a_needed_system_did_not_run() -> None:
     ratios = compute_ratios(FLOOR, RESULTS[:1])
     assert ratios.keyword_over_tantivy is None and ratios.hybrid_gain is None

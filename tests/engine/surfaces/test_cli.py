@@ -177,6 +177,17 @@ def test_create_chooses_fusion_and_title_weight(tmp_path: Path) -> None:
         assert "bad" not in engine.list_corpora()
 
 
+def test_fusion_names_agree_across_surfaces() -> None:
+    """The CLI's choices and the HTTP schema's literal repeat the config's shorthands
+    (typer and pydantic need them spelled out); they must not drift apart."""
+    from engine.config import FUSION_NAMES
+    from engine.surfaces.cli_args import FusionChoice
+    from engine.surfaces.http.schemas import CreateCorpusRequest
+
+    schema = CreateCorpusRequest.model_json_schema()["properties"]["fusion"]
+    assert [c.value for c in FusionChoice] == list(FUSION_NAMES) == schema["enum"]
+
+
 def test_ollama_corpus_with_the_provider_down_stores_documents_degraded(tmp_path: Path) -> None:
     home = tmp_path / "engine"
     # Port 9 (discard) on loopback: connection refused at once, no Ollama involved.
