@@ -174,13 +174,7 @@ def _interleaved_with_embedding(
     for text in WARMUP_QUERIES:
         encoder.encode_query(text)
     searches, embeds = time_interleaved(lambda q: system.search(q, k), encoder.encode_query, texts)
-    search_p50 = LatencyStats.from_seconds(searches).p50_ms
-    embed_p50 = LatencyStats.from_seconds(embeds).p50_ms
-    return {
-        "interleaved_p50_ms": search_p50,
-        "interleaved_embedding_p50_ms": embed_p50,
-        "over_embedding": search_p50 / embed_p50,
-    }
+    return _paired_p50s(searches, embeds, "embedding")
 
 
 def _interleaved_with_tantivy(
@@ -205,12 +199,18 @@ def _interleaved_with_tantivy(
         )
     finally:
         raw.close()
+    return _paired_p50s(ours, theirs, "tantivy")
+
+
+def _paired_p50s(ours: list[float], theirs: list[float], other: str) -> dict[str, float]:
+    """The p50s of an interleaved pass and their ratio: ``interleaved_p50_ms``,
+    ``interleaved_{other}_p50_ms`` and ``over_{other}``."""
     ours_p50 = LatencyStats.from_seconds(ours).p50_ms
-    tantivy_p50 = LatencyStats.from_seconds(theirs).p50_ms
+    theirs_p50 = LatencyStats.from_seconds(theirs).p50_ms
     return {
         "interleaved_p50_ms": ours_p50,
-        "interleaved_tantivy_p50_ms": tantivy_p50,
-        "over_tantivy": ours_p50 / tantivy_p50,
+        f"interleaved_{other}_p50_ms": theirs_p50,
+        f"over_{other}": ours_p50 / theirs_p50,
     }
 
 

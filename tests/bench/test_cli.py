@@ -65,27 +65,19 @@ def test_python_m_bench_isolated_cheap_systems(tiny_beir: Path, tmp_path: Path) 
     assert (out / "results.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def run_in_process(tiny_beir: Path, tmp_path: Path, systems: str, *extra: str) -> Path:
+    """``python -m bench`` in this process over the tiny corpus; the output folder."""
+    out = tmp_path / "out"
+    args = ["--data", str(tiny_beir), "--systems", systems, *extra, "--in-process"]
+    args += ["--out", str(out), "--cache", str(tmp_path / "cache"), "--no-progress"]
+    assert main(args) == 0
+    return out
+
+
 def test_in_process_run_with_vectors_and_floor(
     tiny_beir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = tmp_path / "out"
-    code = main(
-        [
-            "--data",
-            str(tiny_beir),
-            "--systems",
-            "faiss-flat",
-            "--backend",
-            "torch",
-            "--in-process",
-            "--out",
-            str(out),
-            "--cache",
-            str(tmp_path / "cache"),
-            "--no-progress",
-        ]
-    )
-    assert code == 0
+    out = run_in_process(tiny_beir, tmp_path, "faiss-flat", "--backend", "torch")
     lines = {x["system"]: x for x in read_lines(out)}
     faiss_line = lines["faiss-flat"]
     assert faiss_line["status"] == "ok"
@@ -121,22 +113,7 @@ def test_the_shipped_fixture_is_a_valid_graded_beir_folder() -> None:
 def test_keyword_ratio_is_timed_against_tantivy_in_the_same_process(
     tiny_beir: Path, tmp_path: Path
 ) -> None:
-    out = tmp_path / "out"
-    code = main(
-        [
-            "--data",
-            str(tiny_beir),
-            "--systems",
-            "tandem-keyword,tantivy",
-            "--in-process",
-            "--out",
-            str(out),
-            "--cache",
-            str(tmp_path / "cache"),
-            "--no-progress",
-        ]
-    )
-    assert code == 0
+    out = run_in_process(tiny_beir, tmp_path, "tandem-keyword,tantivy")
     keyword = {x["system"]: x for x in read_lines(out)}["tandem-keyword"]
     extra = keyword["extra"]
     assert extra["interleaved_p50_ms"] > 0 and extra["interleaved_tantivy_p50_ms"] > 0
