@@ -100,19 +100,21 @@ class ShardedSearcher:
                 targets, "keyword_window", lambda _: (text, need, language, compiled, False, ahead)
             )
         keyword: dict[int, ArmWindow] = self._calls.collect(pending, self._timeout_s)
-        vectors: dict[int, ArmWindow] = {}
+        ranked = sorted(keyword)
+        sparse = _keyword_ranking(keyword, ranked, window)
         rounds: dict[int, tuple[ArmWindow, ArmWindow, ArmWindow]] = {}
-        complete = vector is not None and config.complete_windows
-        if complete:
-            # The global keyword window is known now, so each shard scores its part of
-            # both arms' extra candidates in the vector round itself (``shard_extras``)
-            # instead of in one more round trip after the merge. (A shard failing this
-            # round leaves the answer partial: the keyword window is re-cut without it,
-            # and documents moving up into it stay unranked by the vector arm.)
-            merged = {h.id for h in _keyword_ranking(keyword, sorted(keyword), window)}
-            held = {i: [x for x in keyword[i].ids if x in merged] for i in keyword}
+        if vector is not None:
+            # The global keyword window is known now, so with completion on each shard
+            # scores its part of both arms' extra candidates in the vector round itself
+            # (``shard_extras``: it is told which of its documents made that window)
+            # instead of in one more round trip after the merge.
+            in_window = {h.id for h in sparse} if config.complete_windows else None
+
+            def held(i: int) -> list[str] | None:
+                return None if in_window is None else [x for x in keyword[i].ids if x in in_window]
+
             rounds = self._calls.fan_out(
-                list(keyword),
+                ranked,
                 "vector_round",
                 lambda i: (
                     text,
@@ -122,29 +124,26 @@ class ShardedSearcher:
                     compiled,
                     ahead,
                     keyword[i].checked,
-                    held[i],
+                    held(i),
                 ),
                 self._timeout_s,
             )
-            vectors = {i: answer[0] for i, answer in rounds.items()}
-        elif vector is not None:
-            vectors = self._calls.fan_out(
-                list(keyword),
-                "vector_window",
-                lambda i: (text, vector, window, language, compiled, ahead, keyword[i].checked),
-                self._timeout_s,
-            )
-        answered = [i for i in sorted(keyword) if vector is None or i in vectors]
+        answered = [i for i in ranked if vector is None or i in rounds]
         if len(answered) < self._shards:
             self._metrics.partial_searches.labels(config.name).inc()
-        sparse = _keyword_ranking(keyword, answered, window)
+        if len(answered) < len(ranked):
+            # A shard failed the vector round: the keyword window is cut again without it
+            # (documents moving up into it stay unranked by the vector arm; the answer is
+            # partial either way).
+            sparse = _keyword_ranking(keyword, answered, window)
+        vectors = [rounds[i][0] for i in answered if i in rounds]
         dense = None
         if vector is not None:
-            dense = merge_arm([vectors[i].hits() for i in answered], window)
-            if complete:
+            dense = merge_arm([w.hits() for w in vectors], window)
+            if config.complete_windows:
                 sparse, dense = completed(sparse, dense, window, [rounds[i] for i in answered])
         fused = fuse(config, sparse, dense, need)
-        windows = [keyword[i] for i in answered] + [vectors[i] for i in answered if i in vectors]
+        windows = [keyword[i] for i in answered] + vectors
         passages = self._page(fused[skip:need], windows, answered, text, compiled)
         self._metrics.search_duration.labels(config.name).observe(time.perf_counter() - started)
         return passages

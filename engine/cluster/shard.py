@@ -144,14 +144,17 @@ class ShardActor:
         filters: tuple[FieldFilter, ...],
         need: int,
         covered: Sequence[str],
-        keyword_ids: Sequence[str],
+        keyword_ids: Sequence[str] | None,
     ) -> tuple[ArmWindow, ArmWindow, ArmWindow]:
         """The vector window and, in the same call, this shard's part of completing the
         search (``engine.search.completion.shard_extras``; ``keyword_ids``: the global
-        keyword window's documents this shard holds): the keyword hits among its vector
-        candidates outside that window, and the vector scores of those documents outside
-        its vector window. Saves the coordinator a round trip after the merge."""
+        keyword window's documents this shard holds, ``None`` without completion): the
+        keyword hits among its vector candidates outside that window, and the vector
+        scores of those documents outside its vector window. Saves the coordinator a
+        round trip after the merge."""
         window = self.vector_window(text, vector, limit, language, filters, need, covered)
+        if keyword_ids is None:
+            return window, ArmWindow(), ArmWindow()
         for_keyword, for_vector = shard_extras(window.ids, keyword_ids)
         keyword, scored = self._corpus._completion_windows(
             text, vector, for_keyword, for_vector, language, filters

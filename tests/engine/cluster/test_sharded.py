@@ -43,6 +43,7 @@ def single(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Corpu
             "keyword": engine.create_corpus(config("keyword", embedder=None)),
             "dense": engine.create_corpus(config("dense", weights={"sparse": 0.0})),
             "narrow": engine.create_corpus(config("narrow", window=5)),
+            "bare": engine.create_corpus(config("bare", window=5, complete_windows=False)),
         }
         for corpus in corpora.values():
             corpus.add(DOCS)
@@ -65,6 +66,7 @@ def sharded(
         "keyword1": _sharded(root / "k1", config("keyword", embedder=None), 1),
         "dense3": _sharded(root / "d3", config("dense", weights={"sparse": 0.0}), 3),
         "narrow1": _sharded(root / "n1", config("narrow", window=5), 1),
+        "bare1": _sharded(root / "b1", config("bare", window=5, complete_windows=False), 1),
     }
     yield corpora
     for corpus in corpora.values():
@@ -107,19 +109,21 @@ def test_one_shard_answers_exactly_like_one_corpus(
     assert one.evidence("password reset", top_k=3) == many.evidence("password reset", top_k=3)
 
 
+@pytest.mark.parametrize("kind", ["narrow", "bare"])
 def test_completion_across_shards_answers_like_one_corpus(
-    single: dict[str, Corpus], sharded: dict[str, ShardedCorpus]
+    single: dict[str, Corpus], sharded: dict[str, ShardedCorpus], kind: str
 ) -> None:
     """A window of 5: each arm also ranks the other's extra candidates (ranks past 5),
-    asked of their owning shards, exactly as one corpus completes its windows."""
-    one, many = single["narrow"], sharded["narrow1"]
+    scored by their shards, exactly as one corpus completes its windows; with completion
+    off ("bare") no rank goes past the window, sharded or not."""
+    one, many = single[kind], sharded[f"{kind}1"]
     past_window = 0
     for query in QUERIES:
         for args in ({"top_k": 5}, {"top_k": 3, "offset": 1}, {"top_k": 4, "language_id": 0}):
             expected = one.search(query, **args)
             assert as_tuples(many.search(query, **args)) == as_tuples(expected), (query, args)
             past_window += sum(max(p.ranks.sparse or 0, p.ranks.dense or 0) > 5 for p in expected)
-    assert past_window > 0
+    assert (past_window > 0) is (kind == "narrow")
 
 
 def test_ranks_are_global_ranks_across_shards(
