@@ -104,7 +104,7 @@ class Corpus:
         self._visibility = DenseVisibility(self._store)
         backends: list[SearchBackend] = [
             CurrentIndexBackend(
-                TantivyBackend(self._indexes.tantivy),
+                TantivyBackend(self._indexes.tantivy, texts=self._store.public_texts),
                 lambda: self._indexes.keyword_index_current,
                 self._gate,
             ),

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 import string
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import tantivy
@@ -74,18 +74,31 @@ MAX_EXCERPT_TERMS = 8
 MAX_TIE_FETCH = 4_096
 """Hits read at most to order a tie across the cut (past it, index order decides)."""
 
+TextSource = Callable[[Sequence[str]], Mapping[str, str]]
+"""Source ids -> their body text, for an index that keeps no text (ids it does not
+know are left out)."""
+
 _INT64_MAX = 2**63 - 1
 _PUNCTUATION = string.punctuation + "\u201c\u201d\u2018\u2019\u00ab\u00bb"
 
 
 class TantivyBackend:
-    """``SearchBackend`` over a ``TantivyIndex``; ``search`` may raise ``SparseError``."""
+    """``SearchBackend`` over a ``TantivyIndex``; ``search`` may raise ``SparseError``.
 
-    def __init__(self, index: TantivyIndex, priority: int = 10) -> None:
+    ``texts`` serves an index built with ``store_text=False``: the hits' bodies are read
+    from their owner (one call per search, for the hits returned) so that excerpts still
+    anchor on the query term rarest in the index. Without it such an index's hits carry
+    no excerpt.
+    """
+
+    def __init__(
+        self, index: TantivyIndex, priority: int = 10, *, texts: TextSource | None = None
+    ) -> None:
         if isinstance(priority, bool) or not isinstance(priority, int) or priority < 1:
             raise ValueError(f"an index-backed engine needs priority >= 1, got {priority!r}")
         self._index = index
         self._priority = priority
+        self._texts = texts
 
     @property
     def name(self) -> str:
@@ -212,13 +225,18 @@ class TantivyBackend:
             must.append(tantivy.Query.const_score_query(language, 0.0))
         must.extend(tantivy.Query.const_score_query(f, 0.0) for f in filters)
         query = tantivy.Query.boolean_query([(tantivy.Occur.Must, q) for q in must])
+        ranked = _ranked(searcher, query, limit)
+        bodies: Mapping[str, str] | None = None
+        if excerpts and self._texts is not None and not self._index.stores_text:
+            bodies = self._texts([str(stored[F_ID][0]) for _, stored in ranked])
         sources: list[EvidenceSource] = []
-        for score, stored in _ranked(searcher, query, limit):
-            body = _text(stored, F_BODY)
+        for score, stored in ranked:
+            source_id = str(stored[F_ID][0])
+            body = _text(stored, F_BODY) if bodies is None else bodies.get(source_id, "")
             page_uid = stored.get(F_PAGE_UID)
             sources.append(
                 EvidenceSource(
-                    source_id=stored[F_ID][0],
+                    source_id=source_id,
                     title=_text(stored, F_TITLE),
                     url=_text(stored, F_URL),
                     excerpt=make_excerpt(body, excerpt_terms) if excerpts else "",

@@ -150,8 +150,9 @@ class TantivyIndex:
     The constructor does no I/O. The index is opened, or created when ``path`` is missing
     or an empty directory, on first use. Thread-safe: writes are serialised, reads are not.
     ``fields`` declares the filterable fields (name -> kind) documents may carry.
-    ``store_text=False`` indexes the body without storing it: hits then carry no excerpt,
-    for an owner that keeps the text elsewhere. Every hit reads its stored document, and
+    ``store_text=False`` indexes the body without storing it, for an owner that keeps the
+    text elsewhere: hits carry no excerpt unless the backend is given that owner's texts
+    (``TantivyBackend(texts=...)``). Every hit reads its stored document, and
     without the body those reads touch a small fraction of the blocks (measured on
     SciFact: 100 reads 0.34 ms instead of 1.06 ms), and the index is smaller.
     ``title_weight`` (1..``MAX_TITLE_WEIGHT``): how many times a title is indexed ahead of
@@ -182,6 +183,8 @@ class TantivyIndex:
         elif not isinstance(analyzers, LanguageAnalyzers):
             analyzers = LanguageAnalyzers(by_language=analyzers)
         self._path = Path(path)
+        # Checked on every search: a plain string spares pathlib's joins (~10 µs a call).
+        self._meta_file = os.fspath(self._path / "meta.json")
         self._analyzers = analyzers
         self._lock = threading.RLock()
         self._index: tantivy.Index | None = None
@@ -206,6 +209,11 @@ class TantivyIndex:
     def title_weight(self) -> int:
         return self._title_weight
 
+    @property
+    def stores_text(self) -> bool:
+        """False for an index built with ``store_text=False`` (its hits carry no body)."""
+        return self._store_text
+
     @cached_property
     def schema(self) -> tantivy.Schema:
         return build_schema(
@@ -223,12 +231,12 @@ class TantivyIndex:
             self._open()
         except SparseError:
             return False
-        return (self._path / "meta.json").is_file()
+        return os.path.isfile(self._meta_file)
 
     def view(self) -> IndexView:
         """A read snapshot for one search. Raises ``SparseIndexCorruptError``."""
         index = self._open()
-        if not (self._path / "meta.json").is_file():
+        if not os.path.isfile(self._meta_file):
             raise SparseIndexCorruptError(f"index directory is gone: {self._path}")
         searcher = index.searcher()
         in_use = tuple(a for a in Analyzer if searcher.doc_freq(F_ANALYZER, a.value) > 0)

@@ -415,12 +415,16 @@ class DocumentStore:
         found.update(field_queries.public_headers(conn, unique, filters))
         if generation >= 0 and unique:
             self._headers.fill(generation, unique, found)
-        wanted = [sid for sid in with_text if sid in found]
-        sql = "SELECT source_id, text FROM documents WHERE source_id IN ({ids})"
-        for sid, text in select_by_ids(conn, sql, wanted):
+        texts = self.public_texts([sid for sid in with_text if sid in found])
+        for sid, text in texts.items():
             title, url, language_id, _ = found[sid]
-            found[sid] = (title, url, language_id, str(text))
+            found[sid] = (title, url, language_id, text)
         return found
+
+    def public_texts(self, ids: Sequence[str]) -> dict[str, str]:
+        """The text of each public document among ``ids``."""
+        sql = "SELECT source_id, text FROM documents WHERE source_id IN ({ids}) AND +is_public = 1"
+        return {str(sid): str(text) for sid, text in select_by_ids(self._reader(), sql, ids)}
 
     def has_public_documents(self) -> bool:
         row = self._reader().execute("SELECT 1 FROM documents WHERE is_public = 1 LIMIT 1")

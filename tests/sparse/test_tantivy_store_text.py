@@ -4,6 +4,7 @@ rebuilds it."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,27 @@ def test_an_index_written_the_other_way_is_refused(
     other.clear()  # the owner's rebuild path
     other.upsert(_docs()[:2])
     assert other.doc_count() == 2
+
+
+def test_bodies_from_the_owner_give_the_stored_index_s_excerpts(tmp_path: Path) -> None:
+    stored = TantivyIndex(tmp_path / "stored")
+    bare = TantivyIndex(tmp_path / "bare", store_text=False)
+    for index in (stored, bare):
+        index.upsert(_docs())
+    texts = {d.source_id: d.text for d in _docs()}
+    asked: list[list[str]] = []
+
+    def owner_texts(ids: Sequence[str]) -> dict[str, str]:
+        asked.append(list(ids))
+        return {i: texts[i] for i in ids if i != "d12"}  # one the owner no longer has
+
+    backend = TantivyBackend(bare, texts=owner_texts)
+    query = RetrievalQuery(text="flood gauge12", limit=50)
+    with_owner = [(s.source_id, s.excerpt) for s in backend.search(query, PUBLIC)]
+    with_text = [(s.source_id, s.excerpt) for s in TantivyBackend(stored).search(query, PUBLIC)]
+    assert with_owner[0][0] == "d12" and with_owner[0][1] == ""
+    assert with_owner[1:] == with_text[1:]  # anchored alike: on the index's rarest term
+    assert "gauge" in with_text[0][1] and "flood" in with_text[1][1]
+    assert asked == [[i for i, _ in with_owner]]  # once, for the hits returned
+    backend.search(RetrievalQuery(text="flood", limit=5, excerpts=False), PUBLIC)
+    assert len(asked) == 1  # ids only: nothing read

@@ -28,6 +28,25 @@ def test_keyword_excerpts_come_from_the_store(tmp_path: Path) -> None:
     assert index.is_available()
 
 
+def test_keyword_excerpts_anchor_on_the_term_rarest_in_the_index(tmp_path: Path) -> None:
+    # "delta" is in every document, "peat" in one: the excerpt shows the peat, although
+    # this text names the delta once and the peat three times (counting within the text
+    # alone would anchor on the delta, at the start).
+    filler = "The survey logged water depth and salinity at each station. " * 8
+    target = Document(id="t", title="Core", text=f"delta {filler} peat peat peat layers.")
+    others = [Document(id=f"o{i}", title="Core", text=f"delta {TEXT}") for i in range(6)]
+    secret = Document(id="s", title="Core", text="peat delta", access_groups=frozenset({"x"}))
+    with SearchEngine(tmp_path) as eng:
+        corpus = eng.create_corpus(CorpusConfig(name="c", embedder=None))
+        corpus.add([target, *others, secret])
+        hits = corpus.search("peat delta")
+        texts = corpus._store.public_texts(["t", "s", "missing"])
+    assert hits[0].source_id == "t"
+    assert "peat" in hits[0].excerpt and not hits[0].excerpt.startswith("delta")
+    assert "s" not in [h.source_id for h in hits]
+    assert texts == {"t": target.text}  # the store hands out public text only
+
+
 def test_an_index_in_the_old_layout_is_rebuilt_on_open(tmp_path: Path) -> None:
     with SearchEngine(tmp_path) as eng:
         eng.create_corpus(CorpusConfig(name="c", embedder=None)).add(DOCS)
