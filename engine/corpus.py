@@ -466,10 +466,14 @@ class Corpus:
         )
 
     def _passages_for(
-        self, ids: Sequence[str], text: str, filters: tuple[FieldFilter, ...]
+        self,
+        ids: Sequence[str],
+        text: str,
+        language: int | None,
+        filters: tuple[FieldFilter, ...],
     ) -> list[Passage]:
         """Passages for ``ids`` the store confirms public (placeholder score and ranks)."""
-        return self._searcher.passages_for(ids, text, filters)
+        return self._searcher.passages_for(ids, text, language, filters)
 
     def _content_state(self, ids: Sequence[str]) -> dict[str, tuple[str, bool]]:
         """For stored ids: (content hash, has a vector) — what need not be embedded again."""

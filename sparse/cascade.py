@@ -23,6 +23,7 @@ from sparse.contracts import (
     MAX_SOURCES,
     AccessContext,
     EvidenceSource,
+    ExcerptTerms,
     RetrievalQuery,
     RetrievalResult,
     SearchBackend,
@@ -72,6 +73,26 @@ class RetrievalService:
                 continue
             return RetrievalResult(sources=_dedupe(sources, cap), backend=backend.name)
         return RetrievalResult(sources=(), backend=None)
+
+    def excerpt_terms(self, text: str, language_id: int | None) -> list[str]:
+        """The words the backend that would answer ``text`` anchors its excerpts on, best
+        first (``ExcerptTerms``); ``[]`` when that backend cannot say. Tried in the order
+        ``retrieve`` tries backends, with the same failure rules."""
+        for backend in self._backends:
+            if not _available(backend):
+                continue
+            if not isinstance(backend, ExcerptTerms):
+                return []
+            try:
+                return backend.excerpt_terms(text, language_id)
+            except Exception as exc:  # contained, as in ``retrieve``
+                logger.warning(
+                    "sparse backend %s failed (%s); trying the next one",
+                    backend.name,
+                    type(exc).__name__,
+                )
+                logger.debug("sparse backend %s traceback:\n%s", backend.name, frames_of(exc))
+        return []
 
 
 def _available(backend: SearchBackend) -> bool:

@@ -259,3 +259,12 @@ class SearchBackend(Protocol):
     def is_available(self) -> bool: ...
 
     def search(self, query: RetrievalQuery, access: AccessContext) -> list[EvidenceSource]: ...
+
+
+@runtime_checkable
+class ExcerptTerms(Protocol):
+    """A backend that can name the words its excerpts anchor on (internal seam): the
+    engine cuts excerpts for passages no keyword hit carried (dense-only hits, the hybrid
+    arm's id-only hits) with them, so every excerpt is cut by one rule."""
+
+    def excerpt_terms(self, text: str, language_id: int | None) -> list[str]: ...

@@ -118,6 +118,21 @@ class KeywordSearchFacade:
             logger.debug("keyword search traceback:\n%s", frames_of(exc))
             return []
 
+    def excerpt_terms(self, query: str, language_id: int | None = None) -> list[str]:
+        """The lowercase word forms the hits of a search for ``query`` get their excerpts
+        anchored on, best anchor first (``sparse.excerpt.make_excerpt`` with them cuts the
+        same excerpt from a document's text); ``[]`` on short queries, when the answering
+        backend cannot say, or on any failure. A keyword-only extension, like ``within``."""
+        try:
+            text = clamp_text(query)
+            if text is None:
+                return []
+            return self._service.excerpt_terms(text, clamp_language(language_id))
+        except Exception as exc:  # the facade boundary: never an exception out
+            logger.warning("excerpt terms failed (%s); answering []", type(exc).__name__)
+            logger.debug("excerpt terms traceback:\n%s", frames_of(exc))
+            return []
+
 
 def _to_hit(source: EvidenceSource) -> KeywordHit:
     return KeywordHit(

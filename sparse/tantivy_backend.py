@@ -28,6 +28,11 @@ document address, which depends on which indexing thread and segment took a docu
 two builds of one corpus would order ties (and cut the top ``limit`` among them)
 differently. A tie across the cut is resolved by reading every hit with the cut-off
 score (up to ``MAX_TIE_FETCH`` hits).
+
+Excerpts anchor on the query's word forms rarest in the index (``excerpt_terms``, a
+document-frequency look-up per term; the first that occurs in the text at a word start
+places the window, ``sparse.excerpt``), cut from the stored body or, for an index that
+keeps no text, from the texts its owner hands the backend (``texts``).
 """
 
 from __future__ import annotations
@@ -121,23 +126,14 @@ class TantivyBackend:
         if language_id is not None and not 0 <= language_id <= _INT64_MAX:
             return []
         view = self._index.view()
-        if language_id is None:
-            analyzers = view.analyzers_in_use
-        else:
-            analyzers = (self._index.analyzers.for_language(language_id),)
         clauses: list[tuple[tantivy.Occur, tantivy.Query]] = []
-        rarest: list[tuple[int, str]] = []
-        for analyzer in analyzers:
-            terms = self._terms(analyzer, analyzer.prepare(query.text).split())
-            field = analyzer.field_name
-            for term, (count, surfaces) in terms.items():
+        fields = self._analyzed(view, query.text, language_id)
+        for field, terms in fields:
+            for term, (count, _) in terms.items():
                 clause = tantivy.Query.term_query(view.schema, field, term, index_option="freq")
                 if count > 1:  # query term frequency: the clause weighs the term's count
                     clause = tantivy.Query.boost_query(clause, float(count))
                 clauses.append((tantivy.Occur.Should, clause))
-                if query.excerpts:  # anchor excerpts on the rarest term in the index
-                    for surface in surfaces:
-                        rarest.append((view.searcher.doc_freq(field, term), surface))
         if not clauses or (query.within is not None and not query.within):
             return []
         filters = [self._filter_query(view.schema, f) for f in query.filters]
@@ -145,14 +141,34 @@ class TantivyBackend:
             return []  # a condition nothing can satisfy
         if query.within is not None:
             filters.append(_one_of(view.schema, F_ID, sorted(query.within)))
-        rarest.sort(key=lambda pair: pair[0])
-        excerpt_terms = list(dict.fromkeys(surface for _, surface in rarest))[:MAX_EXCERPT_TERMS]
         required = [f for f in filters if f is not None]
-        if not query.excerpts:
-            excerpt_terms = []
+        excerpt_terms = _rarest_first(view, fields) if query.excerpts else []
         return self._run(
             view, clauses, query.limit, language_id, excerpt_terms, required, query.excerpts
         )
+
+    def excerpt_terms(self, text: str, language_id: int | None) -> list[str]:
+        """The lowercase word forms this backend's excerpts for ``text`` anchor on, rarest
+        in the index first (at most ``MAX_EXCERPT_TERMS``): ``make_excerpt`` with them cuts
+        the excerpt a search for ``text`` with ``language_id`` gives a hit."""
+        if language_id is not None and not 0 <= language_id <= _INT64_MAX:
+            return []
+        view = self._index.view()
+        return _rarest_first(view, self._analyzed(view, text, language_id))
+
+    def _analyzed(
+        self, view: IndexView, text: str, language_id: int | None
+    ) -> list[tuple[str, dict[str, tuple[int, list[str]]]]]:
+        """(analyzer field, ``_terms``) for each analyzer a search for ``text`` runs on:
+        the language's, or every one in use when ``language_id`` is None."""
+        if language_id is None:
+            analyzers = view.analyzers_in_use
+        else:
+            analyzers = (self._index.analyzers.for_language(language_id),)
+        return [
+            (analyzer.field_name, self._terms(analyzer, analyzer.prepare(text).split()))
+            for analyzer in analyzers
+        ]
 
     def _filter_query(self, schema: tantivy.Schema, condition: FieldFilter) -> tantivy.Query | None:
         """The tantivy clause for one filter condition; None when it matches nothing."""
@@ -246,6 +262,20 @@ class TantivyBackend:
                 )
             )
         return sources
+
+
+def _rarest_first(
+    view: IndexView, fields: list[tuple[str, dict[str, tuple[int, list[str]]]]]
+) -> list[str]:
+    """The query's word forms to anchor an excerpt on, rarest term in the index first."""
+    rarest = [
+        (view.searcher.doc_freq(field, term), surface)
+        for field, terms in fields
+        for term, (_, surfaces) in terms.items()
+        for surface in surfaces
+    ]
+    rarest.sort(key=lambda pair: pair[0])
+    return list(dict.fromkeys(surface for _, surface in rarest))[:MAX_EXCERPT_TERMS]
 
 
 _MAX_TERM_CLAUSES = 256

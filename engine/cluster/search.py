@@ -144,7 +144,7 @@ class ShardedSearcher:
                 sparse, dense = completed(sparse, dense, window, [rounds[i] for i in answered])
         fused = fuse(config, sparse, dense, need)
         windows = [keyword[i] for i in answered] + vectors
-        passages = self._page(fused[skip:need], windows, answered, text, compiled)
+        passages = self._page(fused[skip:need], windows, answered, text, language, compiled)
         self._metrics.search_duration.labels(config.name).observe(time.perf_counter() - started)
         return passages
 
@@ -161,6 +161,7 @@ class ShardedSearcher:
         windows: Sequence[ArmWindow],
         answered: Sequence[int],
         text: str,
+        language: int | None,
         filters: tuple[FieldFilter, ...],
     ) -> list[Passage]:
         """Passages for the fused page: the shards sent most of them with their windows;
@@ -173,7 +174,7 @@ class ShardedSearcher:
             extra = self._calls.fan_out(
                 [i for i in owners if i in answered],
                 "passages",
-                lambda i: ([missing[p] for p in owners[i]], text, filters),
+                lambda i: ([missing[p] for p in owners[i]], text, language, filters),
                 self._timeout_s,
             )
             ready.update({p.source_id: p for found in extra.values() for p in found})

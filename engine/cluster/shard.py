@@ -162,9 +162,13 @@ class ShardActor:
         return window, keyword, scored
 
     def passages(
-        self, ids: Sequence[str], text: str, filters: tuple[FieldFilter, ...]
+        self,
+        ids: Sequence[str],
+        text: str,
+        language: int | None,
+        filters: tuple[FieldFilter, ...],
     ) -> tuple[Passage, ...]:
-        return tuple(self._corpus._passages_for(ids, text, filters))
+        return tuple(self._corpus._passages_for(ids, text, language, filters))
 
     def fetch(self, source_id: str) -> SourceText | None:
         try:

@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Callable
 
 from engine.search.gate import suspended
-from sparse import AccessContext, EvidenceSource, RetrievalQuery, SearchBackend
+from sparse import AccessContext, EvidenceSource, ExcerptTerms, RetrievalQuery, SearchBackend
 
 
 class _Delegating:
@@ -54,6 +54,12 @@ class CurrentIndexBackend(_Delegating):
     def search(self, query: RetrievalQuery, access: AccessContext) -> list[EvidenceSource]:
         with self._gate:
             return self._inner.search(query, access)
+
+    def excerpt_terms(self, text: str, language_id: int | None) -> list[str]:
+        if not isinstance(self._inner, ExcerptTerms):
+            return []
+        with self._gate:
+            return self._inner.excerpt_terms(text, language_id)
 
 
 class GateFreeBackend(_Delegating):

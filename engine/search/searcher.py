@@ -24,7 +24,7 @@ from engine.documents import ArmRanks, Passage
 from engine.limits import MAX_LANGUAGE_ID, MAX_OFFSET, MAX_TOP_K
 from engine.metrics import EngineMetrics
 from engine.search.completion import complete_windows
-from engine.search.excerpts import excerpt_for, query_terms
+from engine.search.excerpts import excerpt_for, make_excerpt, query_terms
 from engine.search.fusing import fuse_arms
 from engine.search.router import resolve_strategy
 from engine.search.strategy import Arm, FallbackReason, Strategy
@@ -157,7 +157,7 @@ class Searcher:
         with p.gate:
             if fused is None:
                 fused, sparse_hits = self._keyword(p, text, need, language, filters)
-            passages = self._passages(p, fused[skip:need], sparse_hits, text, filters)
+            passages = self._passages(p, fused[skip:need], sparse_hits, text, language, filters)
         p.metrics.searches.labels(p.corpus, strategy.value).inc()
         p.metrics.search_duration.labels(p.corpus).observe(time.perf_counter() - started)
         return passages
@@ -173,7 +173,7 @@ class Searcher:
         state = self._state
         ids = state.store.public_filtered_ids(filters, clamp_language(language_id), k, skip)
         page = [FusedHit(id=sid, score=0.0, ranks=(None, None)) for sid in ids]
-        return self._passages(state, page, [], "", filters)
+        return self._passages(state, page, [], "", None, filters)
 
     # -- internal: for engine.cluster ------------------------------------------------------
 
@@ -197,7 +197,7 @@ class Searcher:
             filters,
             index_backed=index_backed,
             need=need,
-            passages=self._builder(p, text, filters),
+            passages=self._builder(p, text, language, filters),
         )
 
     def vector_window(
@@ -221,27 +221,32 @@ class Searcher:
             filters,
             need=need,
             covered=covered,
-            passages=self._builder(p, text, filters),
+            passages=self._builder(p, text, language, filters),
         )
 
     def _builder(
-        self, p: SearchState, text: str, filters: tuple[FieldFilter, ...]
+        self, p: SearchState, text: str, language: int | None, filters: tuple[FieldFilter, ...]
     ) -> Callable[[Sequence[FusedHit]], list[Passage]]:
         def build(page: Sequence[FusedHit]) -> list[Passage]:
             with p.gate:
-                return self._passages(p, page, [], text, filters)
+                return self._passages(p, page, [], text, language, filters)
 
         return build
 
     def passages_for(
-        self, ids: Sequence[str], text: str, filters: tuple[FieldFilter, ...]
+        self,
+        ids: Sequence[str],
+        text: str,
+        language: int | None,
+        filters: tuple[FieldFilter, ...],
     ) -> list[Passage]:
         """Internal (``engine.cluster``): passages for ``ids`` that the store confirms
-        public (and eligible under ``filters``), in order; score and ranks are placeholders."""
+        public (and eligible under ``filters``), in order; score and ranks are placeholders.
+        ``language`` is the search's (excerpts anchor on its analyzer's terms)."""
         p = self._state
         page = [FusedHit(id=sid, score=0.0, ranks=(None, None)) for sid in ids]
         with p.gate:
-            return self._passages(p, page, [], text, filters)
+            return self._passages(p, page, [], text, language, filters)
 
     def _keyword(
         self,
@@ -376,31 +381,30 @@ class Searcher:
         page: Sequence[FusedHit],
         sparse_hits: Sequence[KeywordHit],
         text: str,
+        language: int | None,
         filters: tuple[FieldFilter, ...] = (),
     ) -> list[Passage]:
         if not page:
             return []
-        by_id = {h.source_id: h for h in sparse_hits}
+        cut = {h.source_id: h.excerpt for h in sparse_hits if h.excerpt}
         # Defence in depth: whatever an arm returned, only ids the store confirms public
         # (still present, and eligible under the filters: an index may lag the store)
         # become passages. Also supplies the text of hits that came without an excerpt
         # (dense-only hits, and every hit of the hybrid keyword arm).
-        needs_text = frozenset(f.id for f in page if f.id not in by_id or not by_id[f.id].excerpt)
+        needs_text = frozenset(f.id for f in page if f.id not in cut)
         docs = p.store.headers([f.id for f in page], with_text=needs_text, filters=filters)
-        terms: list[str] | None = None
+        cutter: Callable[[str], str] | None = None
         passages: list[Passage] = []
         for fused in page:
             doc = docs.get(fused.id)
             if doc is None:
                 continue
             title, url, doc_language, doc_text = doc
-            hit = by_id.get(fused.id)
-            if hit is not None and hit.excerpt:
-                excerpt = hit.excerpt
-            else:
-                if terms is None:
-                    terms = query_terms(text)
-                excerpt = excerpt_for(doc_text or "", terms)
+            excerpt = cut.get(fused.id)
+            if excerpt is None:
+                if cutter is None:
+                    cutter = _excerpt_cutter(p, text, language)
+                excerpt = cutter(doc_text or "")
             passages.append(
                 Passage(
                     source_id=fused.id,
@@ -413,6 +417,18 @@ class Searcher:
                 )
             )
         return passages
+
+
+def _excerpt_cutter(p: SearchState, text: str, language: int | None) -> Callable[[str], str]:
+    """Cuts excerpts as the keyword index cuts its hits' (the query's words, rarest in the
+    index first), so a passage's excerpt is the same whichever strategy ran and whichever
+    arm found it; with no word from the index (unavailable, or a short query) anchored on
+    the query word rarest in the text instead."""
+    terms = p.keyword_index_backed.excerpt_terms(text, language) if text else []
+    if terms:
+        return lambda doc_text: make_excerpt(doc_text, terms)
+    words = query_terms(text)
+    return lambda doc_text: excerpt_for(doc_text, words)
 
 
 def _arm_ranks(ranks: tuple[int | None, ...]) -> ArmRanks:

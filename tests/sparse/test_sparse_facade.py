@@ -301,3 +301,57 @@ def test_within_is_validated_at_the_facade(facade: KeywordSearchFacade) -> None:
     too_many = [first] + [f"x{i}" for i in range(MAX_SOURCES)]
     assert facade.search("lichen", 50, within=too_many) == []
     assert facade.search("lichen", 50, within=too_many[:MAX_SOURCES])[0].source_id == first
+
+
+def test_excerpt_terms_cut_exactly_the_hits_excerpts(tmp_path: Path) -> None:
+    from sparse.excerpt import make_excerpt
+
+    index = TantivyIndex(tmp_path / "idx")
+    common = "Sediment studies of the delta region. " * 6
+    docs = [
+        SparseDocument(f"d{i}", f"Core {i}", f"{common} peat layers {i}. {common} Happy core {i}.")
+        for i in range(8)
+    ]
+    docs.append(SparseDocument("rare", "Core", f"{common} one peat band. {common}"))
+    index.upsert(docs)
+    facade = KeywordSearchFacade.index_backed([TantivyBackend(index)])
+    query = "the happy PEAT studies"
+    # Rarest in the index first (happi: 8 documents; peat, studi: 9, in query order), a
+    # stem followed by the word as typed where the stem is not its prefix; lowercase.
+    terms = facade.excerpt_terms(query)
+    assert terms == ["happi", "happy", "peat", "studi"]
+    text_of = {d.source_id: d.text for d in docs}
+    hits = facade.search(query, 20)
+    assert len(hits) == len(docs)
+    for hit in hits:
+        assert make_excerpt(text_of[hit.source_id], terms) == hit.excerpt
+    assert facade.excerpt_terms("x") == []  # too short: no query at all
+    assert facade.excerpt_terms(query, language_id=-1) == facade.excerpt_terms(query, 0)
+
+
+def test_excerpt_terms_come_from_the_answering_backend_or_nobody(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Sick(Recorder):
+        def is_available(self) -> bool:
+            return False
+
+    class Failing(Recorder):
+        priority = 20
+
+        def excerpt_terms(self, text: str, language_id: int | None) -> list[str]:
+            raise RuntimeError(f"boom on {text}")
+
+    index = TantivyIndex(tmp_path / "idx")
+    index.upsert([SparseDocument("a", "Alpha", "granite boulders")])
+    tantivy = TantivyBackend(index)
+    with caplog.at_level(logging.DEBUG):
+        assert KeywordSearchFacade([Failing(), tantivy]).excerpt_terms("granite") == ["granit"]
+    assert "RuntimeError" in caplog.text and "granite" not in caplog.text
+
+    class First(Recorder):
+        priority = 20
+
+    assert KeywordSearchFacade([First(), tantivy]).excerpt_terms("granite") == []  # no opinion
+    assert KeywordSearchFacade([Recorder(), tantivy]).excerpt_terms("granite") == ["granit"]
+    assert KeywordSearchFacade([Sick()]).excerpt_terms("granite") == []

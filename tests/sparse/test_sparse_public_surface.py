@@ -18,6 +18,7 @@ EXPECTED_ALL = [
     "AccessContext",
     "Analyzer",
     "EvidenceSource",
+    "ExcerptTerms",
     "FieldFilter",
     "FieldKind",
     "KeywordHit",

@@ -1,9 +1,16 @@
-"""Engine-side excerpts anchor on the query term that is rarest in the text."""
+"""Excerpts: the keyword index cuts them for every passage holding a query term (anchored
+on the term rarest in the index, whichever strategy ran); the engine's own cut, for the
+rest, anchors on the query term rarest in the text."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from dense.local import SentenceTransformerEmbedder
+from engine import CorpusConfig, Document, SearchEngine
 from engine.search.excerpts import excerpt_for, query_terms
 from sparse import MAX_EXCERPT_LENGTH
+from tests.support.fakes import SwitchableEmbedder
 
 
 def test_excerpt_anchors_on_the_rarest_term_in_the_text() -> None:
@@ -31,3 +38,33 @@ def test_function_words_never_anchor_an_excerpt() -> None:
     text = "the " * 200 + "A rare anomaly in the wake region. " + "the filler " * 100
     excerpt = excerpt_for(text, query_terms("the anomaly"))
     assert "anomaly" in excerpt
+
+
+def test_a_passage_s_excerpt_does_not_depend_on_the_strategy(
+    tmp_path: Path, shared_minilm: SentenceTransformerEmbedder
+) -> None:
+    # Long texts (excerpts are cut) where the text's own rarest term and the index's
+    # rarest term differ: "delta" is in every document, "peat" in two, and the target
+    # names the delta once, early, and the peat three times, late.
+    filler = "The survey logged water depth and salinity at each station. " * 8
+    docs = [
+        Document(id="t", title="Core T", text=f"delta {filler} peat peat peat layers."),
+        Document(id="u", title="Core U", text=f"{filler} delta and peat {filler}"),
+        *(
+            Document(id=f"o{i}", title=f"Core {i}", text=f"{filler} delta mud {i} {filler}")
+            for i in range(6)
+        ),
+    ]
+    switchable = SwitchableEmbedder(shared_minilm)
+    with SearchEngine(tmp_path, embedder_factory=lambda spec: switchable) as eng:
+        corpus = eng.create_corpus(CorpusConfig(name="c"))
+        corpus.add(docs)
+        hybrid = corpus.search("peat delta", top_k=8)
+        switchable.down = True  # answered from keywords alone
+        keyword = corpus.search("peat delta", top_k=8)
+    assert any(h.ranks.dense is not None for h in hybrid)
+    assert all(h.ranks.dense is None for h in keyword)
+    by_id = {h.source_id: h.excerpt for h in keyword}
+    assert {h.source_id: h.excerpt for h in hybrid if h.source_id in by_id} == by_id
+    assert len(by_id) == len(docs)  # every document holds "delta": all compared
+    assert "peat" in by_id["t"] and not by_id["t"].startswith("delta")
