@@ -74,9 +74,16 @@ def rrf(
     arm_weights = checked_weights(weights, len(arms))
     cap = checked_limit(limit)
 
-    entries = _fuse(arms, constant, arm_weights)
-    hits = [FusedHit(doc_id, score, tuple(ranks)) for doc_id, score, ranks in entries]
-    sort_hits(hits)
+    if len(arms) == 1:
+        # One ranking (a keyword-only answer): its scores fall with the rank (all 0 at
+        # weight 0, where the tie-break is the rank), so its own order is the fused one.
+        weight = arm_weights[0]
+        ranked = enumerate(dict.fromkeys(arms[0]), start=1)
+        hits = [FusedHit(doc_id, weight / (constant + rank), (rank,)) for rank, doc_id in ranked]
+    else:
+        entries = _fuse(arms, constant, arm_weights)
+        hits = [FusedHit(doc_id, score, tuple(ranks)) for doc_id, score, ranks in entries]
+        sort_hits(hits)
     if cap is not None:
         del hits[cap:]
     return hits

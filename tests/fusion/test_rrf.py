@@ -302,6 +302,19 @@ def test_an_empty_arm_contributes_nothing(
     assert [h.ranks for h in after] == [(*h.ranks[:at], None, *h.ranks[at:]) for h in before]
 
 
+@given(ranking=ranking_st, k=k_st, weight=st.floats(0, 10), limit=limit_st)
+def test_one_ranking_fuses_as_it_does_beside_an_empty_one(
+    ranking: list[str], k: float, weight: float, limit: int | None
+) -> None:
+    """One ranking alone takes a shortcut (its order is the fused order); beside an empty
+    ranking it takes the general path: ids, scores and ranks must agree exactly."""
+    alone = rrf([ranking], k=k, weights=[weight], limit=limit)
+    general = rrf([ranking, []], k=k, weights=[weight, 1.0], limit=limit)
+    assert [(h.id, h.score, h.ranks) for h in alone] == [
+        (h.id, h.score, (h.ranks[0],)) for h in general
+    ]
+
+
 # --- validation -----------------------------------------------------------------------
 
 
