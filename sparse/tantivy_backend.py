@@ -40,7 +40,6 @@ from __future__ import annotations
 import logging
 import string
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 import tantivy
 
@@ -54,6 +53,7 @@ from sparse.contracts import (
     RetrievalQuery,
     TermsFilter,
 )
+from sparse.errors import SparseIndexCorruptError
 from sparse.excerpt import make_excerpt
 from sparse.tantivy_index import (
     F_BODY,
@@ -244,21 +244,26 @@ class TantivyBackend:
         ranked = _ranked(searcher, query, limit)
         bodies: Mapping[str, str] | None = None
         if excerpts and self._texts is not None and not self._index.stores_text:
-            bodies = self._texts([str(stored[F_ID][0]) for _, stored in ranked])
+            bodies = self._texts([source_id for _, source_id, _ in ranked])
         sources: list[EvidenceSource] = []
-        for score, stored in ranked:
-            source_id = str(stored[F_ID][0])
-            body = _text(stored, F_BODY) if bodies is None else bodies.get(source_id, "")
-            page_uid = stored.get(F_PAGE_UID)
+        for score, source_id, stored in ranked:
+            excerpt = ""
+            if excerpts:
+                body = _text(stored, F_BODY) if bodies is None else bodies.get(source_id, "")
+                excerpt = make_excerpt(body, excerpt_terms)
+            page_uid = stored.get_first(F_PAGE_UID)
+            hit_language = stored.get_first(F_LANGUAGE)
+            if hit_language is None:  # every document is written with one
+                raise SparseIndexCorruptError(f"a hit without a language: {source_id!r}")
             sources.append(
                 EvidenceSource(
                     source_id=source_id,
                     title=_text(stored, F_TITLE),
                     url=_text(stored, F_URL),
-                    excerpt=make_excerpt(body, excerpt_terms) if excerpts else "",
-                    language_id=int(stored[F_LANGUAGE][0]),
-                    score=float(score),
-                    page_uid=int(page_uid[0]) if page_uid else None,
+                    excerpt=excerpt,
+                    language_id=int(hit_language),
+                    score=score,
+                    page_uid=None if page_uid is None else int(page_uid),
                 )
             )
         return sources
@@ -299,12 +304,13 @@ def _one_of(schema: tantivy.Schema, field: str, values: Sequence[str | int]) -> 
 
 def _ranked(
     searcher: tantivy.Searcher, query: tantivy.Query, limit: int
-) -> list[tuple[float, dict[str, Any]]]:
-    """The top ``limit`` (score, stored document) pairs: score descending, then
-    ``source_id`` ascending (see the module docstring).
+) -> list[tuple[float, str, tantivy.Document]]:
+    """The top ``limit`` (score, source id, stored document) triples: score descending,
+    then ``source_id`` ascending (see the module docstring).
 
     Fetches one hit past the cut; while that one still ties the last kept score, fetches
     twice as many, so every document with the cut-off score is read before the cut.
+    Fields are read one by one (``get_first``): a hit's ``to_dict`` cost twice as much.
     """
     cap = max(MAX_TIE_FETCH, limit + 1)
     fetch = limit + 1
@@ -316,14 +322,16 @@ def _ranked(
     if len(hits) > limit:
         cut = hits[limit - 1][0]
         hits = [hit for hit in hits if hit[0] >= cut]
-    ranked = [(float(score), searcher.doc(address).to_dict()) for score, address in hits]
-    ranked.sort(key=lambda pair: (-pair[0], str(pair[1][F_ID][0])))
+    ranked = []
+    for score, address in hits:
+        stored = searcher.doc(address)
+        ranked.append((float(score), str(stored.get_first(F_ID)), stored))
+    ranked.sort(key=lambda hit: (-hit[0], hit[1]))
     return ranked[:limit]
 
 
-def _text(stored: dict[str, list[object]], field: str) -> str:
-    values = stored.get(field)
-    if not values:
+def _text(stored: tantivy.Document, field: str) -> str:
+    value = stored.get_first(field)
+    if value is None:
         return ""
-    value = values[0]
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
