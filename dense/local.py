@@ -30,6 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dense.contracts import EmbedderUnavailable
+from dense.hub import hub_endpoint, hub_reachable
 from dense.onnx_query import (
     MANIFEST_NAME,
     OnnxExportError,
@@ -228,7 +229,17 @@ class SentenceTransformerEmbedder:
         try:
             from sentence_transformers import SentenceTransformer
 
-            model = SentenceTransformer(source, device=self._device, local_files_only=local)
+            try:
+                # A directory, or a name already in the Hugging Face cache: no network.
+                model = SentenceTransformer(source, device=self._device, local_files_only=True)
+            except _LOAD_ERRORS:
+                if local:
+                    raise
+                if not hub_reachable():  # see dense.hub: fail now, not after minutes
+                    raise OSError(
+                        f"not in the local cache, and {hub_endpoint()} cannot be reached"
+                    ) from None
+                model = SentenceTransformer(source, device=self._device)
         except _LOAD_ERRORS as exc:
             self._load_error = EmbedderUnavailable(f"cannot load model {self._name!r}: {exc}")
             raise self._load_error from exc
