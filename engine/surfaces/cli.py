@@ -87,6 +87,10 @@ def _root(
 # -- corpora ------------------------------------------------------------------------------
 
 
+_NO_MODEL = frozenset({"", "none", "null", "off", "false", "no"})
+"""``--embedder`` values that mean "no embedder" to a person, never a model name."""
+
+
 @app.command()
 def create(
     ctx: typer.Context,
@@ -125,6 +129,12 @@ def create(
     if sum((embedder is not None, ollama is not None, no_vectors)) > 1:
         raise typer.BadParameter(
             "choose at most one", param_hint="--embedder / --ollama / --no-vectors"
+        )
+    if embedder is not None and embedder.strip().lower() in _NO_MODEL:
+        # Otherwise a model by that name would be looked for (and, online, downloaded).
+        raise typer.BadParameter(
+            f"{embedder!r} names no model; a keyword-only corpus is --no-vectors",
+            param_hint="--embedder",
         )
     spec: SentenceTransformerEmbedding | OllamaEmbedding | None
     if no_vectors:

@@ -161,6 +161,10 @@ def test_create_reports_usage_and_runtime_errors(tmp_path: Path) -> None:
     assert "already exists" in one_line_error(tandem("create", "kb", "--no-vectors", home=home))
     assert "no such file" in one_line_error(tandem("add", "kb", str(tmp_path / "nope"), home=home))
     assert tandem("frobnicate", home=home).returncode == 2
+    for no_model in ("none", "Off", ""):  # not a model name: pointed to --no-vectors
+        refused = tandem("create", "y", "--embedder", no_model, home=home)
+        assert refused.returncode == 2 and "--no-vectors" in refused.stderr
+    assert "y" not in ok(tandem("list", home=home)).stdout.split()
 
 
 def test_create_chooses_fusion_and_title_weight(tmp_path: Path) -> None:
