@@ -174,6 +174,11 @@ _FUSION_SHORTHANDS = {"rrf": RRFFusion, "zscore": ZScoreFusion}
 FUSION_NAMES: tuple[str, ...] = tuple(_FUSION_SHORTHANDS)
 """The names ``CorpusConfig.fusion`` takes as shorthands (the CLI and HTTP API list them)."""
 
+NO_MODEL_NAMES = frozenset({"", "none", "null", "off", "false", "no"})
+"""What a person types for "no embedder", never a model name: the surfaces that create a
+corpus (CLI, HTTP API) refuse these as a model and point to the keyword-only form. Stored
+configs are not re-checked, so a corpus created with one still opens."""
+
 
 class FieldType(enum.StrEnum):
     """The type of a filterable field: exact strings, 64-bit integers, or calendar dates."""

@@ -27,6 +27,7 @@ from engine import (
     OllamaEmbedding,
     SentenceTransformerEmbedding,
 )
+from engine.config import NO_MODEL_NAMES
 from engine.limits import MAX_GREP_MATCHES, MAX_TOP_K
 from engine.surfaces import render
 from engine.surfaces.bulk import BulkReport, add_all
@@ -87,10 +88,6 @@ def _root(
 # -- corpora ------------------------------------------------------------------------------
 
 
-_NO_MODEL = frozenset({"", "none", "null", "off", "false", "no"})
-"""``--embedder`` values that mean "no embedder" to a person, never a model name."""
-
-
 @app.command()
 def create(
     ctx: typer.Context,
@@ -130,7 +127,7 @@ def create(
         raise typer.BadParameter(
             "choose at most one", param_hint="--embedder / --ollama / --no-vectors"
         )
-    if embedder is not None and embedder.strip().lower() in _NO_MODEL:
+    if embedder is not None and embedder.strip().lower() in NO_MODEL_NAMES:
         # Otherwise a model by that name would be looked for (and, online, downloaded).
         raise typer.BadParameter(
             f"{embedder!r} names no model; a keyword-only corpus is --no-vectors",

@@ -287,6 +287,11 @@ def test_create_chooses_fusion_and_title_weight(client: TestClient) -> None:
     for bad in ({"fusion": "borda"}, {"title_weight": 0}, {"title_weight": 9}):
         answer = client.post("/v1/corpora", json={"name": "bad1", **bad}, headers=AUTH)
         assert answer.status_code == 422, bad
+    for no_model in ("none", "Off"):  # not a model name: pointed to embedder null
+        answer = client.post(
+            "/v1/corpora", json={"name": "bad1", "embedder": no_model}, headers=AUTH
+        )
+        assert answer.status_code == 422 and "embedder null" in answer.text, no_model
     assert "bad1" not in engine.list_corpora()
 
 
