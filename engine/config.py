@@ -180,6 +180,11 @@ corpus (CLI, HTTP API) refuse these as a model and point to the keyword-only for
 configs are not re-checked, so a corpus created with one still opens."""
 
 
+def names_no_model(model: str) -> bool:
+    """True for a value in ``NO_MODEL_NAMES`` (any case, surrounding spaces ignored)."""
+    return model.strip().lower() in NO_MODEL_NAMES
+
+
 class FieldType(enum.StrEnum):
     """The type of a filterable field: exact strings, 64-bit integers, or calendar dates."""
 

@@ -64,12 +64,7 @@ class RetrievalService:
             try:
                 sources = backend.search(query, access)
             except Exception as exc:  # contained: the next backend gets the query
-                logger.warning(
-                    "sparse backend %s failed (%s); trying the next one",
-                    backend.name,
-                    type(exc).__name__,
-                )
-                logger.debug("sparse backend %s traceback:\n%s", backend.name, frames_of(exc))
+                _log_failure(backend, exc)
                 continue
             return RetrievalResult(sources=_dedupe(sources, cap), backend=backend.name)
         return RetrievalResult(sources=(), backend=None)
@@ -86,13 +81,17 @@ class RetrievalService:
             try:
                 return backend.excerpt_terms(text, language_id)
             except Exception as exc:  # contained, as in ``retrieve``
-                logger.warning(
-                    "sparse backend %s failed (%s); trying the next one",
-                    backend.name,
-                    type(exc).__name__,
-                )
-                logger.debug("sparse backend %s traceback:\n%s", backend.name, frames_of(exc))
+                _log_failure(backend, exc)
         return []
+
+
+def _log_failure(backend: SearchBackend, exc: Exception) -> None:
+    """The exception's type at warning level, its frames at debug: never its message,
+    which may quote the query."""
+    logger.warning(
+        "sparse backend %s failed (%s); trying the next one", backend.name, type(exc).__name__
+    )
+    logger.debug("sparse backend %s traceback:\n%s", backend.name, frames_of(exc))
 
 
 def _available(backend: SearchBackend) -> bool:

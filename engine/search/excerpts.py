@@ -1,8 +1,9 @@
-"""Excerpts for passages the keyword index did not supply (dense-only hits, the
-database fallback, the hybrid arm's id-only keyword hits).
+"""Excerpts anchored without the keyword index: the database fallback's hits, and
+passages cut while the index cannot name the query's rarest words
+(``engine.search.passages``; with it, every excerpt anchors on those).
 
-The window logic is the keyword arm's own (``sparse.excerpt``), so every passage's
-excerpt is cut the same way whichever arm found it.
+The window logic is the keyword arm's own (``sparse.excerpt``): only the choice of the
+anchor word differs (rarest in the text instead of in the index).
 """
 
 from __future__ import annotations

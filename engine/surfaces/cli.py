@@ -27,7 +27,7 @@ from engine import (
     OllamaEmbedding,
     SentenceTransformerEmbedding,
 )
-from engine.config import NO_MODEL_NAMES
+from engine.config import names_no_model
 from engine.limits import MAX_GREP_MATCHES, MAX_TOP_K
 from engine.surfaces import render
 from engine.surfaces.bulk import BulkReport, add_all
@@ -127,7 +127,7 @@ def create(
         raise typer.BadParameter(
             "choose at most one", param_hint="--embedder / --ollama / --no-vectors"
         )
-    if embedder is not None and embedder.strip().lower() in NO_MODEL_NAMES:
+    if embedder is not None and names_no_model(embedder):
         # Otherwise a model by that name would be looked for (and, online, downloaded).
         raise typer.BadParameter(
             f"{embedder!r} names no model; a keyword-only corpus is --no-vectors",

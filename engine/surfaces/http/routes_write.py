@@ -14,7 +14,7 @@ import pydantic
 from fastapi import APIRouter, Body, Request, Security
 
 from engine import CorpusConfig, SentenceTransformerEmbedding
-from engine.config import NO_MODEL_NAMES
+from engine.config import names_no_model
 from engine.surfaces.bulk import add_all
 from engine.surfaces.http.auth import BEARER, WriteRoute
 from engine.surfaces.http.errors import ApiError
@@ -92,7 +92,7 @@ def _settings(request: Request) -> ServerSettings:
 async def create_corpus(request: Request, body: CreateCorpusRequest) -> JsonAnswer:
     engine = engine_of(request)
     model = body.embedder
-    if model is not None and model.strip().lower() in NO_MODEL_NAMES:
+    if model is not None and names_no_model(model):
         reason = f"{model!r} names no model; a keyword-only corpus has embedder null"
         raise ApiError(422, "invalid_argument", reason)
     try:
