@@ -37,7 +37,7 @@ from engine.write.ingest import Ingestor
 from engine.write.reembed import check_switch, reembed_degraded
 from engine.write.sync import CorpusSync, file_stamp
 from engine.write.vector_model import check_embedding_model
-from sparse import FieldFilter, KeywordSearchFacade, SearchBackend, TantivyBackend
+from sparse import FieldFilter, KeywordSearchFacade, SearchBackend, TantivyBackend, TermStatistics
 
 logger = logging.getLogger(__name__)
 
@@ -434,9 +434,18 @@ class Corpus:
         filters: tuple[FieldFilter, ...],
         index_backed: bool,
         need: int,
+        statistics: TermStatistics | None = None,
     ) -> ArmWindow:
-        """The scored keyword window for a clamped query (``engine.search.windows``)."""
-        return self._searcher.keyword_window(text, limit, language, filters, index_backed, need)
+        """The scored keyword window for a clamped query (``engine.search.windows``),
+        terms scored with ``statistics`` when given (the sharded corpus's)."""
+        return self._searcher.keyword_window(
+            text, limit, language, filters, index_backed, need, statistics
+        )
+
+    def _term_statistics(self, text: str, language: int | None) -> TermStatistics | None:
+        """The keyword index's statistics for a clamped query's terms (``None``: it
+        cannot say), for a sharded corpus to sum over its shards."""
+        return self._searcher.term_statistics(text, language)
 
     def _vector_window(
         self,
@@ -459,10 +468,11 @@ class Corpus:
         for_vector: list[str],
         language: int | None,
         filters: tuple[FieldFilter, ...],
+        statistics: TermStatistics | None = None,
     ) -> tuple[ArmWindow, ArmWindow]:
         """This corpus's part of completing a sharded search (``engine.search.completion``)."""
         return self._searcher.completion_windows(
-            text, vector, for_keyword, for_vector, language, filters
+            text, vector, for_keyword, for_vector, language, filters, statistics
         )
 
     def _passages_for(

@@ -27,6 +27,8 @@ from sparse.contracts import (
     SearchBackend,
     SparseDocument,
     TermsFilter,
+    TermStatistics,
+    TermStatisticsSource,
 )
 from sparse.errors import SparseError, SparseIndexCorruptError, SparseIndexLockedError
 from sparse.facade import KeywordSearchFacade
@@ -62,5 +64,7 @@ __all__ = [
     "SparseIndexLockedError",
     "TantivyBackend",
     "TantivyIndex",
+    "TermStatistics",
+    "TermStatisticsSource",
     "TermsFilter",
 ]

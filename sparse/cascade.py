@@ -27,6 +27,8 @@ from sparse.contracts import (
     RetrievalQuery,
     RetrievalResult,
     SearchBackend,
+    TermStatistics,
+    TermStatisticsSource,
 )
 from sparse.errors import frames_of
 
@@ -83,6 +85,21 @@ class RetrievalService:
             except Exception as exc:  # contained, as in ``retrieve``
                 _log_failure(backend, exc)
         return []
+
+    def term_statistics(self, text: str, language_id: int | None) -> TermStatistics | None:
+        """The collection statistics of the backend that would answer ``text`` for its
+        terms (``TermStatisticsSource``); ``None`` when that backend cannot say. Tried
+        like ``excerpt_terms``."""
+        for backend in self._backends:
+            if not _available(backend):
+                continue
+            if not isinstance(backend, TermStatisticsSource):
+                return None
+            try:
+                return backend.term_statistics(text, language_id)
+            except Exception as exc:  # contained, as in ``retrieve``
+                _log_failure(backend, exc)
+        return None
 
 
 def _log_failure(backend: SearchBackend, exc: Exception) -> None:

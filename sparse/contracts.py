@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol, TypeAlias, runtime_checkable
 
@@ -194,6 +195,36 @@ class RetrievalQuery:
     """Only these source ids are eligible (``None``: every document), applied inside the
     search like ``filters``: how a hybrid search asks for the keyword scores of
     candidates that only the vector arm found. Empty matches nothing."""
+    statistics: TermStatistics | None = None
+    """Score each term with these collection statistics instead of the index's own
+    (``TermStatistics``): how one part of a sharded corpus ranks as the whole would."""
+
+
+@dataclass(frozen=True, slots=True)
+class TermStatistics:
+    """What BM25's idf reads, for the terms of one query.
+
+    ``documents``: the documents of the collection as BM25 counts them (deleted ones an
+    index has not merged away yet included); ``doc_freqs``: for each analyzed query term,
+    ``((analyzer field, term), documents containing it)``. Statistics of several indexes
+    ``combine`` by summing, and a search of one of them scored with the sum gives each
+    term the idf that one index holding every document would give it (Elasticsearch's
+    ``dfs_query_then_fetch``); length normalisation stays each index's own.
+    """
+
+    documents: int
+    doc_freqs: tuple[tuple[tuple[str, str], int], ...] = ()
+
+    @staticmethod
+    def combine(parts: Iterable[TermStatistics]) -> TermStatistics:
+        """The statistics of the collection made of ``parts`` (summed)."""
+        documents = 0
+        freqs: dict[tuple[str, str], int] = {}
+        for part in parts:
+            documents += part.documents
+            for key, count in part.doc_freqs:
+                freqs[key] = freqs.get(key, 0) + count
+        return TermStatistics(documents, tuple(freqs.items()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,3 +299,12 @@ class ExcerptTerms(Protocol):
     arm's id-only hits) with them, so every excerpt is cut by one rule."""
 
     def excerpt_terms(self, text: str, language_id: int | None) -> list[str]: ...
+
+
+@runtime_checkable
+class TermStatisticsSource(Protocol):
+    """A backend that can report its collection statistics for a query's terms
+    (internal seam): a sharded corpus sums them over its shards and searches every shard
+    with the sum (``RetrievalQuery.statistics``)."""
+
+    def term_statistics(self, text: str, language_id: int | None) -> TermStatistics: ...

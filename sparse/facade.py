@@ -30,6 +30,7 @@ from sparse.contracts import (
     RetrievalQuery,
     SearchBackend,
     TermsFilter,
+    TermStatistics,
 )
 from sparse.errors import frames_of
 
@@ -81,6 +82,7 @@ class KeywordSearchFacade:
         filters: Iterable[FieldFilter] = (),
         excerpts: bool = True,
         within: Iterable[str] | None = None,
+        statistics: TermStatistics | None = None,
     ) -> list[KeywordHit]:
         """Best-first public hits for ``query``; ``[]`` on short queries or any failure.
 
@@ -89,7 +91,10 @@ class KeywordSearchFacade:
         ``limit``; ``excerpts=False`` returns hits with an empty ``excerpt`` (a caller
         that only fuses ranked ids — the hybrid arm — skips the cost of cutting them);
         ``within`` restricts the hits to those source ids (at most ``MAX_SOURCES``
-        strings; more, or a non-string, answers ``[]``).
+        strings; more, or a non-string, answers ``[]``); ``statistics`` scores every term
+        with those collection statistics instead of the index's own (what
+        ``term_statistics`` of several indexes, combined, gives: one shard of a corpus
+        ranking as the whole corpus would).
         """
         try:
             text = clamp_text(query)
@@ -103,6 +108,8 @@ class KeywordSearchFacade:
                 eligible = frozenset(within)
                 if len(eligible) > MAX_SOURCES or not all(isinstance(i, str) for i in eligible):
                     return []
+            if statistics is not None and not isinstance(statistics, TermStatistics):
+                return []
             request = RetrievalQuery(
                 text=text,
                 limit=clamp_limit(limit),
@@ -110,6 +117,7 @@ class KeywordSearchFacade:
                 filters=conditions,
                 excerpts=bool(excerpts),
                 within=eligible,
+                statistics=statistics,
             )
             result = self._service.retrieve(request, AccessContext.public_only())
             return [_to_hit(source) for source in result.sources[: request.limit]]
@@ -132,6 +140,21 @@ class KeywordSearchFacade:
             logger.warning("excerpt terms failed (%s); answering []", type(exc).__name__)
             logger.debug("excerpt terms traceback:\n%s", frames_of(exc))
             return []
+
+    def term_statistics(self, query: str, language_id: int | None = None) -> TermStatistics | None:
+        """The answering backend's collection statistics for the terms of ``query``
+        (``TermStatistics``: documents, and each term's document frequency), to be
+        combined with other indexes' and passed back as ``search(statistics=...)``;
+        ``None`` on short queries, when that backend cannot say, or on any failure."""
+        try:
+            text = clamp_text(query)
+            if text is None:
+                return None
+            return self._service.term_statistics(text, clamp_language(language_id))
+        except Exception as exc:  # the facade boundary: never an exception out
+            logger.warning("term statistics failed (%s); answering None", type(exc).__name__)
+            logger.debug("term statistics traceback:\n%s", frames_of(exc))
+            return None
 
 
 def _to_hit(source: EvidenceSource) -> KeywordHit:

@@ -38,6 +38,7 @@ keeps no text, from the texts its owner hands the backend (``texts``).
 from __future__ import annotations
 
 import logging
+import math
 import string
 from collections.abc import Callable, Mapping, Sequence
 
@@ -52,6 +53,7 @@ from sparse.contracts import (
     RangeFilter,
     RetrievalQuery,
     TermsFilter,
+    TermStatistics,
 )
 from sparse.errors import SparseIndexCorruptError
 from sparse.excerpt import make_excerpt
@@ -128,11 +130,21 @@ class TantivyBackend:
         view = self._index.view()
         clauses: list[tuple[tantivy.Occur, tantivy.Query]] = []
         fields = self._analyzed(view, query.text, language_id)
+        given = None if query.statistics is None else dict(query.statistics.doc_freqs)
         for field, terms in fields:
             for term, (count, _) in terms.items():
                 clause = tantivy.Query.term_query(view.schema, field, term, index_option="freq")
-                if count > 1:  # query term frequency: the clause weighs the term's count
-                    clause = tantivy.Query.boost_query(clause, float(count))
+                # Query term frequency: the clause weighs the term's count.
+                boost = float(count)
+                if given is not None and query.statistics is not None:
+                    boost *= _idf_ratio(
+                        view.documents,
+                        view.searcher.doc_freq(field, term),
+                        query.statistics.documents,
+                        given.get((field, term)),
+                    )
+                if boost != 1.0:
+                    clause = tantivy.Query.boost_query(clause, boost)
                 clauses.append((tantivy.Occur.Should, clause))
         if not clauses or (query.within is not None and not query.within):
             return []
@@ -155,6 +167,19 @@ class TantivyBackend:
             return []
         view = self._index.view()
         return _rarest_first(view, self._analyzed(view, text, language_id))
+
+    def term_statistics(self, text: str, language_id: int | None) -> TermStatistics:
+        """This index's statistics for the terms a search for ``text`` with
+        ``language_id`` runs (``TermStatistics``; no terms for an impossible language)."""
+        if language_id is not None and not 0 <= language_id <= _INT64_MAX:
+            return TermStatistics(0)
+        view = self._index.view()
+        freqs = tuple(
+            ((field, term), view.searcher.doc_freq(field, term))
+            for field, terms in self._analyzed(view, text, language_id)
+            for term in terms
+        )
+        return TermStatistics(view.documents, freqs)
 
     def _analyzed(
         self, view: IndexView, text: str, language_id: int | None
@@ -267,6 +292,27 @@ class TantivyBackend:
                 )
             )
         return sources
+
+
+def _idf(documents: int, doc_freq: int) -> float:
+    """BM25's idf as tantivy computes it (Lucene's, never negative)."""
+    return math.log(1.0 + (documents - doc_freq + 0.5) / (doc_freq + 0.5))
+
+
+def _idf_ratio(
+    documents: int, doc_freq: int, given_documents: int, given_doc_freq: int | None
+) -> float:
+    """What a term clause's boost is multiplied by so that it scores with the given
+    statistics' idf instead of this index's: their ratio. 1 for a term the statistics
+    do not name or this index does not hold (its clause matches nothing here). The given
+    counts are read as at least this index's own: they describe a collection containing
+    it."""
+    if given_doc_freq is None or doc_freq <= 0:
+        return 1.0
+    local_documents = max(documents, doc_freq)
+    given_doc_freq = max(given_doc_freq, doc_freq)
+    given_documents = max(given_documents, local_documents, given_doc_freq)
+    return _idf(given_documents, given_doc_freq) / _idf(local_documents, doc_freq)
 
 
 def _rarest_first(

@@ -137,11 +137,16 @@ def build_schema(
 
 @dataclass(frozen=True)
 class IndexView:
-    """A consistent read snapshot: the searcher, and the analyzers that hold documents."""
+    """A consistent read snapshot: the searcher, the analyzers that hold documents, and
+    how many documents BM25 counts (``documents``: every document names one analyzer, so
+    the analyzers' document frequencies sum to tantivy's own count — deleted documents
+    not yet merged away included, as in every term's document frequency — which the
+    Python binding does not expose)."""
 
     searcher: tantivy.Searcher
     schema: tantivy.Schema
     analyzers_in_use: tuple[Analyzer, ...]
+    documents: int = 0
 
 
 class TantivyIndex:
@@ -239,8 +244,14 @@ class TantivyIndex:
         if not os.path.isfile(self._meta_file):
             raise SparseIndexCorruptError(f"index directory is gone: {self._path}")
         searcher = index.searcher()
-        in_use = tuple(a for a in Analyzer if searcher.doc_freq(F_ANALYZER, a.value) > 0)
-        return IndexView(searcher=searcher, schema=self.schema, analyzers_in_use=in_use)
+        counts = {a: searcher.doc_freq(F_ANALYZER, a.value) for a in Analyzer}
+        in_use = tuple(a for a, count in counts.items() if count > 0)
+        return IndexView(
+            searcher=searcher,
+            schema=self.schema,
+            analyzers_in_use=in_use,
+            documents=sum(counts.values()),
+        )
 
     def doc_count(self) -> int:
         """Number of live documents visible to searches now."""

@@ -26,6 +26,10 @@ class ClusterOptions(BaseModel):
       ``engine.cluster.stop_detached``.
     - ``lock_wait_s``: how long a restarting shard waits for its directory lock.
     - ``start_timeout_s``: how long opening waits for every shard to come up.
+    - ``global_term_statistics``: score the keyword arm with each query term's document
+      frequency summed over the shards, as one index holding every document would
+      (one more round to the shards per search; hidden behind the query embedding in a
+      hybrid search). Off: each shard's own statistics (Elasticsearch's default).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -42,3 +46,4 @@ class ClusterOptions(BaseModel):
     detached: bool = False
     lock_wait_s: Annotated[float, Field(ge=0, le=3600)] = 60.0
     start_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 300.0
+    global_term_statistics: bool = True

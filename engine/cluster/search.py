@@ -6,6 +6,15 @@ here, once; every shard that is up returns its keyword window and its vector win
 (``engine.cluster.merge``) and the two global rankings are fused by one ``fusion.rrf``.
 With completion on, the vector call also carries each shard's part of completing both
 arms (``engine.search.completion.shard_extras``), so completion costs no round trip.
+
+Global term statistics (``ClusterOptions.global_term_statistics``, on by default): before
+the keyword windows, every shard reports its document count and the document frequency of
+each query term (``sparse.TermStatistics``); the coordinator sums them and every shard
+scores the keyword arm with the sums, so a shard's BM25 scores are the ones one index
+holding every document would give (up to length normalisation, which stays per shard) and
+merging by score merges comparable numbers — Elasticsearch's ``dfs_query_then_fetch``.
+It costs one more round to the shards; in a hybrid search both rounds run on a
+coordinator thread while the query is embedded here.
 A passage's ranks are its global ranks. Shards also send passages for their own best
 candidates, so the page usually needs no second round trip; the rest are fetched from
 their owners.
@@ -17,6 +26,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import numpy.typing as npt
@@ -32,7 +42,7 @@ from engine.limits import MAX_LANGUAGE_ID, MAX_OFFSET, MAX_TOP_K
 from engine.search.searcher import clamp_int
 from engine.search.windows import ArmWindow, ScoredHit
 from fusion import FusedHit
-from sparse import MAX_SOURCES, FieldFilter
+from sparse import MAX_SOURCES, FieldFilter, TermStatistics
 from sparse.clamp import clamp_language, clamp_text
 
 
@@ -49,6 +59,7 @@ class ShardedSearcher:
         metrics: ClusterMetrics,
         *,
         timeout_s: float,
+        global_statistics: bool = True,
     ) -> None:
         self._config = config
         self._shards = shards
@@ -57,6 +68,14 @@ class ShardedSearcher:
         self._health = health
         self._metrics = metrics
         self._timeout_s = timeout_s
+        self._global_statistics = global_statistics
+        # Runs the keyword rounds of hybrid searches beside the query embedding (threads
+        # are started on demand, one per concurrent search, up to the cap).
+        self._rounds = ThreadPoolExecutor(max_workers=32, thread_name_prefix="tandem-keyword")
+
+    def close(self) -> None:
+        """Stop the keyword-round threads (searches still running finish first)."""
+        self._rounds.shutdown(wait=False)
 
     def search(
         self,
@@ -83,23 +102,19 @@ class ShardedSearcher:
         embedder = self._embedder
         vector = None
         if embedder is not None and embedder.is_available():
-            # Hybrid: the keyword windows need no vector, so the shards compute them while
-            # the query is embedded here (once, not once per shard).
+            # Hybrid: the keyword windows need no vector, so the shards compute them (and
+            # before them the term statistics) while the query is embedded here, once.
             window = min(max(config.window, need), MAX_SOURCES)
-            pending = self._calls.submit(
-                targets,
-                "keyword_window",
-                lambda _: (text, window, language, compiled, True, ahead),
+            keyword_rounds = self._rounds.submit(
+                self._keyword_round, targets, text, window, language, compiled, True, ahead
             )
             vector = self._query_vector(embedder, text)
-            if vector is None:  # the model failed: answer from keywords, like one corpus
-                self._calls.collect(pending, self._timeout_s)
+            keyword, statistics = keyword_rounds.result()  # (not used if the model failed)
         if vector is None:
             window = need
-            pending = self._calls.submit(
-                targets, "keyword_window", lambda _: (text, need, language, compiled, False, ahead)
+            keyword, statistics = self._keyword_round(
+                targets, text, need, language, compiled, False, ahead
             )
-        keyword: dict[int, ArmWindow] = self._calls.collect(pending, self._timeout_s)
         ranked = sorted(keyword)
         sparse = _keyword_ranking(keyword, ranked, window)
         rounds: dict[int, tuple[ArmWindow, ArmWindow, ArmWindow]] = {}
@@ -125,6 +140,7 @@ class ShardedSearcher:
                     ahead,
                     keyword[i].checked,
                     held(i),
+                    statistics,
                 ),
                 self._timeout_s,
             )
@@ -147,6 +163,34 @@ class ShardedSearcher:
         passages = self._page(fused[skip:need], windows, answered, text, language, compiled)
         self._metrics.search_duration.labels(config.name).observe(time.perf_counter() - started)
         return passages
+
+    def _keyword_round(
+        self,
+        targets: list[int],
+        text: str,
+        window: int,
+        language: int | None,
+        compiled: tuple[FieldFilter, ...],
+        index_backed: bool,
+        ahead: int,
+    ) -> tuple[dict[int, ArmWindow], TermStatistics | None]:
+        """Every shard's keyword window, scored with the term statistics summed over the
+        shards (first one round for those, unless there is one shard or they are off),
+        and the statistics used."""
+        statistics = None
+        if self._global_statistics and len(targets) > 1:
+            reported = self._calls.fan_out(
+                targets, "term_statistics", lambda _: (text, language), self._timeout_s
+            )
+            parts = [s for s in reported.values() if s is not None]
+            statistics = TermStatistics.combine(parts) if parts else None
+        windows: dict[int, ArmWindow] = self._calls.fan_out(
+            targets,
+            "keyword_window",
+            lambda _: (text, window, language, compiled, index_backed, ahead, statistics),
+            self._timeout_s,
+        )
+        return windows, statistics
 
     def _query_vector(self, embedder: Embedder, text: str) -> npt.NDArray[np.float32] | None:
         """The query's vector, embedded once here; ``None``: answer from keywords."""

@@ -34,7 +34,7 @@ from engine.engine import SearchEngine
 from engine.errors import CorpusNotFound, EngineLocked, GrepTimeout, SourceNotFound
 from engine.search.completion import shard_extras
 from engine.search.windows import ArmWindow
-from sparse import FieldFilter
+from sparse import FieldFilter, TermStatistics
 
 logger = logging.getLogger(__name__)
 
@@ -118,8 +118,14 @@ class ShardActor:
         filters: tuple[FieldFilter, ...],
         index_backed: bool,
         need: int,
+        statistics: TermStatistics | None = None,
     ) -> ArmWindow:
-        return self._corpus._keyword_window(text, limit, language, filters, index_backed, need)
+        return self._corpus._keyword_window(
+            text, limit, language, filters, index_backed, need, statistics
+        )
+
+    def term_statistics(self, text: str, language: int | None) -> TermStatistics | None:
+        return self._corpus._term_statistics(text, language)
 
     def vector_window(
         self,
@@ -145,19 +151,21 @@ class ShardActor:
         need: int,
         covered: Sequence[str],
         keyword_ids: Sequence[str] | None,
+        statistics: TermStatistics | None = None,
     ) -> tuple[ArmWindow, ArmWindow, ArmWindow]:
         """The vector window and, in the same call, this shard's part of completing the
         search (``engine.search.completion.shard_extras``; ``keyword_ids``: the global
         keyword window's documents this shard holds, ``None`` without completion): the
         keyword hits among its vector candidates outside that window, and the vector
         scores of those documents outside its vector window. Saves the coordinator a
-        round trip after the merge."""
+        round trip after the merge. ``statistics``: what the keyword window was scored
+        with, so the keyword extras are scored alike."""
         window = self.vector_window(text, vector, limit, language, filters, need, covered)
         if keyword_ids is None:
             return window, ArmWindow(), ArmWindow()
         for_keyword, for_vector = shard_extras(window.ids, keyword_ids)
         keyword, scored = self._corpus._completion_windows(
-            text, vector, for_keyword, for_vector, language, filters
+            text, vector, for_keyword, for_vector, language, filters, statistics
         )
         return window, keyword, scored
 

@@ -66,8 +66,9 @@ class ShardedCorpus:
       ``ShardUnavailable`` (documents on the other shards are stored; send the batch
       again — ``add`` is an idempotent upsert);
     - ``grep`` orders matches by source id, then position (one corpus: by insertion);
-    - BM25 statistics are per shard, so keyword scores (not just ranks) differ slightly
-      from one corpus holding every document.
+    - keyword scores use each term's document frequency summed over the shards
+      (``ClusterOptions.global_term_statistics``), but each shard's own average
+      document length, so they differ slightly from one corpus holding every document.
 
     Thread-safety: like ``Corpus`` — any number of threads may search while others write.
     """
@@ -104,6 +105,7 @@ class ShardedCorpus:
             self._health,
             metrics,
             timeout_s=options.search_timeout_s,
+            global_statistics=options.global_term_statistics,
         )
         self._writer = ShardWriter(
             self._config.name,
@@ -404,6 +406,7 @@ class ShardedCorpus:
                 return
             self._closed = True
         self._health.close()
+        self._searcher.close()
         if not self._options.detached:
             handles = self._calls.handles
             refs = [h.close.remote() for h in handles]

@@ -12,7 +12,15 @@ import contextlib
 from collections.abc import Callable
 
 from engine.search.gate import suspended
-from sparse import AccessContext, EvidenceSource, ExcerptTerms, RetrievalQuery, SearchBackend
+from sparse import (
+    AccessContext,
+    EvidenceSource,
+    ExcerptTerms,
+    RetrievalQuery,
+    SearchBackend,
+    TermStatistics,
+    TermStatisticsSource,
+)
 
 
 class _Delegating:
@@ -60,6 +68,12 @@ class CurrentIndexBackend(_Delegating):
             return []
         with self._gate:
             return self._inner.excerpt_terms(text, language_id)
+
+    def term_statistics(self, text: str, language_id: int | None) -> TermStatistics:
+        if not isinstance(self._inner, TermStatisticsSource):
+            return TermStatistics(0)  # an index that cannot say adds nothing to a sum
+        with self._gate:
+            return self._inner.term_statistics(text, language_id)
 
 
 class GateFreeBackend(_Delegating):

@@ -41,7 +41,7 @@ from engine.search.windows import (
 from engine.storage import DocumentStore
 from engine.write.indexes import DerivedIndexes
 from fusion import FusedHit
-from sparse import MAX_SOURCES, FieldFilter, KeywordHit, KeywordSearchFacade
+from sparse import MAX_SOURCES, FieldFilter, KeywordHit, KeywordSearchFacade, TermStatistics
 from sparse.clamp import clamp_language, clamp_text
 
 logger = logging.getLogger(__name__)
@@ -186,6 +186,7 @@ class Searcher:
         filters: tuple[FieldFilter, ...],
         index_backed: bool,
         need: int,
+        statistics: TermStatistics | None = None,
     ) -> ArmWindow:
         """Internal (``engine.cluster``): the scored keyword window for a query the caller
         has clamped; see ``engine.search.windows.keyword_window``."""
@@ -199,7 +200,13 @@ class Searcher:
             index_backed=index_backed,
             need=need,
             passages=self._builder(p, text, language, filters),
+            statistics=statistics,
         )
+
+    def term_statistics(self, text: str, language: int | None) -> TermStatistics | None:
+        """Internal (``engine.cluster``): the keyword index's statistics for the terms of
+        a clamped query (``sparse.TermStatistics``); ``None`` when it cannot say."""
+        return self._state.keyword_index_backed.term_statistics(text, language)
 
     def vector_window(
         self,
@@ -349,11 +356,14 @@ class Searcher:
         for_vector: list[str],
         language: int | None,
         filters: tuple[FieldFilter, ...],
+        statistics: TermStatistics | None = None,
     ) -> tuple[ArmWindow, ArmWindow]:
         """Internal (``engine.cluster``): this corpus's part of completing a sharded
         search; see ``engine.search.windows.completion_windows``."""
         p = self._state
-        return completion_windows(p, text, vector, for_keyword, for_vector, language, filters)
+        return completion_windows(
+            p, text, vector, for_keyword, for_vector, language, filters, statistics
+        )
 
     def _sparse_arm(
         self,

@@ -21,7 +21,7 @@ from dense import FaissIndex
 from engine.documents import Passage
 from engine.search.visibility import DenseVisibility
 from fusion import FusedHit
-from sparse import FieldFilter, KeywordHit, KeywordSearchFacade
+from sparse import FieldFilter, KeywordHit, KeywordSearchFacade, TermStatistics
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,12 +95,16 @@ def keyword_window(
     index_backed: bool,
     need: int,
     passages: PassageBuilder,
+    statistics: TermStatistics | None = None,
 ) -> ArmWindow:
     """The keyword arm for an already clamped query: ``limit`` hits of the index-backed
     variant (what a hybrid search fuses) or of the full cascade (what a keyword search
-    ranks), with passages for the first ``need``."""
+    ranks), with passages for the first ``need``; terms scored with ``statistics`` when
+    given (a sharded corpus's, summed over its shards)."""
     facade = parts.keyword_index_backed if index_backed else parts.keyword_full
-    hits = facade.search(text, limit, language, filters=filters, excerpts=False)
+    hits = facade.search(
+        text, limit, language, filters=filters, excerpts=False, statistics=statistics
+    )
     top = [FusedHit(h.source_id, 0.0, (rank, None)) for rank, h in enumerate(hits[:need], 1)]
     return ArmWindow(
         ids=tuple(h.source_id for h in hits),
@@ -149,10 +153,19 @@ def keyword_scores(
     ids: list[str],
     language: int | None,
     filters: tuple[FieldFilter, ...],
+    statistics: TermStatistics | None = None,
 ) -> list[KeywordHit]:
     """The keyword arm's hits among ``ids`` (``engine.search.completion``), best first."""
     facade = parts.keyword_index_backed
-    return facade.search(text, len(ids), language, filters=filters, excerpts=False, within=ids)
+    return facade.search(
+        text,
+        len(ids),
+        language,
+        filters=filters,
+        excerpts=False,
+        within=ids,
+        statistics=statistics,
+    )
 
 
 def vector_scores(
@@ -173,10 +186,14 @@ def completion_windows(
     for_vector: list[str],
     language: int | None,
     filters: tuple[FieldFilter, ...],
+    statistics: TermStatistics | None = None,
 ) -> tuple[ArmWindow, ArmWindow]:
     """One shard's part of completing a sharded search: the keyword arm's hits among
-    ``for_keyword`` and the vector arm's scores of ``for_vector`` (no passages)."""
-    hits = keyword_scores(parts, text, for_keyword, language, filters) if for_keyword else []
+    ``for_keyword`` (scored with ``statistics``, as its window was) and the vector arm's
+    scores of ``for_vector`` (no passages)."""
+    hits = []
+    if for_keyword:
+        hits = keyword_scores(parts, text, for_keyword, language, filters, statistics)
     scored = vector_scores(parts, vector, for_vector)
     keyword = ArmWindow(
         ids=tuple(h.source_id for h in hits),

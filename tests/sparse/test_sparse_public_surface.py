@@ -36,6 +36,8 @@ EXPECTED_ALL = [
     "SparseIndexLockedError",
     "TantivyBackend",
     "TantivyIndex",
+    "TermStatistics",
+    "TermStatisticsSource",
     "TermsFilter",
 ]
 

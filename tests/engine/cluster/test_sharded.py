@@ -24,7 +24,7 @@ from tests.support.cluster_fakes import FIELDS, QUERIES, hash_factory, sample_do
 
 pytest.importorskip("ray")
 
-from engine.cluster import ClusterExists, ShardedCorpus
+from engine.cluster import ClusterExists, ClusterOptions, ShardedCorpus, shard_for
 
 DOCS = sample_documents()
 PUBLIC = {d.id for d in DOCS if d.is_public}
@@ -260,3 +260,51 @@ def test_writes_route_update_and_delete(ray_cluster: None, tmp_path: Path) -> No
         assert len(reopened) == 39 and reopened.fetch_source("v1").text == "x"
     finally:
         reopened.close()
+
+
+def _ids_on(shard: int, count: int, prefix: str) -> list[str]:
+    """The first ``count`` ids ``prefix0, prefix1, ...`` that shard ``shard`` of two owns."""
+    found = (f"{prefix}{i}" for i in range(10_000) if shard_for(f"{prefix}{i}", 2) == shard)
+    return [next(found) for _ in range(count)]
+
+
+def _skewed_documents() -> list[Document]:
+    """Equal-length documents (so only idf can differ between shards): "amber" is rare in
+    the corpus (2 of 12) but both its documents sit on shard 0 beside four "basil" ones;
+    shard 1 holds the one other "basil" document among five fillers. Per-shard idf makes
+    basil look rarer than amber on shard 1; over the corpus amber is the rarer word."""
+    on_0, on_1 = _ids_on(0, 6, "s"), _ids_on(1, 6, "s")
+    bodies_0 = ["amber fjord fjord fjord fjord fjord", "amber grove grove grove grove grove"]
+    bodies_0 += ["basil basil basil basil basil basil"] * 4
+    bodies_1 = ["basil heron heron heron heron heron"] + ["cedar cedar cedar cedar cedar cedar"] * 5
+    return [
+        Document(id=i, text=body) for i, body in zip(on_0 + on_1, bodies_0 + bodies_1, strict=True)
+    ]
+
+
+def test_global_term_statistics_rank_shards_as_one_corpus(
+    ray_cluster: None, tmp_path: Path
+) -> None:
+    """With the shards' document frequencies summed (the default), a two-shard keyword
+    search ranks as one corpus does; with each shard's own statistics it does not."""
+    docs = _skewed_documents()
+    amber_doc, basil_doc = docs[0].id, docs[6].id
+    cfg = config("skewed", embedder=None)
+    with SearchEngine(tmp_path / "one") as engine:
+        one = engine.create_corpus(cfg)
+        one.add(docs)
+        expected = [p.source_id for p in one.search("amber basil", top_k=12)]
+    assert expected.index(amber_doc) < expected.index(basil_doc)
+    order: dict[bool, list[str]] = {}
+    for global_statistics in (True, False):
+        options = ClusterOptions(global_term_statistics=global_statistics)
+        root = tmp_path / f"sharded-{global_statistics}"
+        corpus = ShardedCorpus.create(root, cfg, 2, options=options)
+        try:
+            corpus.add(docs)
+            order[global_statistics] = [p.source_id for p in corpus.search("amber basil", top_k=12)]
+        finally:
+            corpus.close()
+    assert order[True] == expected
+    shard_local = order[False]
+    assert shard_local.index(basil_doc) < shard_local.index(amber_doc)
