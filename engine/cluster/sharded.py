@@ -9,8 +9,9 @@ One search: clamp the inputs exactly as ``Corpus.search`` does; embed the query 
 every shard that is up for its keyword window and its vector window *with scores*; merge
 each arm across shards by score into one global ranking; fuse the two global rankings
 with one ``fusion.rrf`` (``engine.cluster.merge``). A passage's ranks are its global
-ranks. BM25 statistics are each shard's own (as in Elasticsearch's default
-``query_then_fetch``). A shard that is down is left out: the answer comes from the
+ranks. Keyword terms are scored with their document frequencies summed over the shards
+(``ClusterOptions.global_term_statistics``; Elasticsearch's ``dfs_query_then_fetch``). A
+shard that is down is left out: the answer comes from the
 others, with no error and no flag, and the outage shows in ``tandem_shards_up``.
 """
 
