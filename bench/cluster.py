@@ -121,7 +121,7 @@ def _compare(
 ) -> dict[str, Any]:
     """One node and ``config.shards`` shards over the same documents and vectors:
     quality, latency, and a shard killed during a search loop."""
-    from engine.cluster import ShardedCorpus
+    from engine.cluster import ClusterOptions, ShardedCorpus
 
     results: dict[str, Any] = {}
     hybrid = SentenceTransformerEmbedding(model=config.model)
@@ -130,12 +130,28 @@ def _compare(
         "keyword": engine.create_corpus(CorpusConfig(name="kw", embedder=None)),
         "hybrid": engine.create_corpus(CorpusConfig(name="hy", embedder=hybrid)),
     }
+    # Each kind twice: the default (each shard's own BM25 statistics) and with global
+    # term statistics (``ClusterOptions.global_term_statistics``), so the report sets
+    # that option's quality beside its latency.
+    dfs = ClusterOptions(global_term_statistics=True)
     sharded = {
         "keyword": ShardedCorpus.create(
             root / "sharded-kw", CorpusConfig(name="kw", embedder=None), config.shards
         ),
         "hybrid": ShardedCorpus.create(
             root / "sharded-hy", CorpusConfig(name="hy", embedder=hybrid), config.shards
+        ),
+        "keyword_dfs": ShardedCorpus.create(
+            root / "sharded-kw-dfs",
+            CorpusConfig(name="kw", embedder=None),
+            config.shards,
+            options=dfs,
+        ),
+        "hybrid_dfs": ShardedCorpus.create(
+            root / "sharded-hy-dfs",
+            CorpusConfig(name="hy", embedder=hybrid),
+            config.shards,
+            options=dfs,
         ),
     }
     try:
@@ -204,9 +220,10 @@ def _quality(
                 for q in dataset.queries
             }
             out[f"{label}_{kind}_ndcg10"] = round(evaluate(dataset.qrels, run).ndcg_at_10, 4)
-    for kind in ("keyword", "hybrid"):
+    for kind in sharded:
+        base = kind.removesuffix("_dfs")
         out[f"{kind}_ndcg10_delta"] = round(
-            out[f"sharded_{kind}_ndcg10"] - out[f"single_{kind}_ndcg10"], 4
+            out[f"sharded_{kind}_ndcg10"] - out[f"single_{base}_ndcg10"], 4
         )
     return out
 
@@ -221,19 +238,12 @@ def _latency(
     out: dict[str, float] = {}
     for kind in ("hybrid", "keyword"):
         one, many = single[kind], sharded[kind]
-        for text in texts[:20]:  # warm both (model sessions, caches)
+        for text in texts[:20]:  # warm every one timed (model sessions, caches)
             one.search(text)
             many.search(text)
-        a: list[float] = []
-        b: list[float] = []
-        for r in range(rounds):  # which goes first in a block alternates by round
-            if r % 2 == 0:
-                x, y = time_interleaved(one.search, many.search, texts)
-            else:
-                y, x = time_interleaved(many.search, one.search, texts)
-            a.extend(x)
-            b.extend(y)
-        s1, s2 = LatencyStats.from_seconds(a), LatencyStats.from_seconds(b)
+            if f"{kind}_dfs" in sharded:
+                sharded[f"{kind}_dfs"].search(text)
+        s1, s2 = _paired(one.search, many.search, texts, rounds)
         prefix = "" if kind == "hybrid" else "keyword_"
         out[f"{prefix}single_p50_ms"] = round(s1.p50_ms, 3)
         out[f"{prefix}single_p95_ms"] = round(s1.p95_ms, 3)
@@ -242,7 +252,27 @@ def _latency(
         out[f"{prefix}p50_overhead_ms"] = round(s2.p50_ms - s1.p50_ms, 3)
         out[f"{prefix}p95_overhead_ms"] = round(s2.p95_ms - s1.p95_ms, 3)
         out[f"{prefix}sharded_qps_one_client"] = round(s2.qps, 1)
+        if f"{kind}_dfs" in sharded:  # the statistics round's cost, paired the same way
+            own, dfs = _paired(many.search, sharded[f"{kind}_dfs"].search, texts, rounds)
+            out[f"{kind}_dfs_sharded_p50_ms"] = round(dfs.p50_ms, 3)
+            out[f"{kind}_dfs_p50_cost_ms"] = round(dfs.p50_ms - own.p50_ms, 3)
     return out
+
+
+def _paired(
+    first: Callable[[str], object], second: Callable[[str], object], texts: list[str], rounds: int
+) -> tuple[LatencyStats, LatencyStats]:
+    """Both over the same texts in alternating blocks, which goes first alternating by round."""
+    a: list[float] = []
+    b: list[float] = []
+    for r in range(rounds):
+        if r % 2 == 0:
+            x, y = time_interleaved(first, second, texts)
+        else:
+            y, x = time_interleaved(second, first, texts)
+        a.extend(x)
+        b.extend(y)
+    return LatencyStats.from_seconds(a), LatencyStats.from_seconds(b)
 
 
 def _revision() -> str:

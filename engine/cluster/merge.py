@@ -2,10 +2,10 @@
 
 Each shard returns its keyword window and its vector window, best first, with scores.
 Each arm is merged across shards by score — the global ranking a single corpus holding
-every document would have produced (keyword scores use global term statistics; length
-normalisation stays per shard) — and only then are the two global rankings fused, once,
-with the corpus's fusion (``fusion.rrf`` unless the config says otherwise). Never an
-RRF of per-shard RRFs: a shard's rank 1 is not the corpus's rank 1.
+every document would have produced, up to per-shard BM25 statistics (see
+``ClusterOptions.global_term_statistics``) — and only then are the two global rankings
+fused, once, with the corpus's fusion (``fusion.rrf`` unless the config says otherwise).
+Never an RRF of per-shard RRFs: a shard's rank 1 is not the corpus's rank 1.
 
 Ties: an equal score keeps each shard's own order and puts the lower shard index first,
 so a one-shard corpus ranks exactly as a single corpus does. Hits without a comparable

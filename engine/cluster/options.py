@@ -28,8 +28,9 @@ class ClusterOptions(BaseModel):
     - ``start_timeout_s``: how long opening waits for every shard to come up.
     - ``global_term_statistics``: score the keyword arm with each query term's document
       frequency summed over the shards, as one index holding every document would
-      (one more round to the shards per search; hidden behind the query embedding in a
-      hybrid search). Off: each shard's own statistics (Elasticsearch's default).
+      (Elasticsearch's ``dfs_query_then_fetch``): one more round to the shards per
+      search, run beside the query embedding in a hybrid search. Off (the default, as in
+      Elasticsearch): each shard's own statistics; see the README for both measured.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -46,4 +47,4 @@ class ClusterOptions(BaseModel):
     detached: bool = False
     lock_wait_s: Annotated[float, Field(ge=0, le=3600)] = 60.0
     start_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 300.0
-    global_term_statistics: bool = True
+    global_term_statistics: bool = False

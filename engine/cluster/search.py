@@ -7,14 +7,14 @@ here, once; every shard that is up returns its keyword window and its vector win
 With completion on, the vector call also carries each shard's part of completing both
 arms (``engine.search.completion.shard_extras``), so completion costs no round trip.
 
-Global term statistics (``ClusterOptions.global_term_statistics``, on by default): before
-the keyword windows, every shard reports its document count and the document frequency of
-each query term (``sparse.TermStatistics``); the coordinator sums them and every shard
-scores the keyword arm with the sums, so a shard's BM25 scores are the ones one index
-holding every document would give (up to length normalisation, which stays per shard) and
-merging by score merges comparable numbers — Elasticsearch's ``dfs_query_then_fetch``.
-It costs one more round to the shards; in a hybrid search both rounds run on a
-coordinator thread while the query is embedded here.
+Global term statistics (``ClusterOptions.global_term_statistics``, off by default, as
+Elasticsearch's ``dfs_query_then_fetch`` is): before the keyword windows, every shard
+reports its document count and the document frequency of each query term
+(``sparse.TermStatistics``); the coordinator sums them and every shard scores the keyword
+arm with the sums, so a shard's BM25 scores are the ones one index holding every document
+would give (up to length normalisation, which stays per shard). It costs one more round
+to the shards; in a hybrid search both rounds run on a coordinator thread while the query
+is embedded here.
 A passage's ranks are its global ranks. Shards also send passages for their own best
 candidates, so the page usually needs no second round trip; the rest are fetched from
 their owners.
@@ -32,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dense import Embedder, EmbedderUnavailable, embed_query
-from engine.cluster.calls import ShardCalls
+from engine.cluster.calls import Pending, ShardCalls
 from engine.cluster.health import ClusterMetrics, ShardHealth
 from engine.cluster.merge import completed, dedupe_urls, fuse, merge_arm
 from engine.cluster.routing import group_by_shard
@@ -59,7 +59,7 @@ class ShardedSearcher:
         metrics: ClusterMetrics,
         *,
         timeout_s: float,
-        global_statistics: bool = True,
+        global_statistics: bool = False,
     ) -> None:
         self._config = config
         self._shards = shards
@@ -105,11 +105,15 @@ class ShardedSearcher:
             # Hybrid: the keyword windows need no vector, so the shards compute them (and
             # before them the term statistics) while the query is embedded here, once.
             window = min(max(config.window, need), MAX_SOURCES)
-            keyword_rounds = self._rounds.submit(
-                self._keyword_round, targets, text, window, language, compiled, True, ahead
-            )
-            vector = self._query_vector(embedder, text)
-            keyword, statistics = keyword_rounds.result()  # (not used if the model failed)
+            args = (targets, text, window, language, compiled, True, ahead)
+            if self._statistics_round(targets):  # two rounds in a row: on a thread
+                both = self._rounds.submit(self._keyword_round, *args)
+                vector = self._query_vector(embedder, text)
+                keyword, statistics = both.result()  # (not used if the model failed)
+            else:
+                pending = self._submit_keyword(*args, None)
+                vector = self._query_vector(embedder, text)
+                keyword, statistics = self._calls.collect(pending, self._timeout_s), None
         if vector is None:
             window = need
             keyword, statistics = self._keyword_round(
@@ -175,22 +179,40 @@ class ShardedSearcher:
         ahead: int,
     ) -> tuple[dict[int, ArmWindow], TermStatistics | None]:
         """Every shard's keyword window, scored with the term statistics summed over the
-        shards (first one round for those, unless there is one shard or they are off),
-        and the statistics used."""
+        shards when they are on (one round for those first), and the statistics used."""
         statistics = None
-        if self._global_statistics and len(targets) > 1:
+        if self._statistics_round(targets):
             reported = self._calls.fan_out(
                 targets, "term_statistics", lambda _: (text, language), self._timeout_s
             )
             parts = [s for s in reported.values() if s is not None]
             statistics = TermStatistics.combine(parts) if parts else None
-        windows: dict[int, ArmWindow] = self._calls.fan_out(
+        pending = self._submit_keyword(
+            targets, text, window, language, compiled, index_backed, ahead, statistics
+        )
+        windows: dict[int, ArmWindow] = self._calls.collect(pending, self._timeout_s)
+        return windows, statistics
+
+    def _statistics_round(self, targets: Sequence[int]) -> bool:
+        """Global statistics are on and there is more than one shard to sum over."""
+        return self._global_statistics and len(targets) > 1
+
+    def _submit_keyword(
+        self,
+        targets: list[int],
+        text: str,
+        window: int,
+        language: int | None,
+        compiled: tuple[FieldFilter, ...],
+        index_backed: bool,
+        ahead: int,
+        statistics: TermStatistics | None,
+    ) -> Pending:
+        return self._calls.submit(
             targets,
             "keyword_window",
             lambda _: (text, window, language, compiled, index_backed, ahead, statistics),
-            self._timeout_s,
         )
-        return windows, statistics
 
     def _query_vector(self, embedder: Embedder, text: str) -> npt.NDArray[np.float32] | None:
         """The query's vector, embedded once here; ``None``: answer from keywords."""

@@ -9,8 +9,9 @@ One search: clamp the inputs exactly as ``Corpus.search`` does; embed the query 
 every shard that is up for its keyword window and its vector window *with scores*; merge
 each arm across shards by score into one global ranking; fuse the two global rankings
 with one ``fusion.rrf`` (``engine.cluster.merge``). A passage's ranks are its global
-ranks. Keyword terms are scored with their document frequencies summed over the shards
-(``ClusterOptions.global_term_statistics``; Elasticsearch's ``dfs_query_then_fetch``). A
+ranks. BM25 statistics are each shard's own (Elasticsearch's default,
+``query_then_fetch``) unless ``ClusterOptions.global_term_statistics`` sums each query
+term's document frequency over the shards first (``dfs_query_then_fetch``). A
 shard that is down is left out: the answer comes from the
 others, with no error and no flag, and the outage shows in ``tandem_shards_up``.
 """
@@ -67,9 +68,10 @@ class ShardedCorpus:
       ``ShardUnavailable`` (documents on the other shards are stored; send the batch
       again — ``add`` is an idempotent upsert);
     - ``grep`` orders matches by source id, then position (one corpus: by insertion);
-    - keyword scores use each term's document frequency summed over the shards
-      (``ClusterOptions.global_term_statistics``), but each shard's own average
-      document length, so they differ slightly from one corpus holding every document.
+    - BM25 statistics are per shard, so keyword scores (not just ranks) differ slightly
+      from one corpus holding every document, unless
+      ``ClusterOptions.global_term_statistics`` sums each term's document frequency
+      over the shards (length normalisation stays per shard either way).
 
     Thread-safety: like ``Corpus`` — any number of threads may search while others write.
     """

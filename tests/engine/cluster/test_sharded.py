@@ -285,8 +285,9 @@ def _skewed_documents() -> list[Document]:
 def test_global_term_statistics_rank_shards_as_one_corpus(
     ray_cluster: None, tmp_path: Path
 ) -> None:
-    """With the shards' document frequencies summed (the default), a two-shard keyword
-    search ranks as one corpus does; with each shard's own statistics it does not."""
+    """With the shards' document frequencies summed (``global_term_statistics``), a
+    two-shard keyword search ranks as one corpus does; with each shard's own statistics
+    (the default) it does not."""
     docs = _skewed_documents()
     amber_doc, basil_doc = docs[0].id, docs[6].id
     cfg = config("skewed", embedder=None)
@@ -296,6 +297,7 @@ def test_global_term_statistics_rank_shards_as_one_corpus(
         expected = [p.source_id for p in one.search("amber basil", top_k=12)]
     assert expected.index(amber_doc) < expected.index(basil_doc)
     order: dict[bool, list[str]] = {}
+    assert ClusterOptions().global_term_statistics is False
     for global_statistics in (True, False):
         options = ClusterOptions(global_term_statistics=global_statistics)
         root = tmp_path / f"sharded-{global_statistics}"
