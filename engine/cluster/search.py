@@ -6,6 +6,9 @@ here, once; every shard that is up returns its keyword window and its vector win
 (``engine.cluster.merge``) and the two global rankings are fused by one ``fusion.rrf``.
 With completion on, the vector call also carries each shard's part of completing both
 arms (``engine.search.completion.shard_extras``), so completion costs no round trip.
+A passage's ranks are its global ranks. Shards also send passages for their own best
+candidates, so the page usually needs no second round trip; the rest are fetched from
+their owners.
 
 Global term statistics (``ClusterOptions.global_term_statistics``, off by default, as
 Elasticsearch's ``dfs_query_then_fetch`` is): before the keyword windows, every shard
@@ -15,9 +18,6 @@ arm with the sums, so a shard's BM25 scores are the ones one index holding every
 would give (up to length normalisation, which stays per shard). It costs one more round
 to the shards; in a hybrid search both rounds run on a coordinator thread while the query
 is embedded here.
-A passage's ranks are its global ranks. Shards also send passages for their own best
-candidates, so the page usually needs no second round trip; the rest are fetched from
-their owners.
 """
 
 from __future__ import annotations
