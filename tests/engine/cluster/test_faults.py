@@ -42,14 +42,21 @@ def wait_for(condition: Callable[[], bool], timeout_s: float = 120.0) -> None:
         time.sleep(0.1)
 
 
-def test_shard_killed_during_searches_and_writes(ray_cluster: None, tmp_path: Path) -> None:
+@pytest.mark.parametrize("global_statistics", [False, True], ids=["own-stats", "global-stats"])
+def test_shard_killed_during_searches_and_writes(
+    ray_cluster: None, tmp_path: Path, global_statistics: bool
+) -> None:
+    """Also with global term statistics: a shard dying between (or during) the statistics
+    round and the windows costs its documents, never an error."""
     gate = tmp_path / "hold-restarts"
     corpus = ShardedCorpus.create(
         tmp_path / "c",
         CorpusConfig(name="faults", fields=FIELDS),
         3,
         embedder_factory=GatedHashFactory(str(gate)),
-        options=ClusterOptions(**FAST, write_timeout_s=120),
+        options=ClusterOptions(
+            **FAST, write_timeout_s=120, global_term_statistics=global_statistics
+        ),
     )
     errors: list[BaseException] = []
     searches = 0
