@@ -78,11 +78,14 @@ def _connect(address: str | None, detached: bool) -> None:
 
 
 @contextmanager
-def _opened(root: Path, address: str | None, detached: bool) -> Iterator[ShardedCorpus]:
+def _opened(
+    root: Path, address: str | None, detached: bool, global_statistics: bool = False
+) -> Iterator[ShardedCorpus]:
     _connect(address, detached)
     from engine.cluster import ClusterOptions, ShardedCorpus
 
-    corpus = ShardedCorpus.open(root, options=ClusterOptions(detached=detached))
+    options = ClusterOptions(detached=detached, global_term_statistics=global_statistics)
+    corpus = ShardedCorpus.open(root, options=options)
     try:
         yield corpus
     finally:
@@ -193,12 +196,20 @@ def search(
     filter_json: Annotated[
         str | None, typer.Option("--filter", help="Field filter as JSON.", metavar="JSON")
     ] = None,
+    global_statistics: Annotated[
+        bool,
+        typer.Option(
+            "--global-term-statistics",
+            help="Score keywords with document frequencies summed over the shards "
+            "(one more round to the shards).",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
     address: AddressOpt = None,
     detached: DetachedOpt = False,
 ) -> None:
     """Search a sharded corpus: the best passages for QUERY."""
-    with _opened(root, address, detached) as corpus:
+    with _opened(root, address, detached, global_statistics) as corpus:
         passages = corpus.search(query, top_k=top_k, language_id=language, filters=filter_json)
     if as_json:
         typer.echo(render.passages_json(passages))

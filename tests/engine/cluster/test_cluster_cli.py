@@ -68,6 +68,12 @@ def test_create_load_search_health(ray_cluster: None, tmp_path: Path) -> None:
     assert code == 0, out
     hits = json.loads(out)["passages"]
     assert {h["source_id"] for h in hits} == {f"d{i}" for i in range(20, 30)}
+    code, out = run(
+        "cluster", "search", str(root), "kettle descaling", "--json", "--global-term-statistics"
+    )
+    assert code == 0, out
+    found = [h["source_id"] for h in json.loads(out)["passages"]]
+    assert len(found) == 10 and set(found) <= {f"d{i}" for i in range(30)}  # never "s1"
     code, out = run("cluster", "health", str(root), "--json")
     assert code == 0, out
     shards = json.loads(out)
