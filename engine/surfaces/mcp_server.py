@@ -46,10 +46,11 @@ from engine.limits import (
     SOURCE_ID_PATTERN,
 )
 from engine.surfaces.memory import MAX_MEMORY_CHARS, Memory
+from sparse import MAX_QUERY_LENGTH
 
 logger = logging.getLogger(__name__)
 
-MAX_QUERY_CHARS = 1_000
+MAX_QUERY_CHARS = MAX_QUERY_LENGTH
 """Longest query an agent may send (the engine reads at most this many characters)."""
 
 MAX_AGENT_TOP_K = 50

@@ -52,7 +52,7 @@ def test_every_name_resolves() -> None:
 
 
 def test_contract_values() -> None:
-    assert sparse.MAX_QUERY_LENGTH == 1_000
+    assert sparse.MAX_QUERY_LENGTH == 4_096
     assert sparse.MIN_QUERY_LENGTH == 2
     assert sparse.MAX_SOURCES >= 200
     assert sparse.MAX_EXCERPT_LENGTH == 300

@@ -41,6 +41,7 @@ from engine.surfaces.http.schemas import (
 )
 from engine.surfaces.http.settings import ServerSettings
 from engine.surfaces.memory import Memory
+from sparse import MAX_QUERY_LENGTH
 
 __all__ = ["CorpusName", "engine_of", "router", "run_search", "search_passages"]
 
@@ -125,7 +126,8 @@ async def list_corpora(request: Request) -> JsonAnswer:
     summary="The best public passages for a query",
     description=(
         "The same passages as Corpus.search, in order. Inputs are clamped, never refused: "
-        "the query is trimmed and cut to 1,000 characters (shorter than 2: no passages), "
+        f"the query is trimmed and cut to {MAX_QUERY_LENGTH:,} characters (shorter than 2: "
+        "no passages), "
         "top_k to 1..200, offset to 0..1000, a negative language_id to 0. No mode is "
         "chosen or reported. A malformed filter is a 422 naming the field."
     ),

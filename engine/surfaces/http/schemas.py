@@ -5,7 +5,8 @@ it is dropped before validation, so such a request is answered exactly as withou
 never a 400, never echoed, and absent from the schema. Numbers a person types (``top_k``,
 ``offset``, ``language_id``, ``limit``) are any integer: the engine clamps them as
 ``Corpus.search`` documents, so an out-of-range value is never an error. The query text
-is capped only by the body size (the engine reads its first 1,000 characters).
+is capped only by the body size (the engine reads its first ``MAX_QUERY_LENGTH``, 4,096,
+characters).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from engine import FieldType, GrepMatch, Passage, SourceText
 from engine.config import DEFAULT_MODEL
 from engine.limits import CORPUS_NAME_PATTERN, MAX_TITLE_CHARS
 from engine.surfaces.memory import MAX_MEMORY_CHARS, Recalled
-from sparse import DEFAULT_TITLE_WEIGHT, MAX_TITLE_WEIGHT
+from sparse import DEFAULT_TITLE_WEIGHT, MAX_QUERY_LENGTH, MAX_TITLE_WEIGHT
 
 __all__ = [
     "AskRequest",
@@ -59,7 +60,9 @@ class _Request(BaseModel):
 
 
 class SearchRequest(_Request):
-    query: str = Field(description="What to look for (trimmed; the first 1,000 characters).")
+    query: str = Field(
+        description=f"What to look for (trimmed; the first {MAX_QUERY_LENGTH:,} characters)."
+    )
     top_k: int = Field(10, description="How many passages; clamped to 1..200.")
     offset: int = Field(0, description="Skip this many (paging); clamped to 0..1000.")
     language_id: int | None = Field(None, description="Only this language (negative: 0).")
