@@ -17,7 +17,8 @@ Rules (internal to ``sparse``, free to change without touching the facade contra
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 from sparse.contracts import (
     MAX_SOURCES,
@@ -33,6 +34,8 @@ from sparse.contracts import (
 from sparse.errors import frames_of
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 
 class RetrievalService:
@@ -73,33 +76,34 @@ class RetrievalService:
 
     def excerpt_terms(self, text: str, language_id: int | None) -> list[str]:
         """The words the backend that would answer ``text`` anchors its excerpts on, best
-        first (``ExcerptTerms``); ``[]`` when that backend cannot say. Tried in the order
-        ``retrieve`` tries backends, with the same failure rules."""
-        for backend in self._backends:
-            if not _available(backend):
-                continue
-            if not isinstance(backend, ExcerptTerms):
-                return []
-            try:
-                return backend.excerpt_terms(text, language_id)
-            except Exception as exc:  # contained, as in ``retrieve``
-                _log_failure(backend, exc)
-        return []
+        first (``ExcerptTerms``); ``[]`` when that backend cannot say."""
+        return self._ask_answering(
+            ExcerptTerms, lambda backend: backend.excerpt_terms(text, language_id), []
+        )
 
     def term_statistics(self, text: str, language_id: int | None) -> TermStatistics | None:
         """The collection statistics of the backend that would answer ``text`` for its
-        terms (``TermStatisticsSource``); ``None`` when that backend cannot say. Tried
-        like ``excerpt_terms``."""
+        terms (``TermStatisticsSource``); ``None`` when that backend cannot say."""
+        statistics: TermStatistics | None = self._ask_answering(
+            TermStatisticsSource, lambda backend: backend.term_statistics(text, language_id), None
+        )
+        return statistics
+
+    def _ask_answering(self, capability: type, ask: Callable[[Any], _T], cannot: _T) -> _T:
+        """``ask`` the backend that would answer a search now — tried in the order
+        ``retrieve`` tries them, with the same failure rules — when it has
+        ``capability`` (a runtime-checkable protocol); ``cannot`` when it has not, or
+        when none is available."""
         for backend in self._backends:
             if not _available(backend):
                 continue
-            if not isinstance(backend, TermStatisticsSource):
-                return None
+            if not isinstance(backend, capability):
+                return cannot
             try:
-                return backend.term_statistics(text, language_id)
+                return ask(backend)
             except Exception as exc:  # contained, as in ``retrieve``
                 _log_failure(backend, exc)
-        return None
+        return cannot
 
 
 def _log_failure(backend: SearchBackend, exc: Exception) -> None:

@@ -125,7 +125,7 @@ class TantivyBackend:
     def search(self, query: RetrievalQuery, access: AccessContext) -> list[EvidenceSource]:
         """Best-first public hits for ``query``; see the module docstring."""
         language_id = query.language_id
-        if language_id is not None and not 0 <= language_id <= _INT64_MAX:
+        if _impossible(language_id):
             return []
         view = self._index.view()
         clauses: list[tuple[tantivy.Occur, tantivy.Query]] = []
@@ -163,7 +163,7 @@ class TantivyBackend:
         """The lowercase word forms this backend's excerpts for ``text`` anchor on, rarest
         in the index first (at most ``MAX_EXCERPT_TERMS``): ``make_excerpt`` with them cuts
         the excerpt a search for ``text`` with ``language_id`` gives a hit."""
-        if language_id is not None and not 0 <= language_id <= _INT64_MAX:
+        if _impossible(language_id):
             return []
         view = self._index.view()
         return _rarest_first(view, self._analyzed(view, text, language_id))
@@ -171,7 +171,7 @@ class TantivyBackend:
     def term_statistics(self, text: str, language_id: int | None) -> TermStatistics:
         """This index's statistics for the terms a search for ``text`` with
         ``language_id`` runs (``TermStatistics``; no terms for an impossible language)."""
-        if language_id is not None and not 0 <= language_id <= _INT64_MAX:
+        if _impossible(language_id):
             return TermStatistics(0)
         view = self._index.view()
         freqs = tuple(
@@ -292,6 +292,11 @@ class TantivyBackend:
                 )
             )
         return sources
+
+
+def _impossible(language_id: int | None) -> bool:
+    """A language id no document can carry (tantivy stores them as signed 64-bit)."""
+    return language_id is not None and not 0 <= language_id <= _INT64_MAX
 
 
 def _idf(documents: int, doc_freq: int) -> float:
