@@ -415,6 +415,8 @@ class DocumentStore:
         found.update(field_queries.public_headers(conn, unique, filters))
         if generation >= 0 and unique:
             self._headers.fill(generation, unique, found)
+        if not with_text:  # a keyword page's excerpts come cut: no text to read
+            return found
         texts = self.public_texts([sid for sid in with_text if sid in found])
         for sid, text in texts.items():
             title, url, language_id, _ = found[sid]
