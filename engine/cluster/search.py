@@ -46,6 +46,19 @@ from sparse import MAX_SOURCES, FieldFilter, TermStatistics
 from sparse.clamp import clamp_language, clamp_text
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _KeywordRequest:
+    """One search's keyword windows, as every shard is asked for them."""
+
+    targets: list[int]
+    text: str
+    window: int
+    language: int | None
+    filters: tuple[FieldFilter, ...]
+    index_backed: bool
+    ahead: int
+
+
 class ShardedSearcher:
     """Runs searches over a sharded corpus's shards (see the module docstring)."""
 
@@ -105,19 +118,19 @@ class ShardedSearcher:
             # Hybrid: the keyword windows need no vector, so the shards compute them (and
             # before them the term statistics) while the query is embedded here, once.
             window = min(max(config.window, need), MAX_SOURCES)
-            args = (targets, text, window, language, compiled, True, ahead)
+            request = _KeywordRequest(targets, text, window, language, compiled, True, ahead)
             if self._statistics_round(targets):  # two rounds in a row: on a thread
-                both = self._rounds.submit(self._keyword_round, *args)
+                both = self._rounds.submit(self._keyword_round, request)
                 vector = self._query_vector(embedder, text)
                 keyword, statistics = both.result()  # (not used if the model failed)
             else:
-                pending = self._submit_keyword(*args, None)
+                pending = self._submit_keyword(request, None)
                 vector = self._query_vector(embedder, text)
                 keyword, statistics = self._calls.collect(pending, self._timeout_s), None
         if vector is None:
             window = need
             keyword, statistics = self._keyword_round(
-                targets, text, need, language, compiled, False, ahead
+                _KeywordRequest(targets, text, need, language, compiled, False, ahead)
             )
         ranked = sorted(keyword)
         sparse = _keyword_ranking(keyword, ranked, window)
@@ -169,27 +182,21 @@ class ShardedSearcher:
         return passages
 
     def _keyword_round(
-        self,
-        targets: list[int],
-        text: str,
-        window: int,
-        language: int | None,
-        compiled: tuple[FieldFilter, ...],
-        index_backed: bool,
-        ahead: int,
+        self, request: _KeywordRequest
     ) -> tuple[dict[int, ArmWindow], TermStatistics | None]:
         """Every shard's keyword window, scored with the term statistics summed over the
         shards when they are on (one round for those first), and the statistics used."""
         statistics = None
-        if self._statistics_round(targets):
+        if self._statistics_round(request.targets):
             reported = self._calls.fan_out(
-                targets, "term_statistics", lambda _: (text, language), self._timeout_s
+                request.targets,
+                "term_statistics",
+                lambda _: (request.text, request.language),
+                self._timeout_s,
             )
             parts = [s for s in reported.values() if s is not None]
             statistics = TermStatistics.combine(parts) if parts else None
-        pending = self._submit_keyword(
-            targets, text, window, language, compiled, index_backed, ahead, statistics
-        )
+        pending = self._submit_keyword(request, statistics)
         windows: dict[int, ArmWindow] = self._calls.collect(pending, self._timeout_s)
         return windows, statistics
 
@@ -198,20 +205,21 @@ class ShardedSearcher:
         return self._global_statistics and len(targets) > 1
 
     def _submit_keyword(
-        self,
-        targets: list[int],
-        text: str,
-        window: int,
-        language: int | None,
-        compiled: tuple[FieldFilter, ...],
-        index_backed: bool,
-        ahead: int,
-        statistics: TermStatistics | None,
+        self, request: _KeywordRequest, statistics: TermStatistics | None
     ) -> Pending:
+        r = request
         return self._calls.submit(
-            targets,
+            r.targets,
             "keyword_window",
-            lambda _: (text, window, language, compiled, index_backed, ahead, statistics),
+            lambda _: (
+                r.text,
+                r.window,
+                r.language,
+                r.filters,
+                r.index_backed,
+                r.ahead,
+                statistics,
+            ),
         )
 
     def _query_vector(self, embedder: Embedder, text: str) -> npt.NDArray[np.float32] | None:
