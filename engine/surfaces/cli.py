@@ -27,7 +27,6 @@ from engine import (
     OllamaEmbedding,
     SentenceTransformerEmbedding,
 )
-from engine.config import names_no_model
 from engine.limits import MAX_GREP_MATCHES, MAX_TOP_K
 from engine.surfaces import render
 from engine.surfaces.bulk import BulkReport, add_all
@@ -39,8 +38,10 @@ from engine.surfaces.cli_args import (
     FusionChoice,
     FusionOpt,
     JsonOpt,
+    NoVectorsOpt,
     PathOpt,
     TitleWeightOpt,
+    check_model_name,
     check_source_id,
     console,
     engine_home,
@@ -99,9 +100,7 @@ def create(
     ollama: Annotated[
         str | None, typer.Option(help="Embed with Ollama: HOST/MODEL.", metavar="HOST/MODEL")
     ] = None,
-    no_vectors: Annotated[
-        bool, typer.Option("--no-vectors", help="Keyword search only, no embeddings.")
-    ] = False,
+    no_vectors: NoVectorsOpt = False,
     ask_model: Annotated[
         str | None,
         typer.Option(
@@ -127,12 +126,7 @@ def create(
         raise typer.BadParameter(
             "choose at most one", param_hint="--embedder / --ollama / --no-vectors"
         )
-    if embedder is not None and names_no_model(embedder):
-        # Otherwise a model by that name would be looked for (and, online, downloaded).
-        raise typer.BadParameter(
-            f"{embedder!r} names no model; a keyword-only corpus is --no-vectors",
-            param_hint="--embedder",
-        )
+    check_model_name(embedder)
     spec: SentenceTransformerEmbedding | OllamaEmbedding | None
     if no_vectors:
         spec = None

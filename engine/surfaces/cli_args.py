@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 
 from engine import Corpus, FieldType, OllamaEmbedding, SearchEngine
+from engine.config import names_no_model
 from engine.limits import is_valid_corpus_name, is_valid_source_id
 from sparse import MAX_TITLE_WEIGHT
 
@@ -85,6 +86,20 @@ TitleWeightOpt = Annotated[
         "(1: titles that say little).",
     ),
 ]
+
+NoVectorsOpt = Annotated[
+    bool, typer.Option("--no-vectors", help="Keyword search only, no embeddings.")
+]
+
+
+def check_model_name(embedder: str | None) -> None:
+    """Refuse a value of ``--embedder`` that names no model ("none", "off", ...): it
+    would be looked for as a model (and, online, downloaded)."""
+    if embedder is not None and names_no_model(embedder):
+        raise typer.BadParameter(
+            f"{embedder!r} names no model; a keyword-only corpus is --no-vectors",
+            param_hint="--embedder",
+        )
 
 
 def engine_home(ctx: typer.Context, path: Path | None) -> Path:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from engine import CorpusConfig
+from engine.config import DEFAULT_MODEL
 from engine.limits import MAX_TOP_K
 from engine.surfaces import render
 from engine.surfaces.cli_args import (
@@ -27,7 +28,9 @@ from engine.surfaces.cli_args import (
     FusionChoice,
     FusionOpt,
     JsonOpt,
+    NoVectorsOpt,
     TitleWeightOpt,
+    check_model_name,
     console,
     field_declarations,
 )
@@ -98,9 +101,10 @@ def create(
     name: Annotated[str, typer.Option("--name", help="Corpus name.")],
     shards: Annotated[int, typer.Option("--shards", min=1, max=1024, help="Shard count.")],
     embedder: Annotated[
-        str,
-        typer.Option("--embedder", help="sentence-transformers model, or 'none' for keyword-only."),
-    ] = "all-MiniLM-L6-v2",
+        str | None,
+        typer.Option("--embedder", help="sentence-transformers model (default all-MiniLM-L6-v2)."),
+    ] = None,
+    no_vectors: NoVectorsOpt = False,
     field: Annotated[
         list[str] | None,
         typer.Option("--field", help="A filterable field, NAME:TYPE (keyword|integer|date)."),
@@ -119,10 +123,13 @@ def create(
     detached: DetachedOpt = False,
 ) -> None:
     """Create a sharded corpus in ROOT and start its shards."""
+    if embedder is not None and no_vectors:
+        raise typer.BadParameter("choose at most one", param_hint="--embedder / --no-vectors")
+    check_model_name(embedder)
     config = CorpusConfig.model_validate(
         {
             "name": name,
-            "embedder": None if embedder.lower() == "none" else embedder,
+            "embedder": None if no_vectors else (embedder or DEFAULT_MODEL),
             "fields": field_declarations(field or []),
             "fusion": fusion.value,
             "title_weight": title_weight,

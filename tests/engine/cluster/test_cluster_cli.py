@@ -42,8 +42,7 @@ def test_create_load_search_health(ray_cluster: None, tmp_path: Path) -> None:
         "notes",
         "--shards",
         "2",
-        "--embedder",
-        "none",
+        "--no-vectors",
         "--field",
         "year:integer",
         "--title-weight",
@@ -82,7 +81,13 @@ def test_create_load_search_health(ray_cluster: None, tmp_path: Path) -> None:
     code, out = run("cluster", "create", str(root), "--name", "notes", "--shards", "2")
     assert code != 0  # the directory already holds a sharded corpus
     other = tmp_path / "other"
-    for bad in (["--fusion", "borda"], ["--title-weight", "9"]):
+    bad_args = (
+        ["--fusion", "borda"],
+        ["--title-weight", "9"],
+        ["--embedder", "none"],  # names no model: --no-vectors, as `tandem create` says
+        ["--embedder", "x", "--no-vectors"],
+    )
+    for bad in bad_args:
         code, out = run("cluster", "create", str(other), "--name", "x", "--shards", "1", *bad)
         assert code == 2, (bad, out)
     assert not other.exists()
