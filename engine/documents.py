@@ -19,7 +19,8 @@ from engine.limits import (
     MAX_LANGUAGE_ID,
     MAX_TITLE_CHARS,
     MAX_URL_CHARS,
-    SOURCE_ID_PATTERN,
+    SOURCE_ID_RULE,
+    is_valid_source_id,
 )
 
 
@@ -138,11 +139,8 @@ def validate_document(doc: object) -> Document:
     the offending field. Nothing is stored when any document of a batch fails."""
     if not isinstance(doc, Document):
         raise InvalidArgument(f"expected engine.Document, got {type(doc).__name__}")
-    if not isinstance(doc.id, str) or SOURCE_ID_PATTERN.fullmatch(doc.id) is None:
-        raise InvalidArgument(
-            "document id must be 1-256 characters: an ASCII letter or digit, then letters, "
-            "digits or ._:@#/+=~-"
-        )
+    if not is_valid_source_id(doc.id):
+        raise InvalidArgument(f"document id must be {SOURCE_ID_RULE}")
     for name, value, cap in (
         ("title", doc.title, MAX_TITLE_CHARS),
         ("text", doc.text, MAX_DOCUMENT_CHARS),

@@ -28,8 +28,18 @@ GREP_TIMEOUT_S = 2.0
 """``grep`` stops after this long (wall clock) and raises ``GrepTimeout``."""
 
 MAX_SOURCE_ID_CHARS = 256
-SOURCE_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@#/+=~-]{0,255}")
-"""Grammar of a source id: an ASCII letter or digit, then letters, digits and ``._:@#/+=~-``."""
+SOURCE_ID_PATTERN = re.compile(r"[^\s\x00-\x1f\x7f]{1,256}")
+"""The shape of a source id (also the MCP schema's pattern): 1-256 characters, none of
+them whitespace or a control character. ``is_valid_source_id`` also refuses what
+``str.isprintable`` does not print — format characters (bidi overrides, zero-width
+joiners), surrogates, private-use and unassigned code points — so an id reads as what it
+is. Any other character is fine: collections name documents by Wikipedia title
+(``Beyoncé``, ``"Heroes"_(David_Bowie_album)``) or by URI (``<dbpedia:Animalia_(book)>``),
+as Elasticsearch, LanceDB and txtai accept. Ids never become file names; they reach
+SQLite and tantivy as bound values and an HTTP path as one percent-encoded segment."""
+
+SOURCE_ID_RULE = "1-256 printable characters, no whitespace"
+"""What a refused source id is told."""
 
 CORPUS_NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 """Grammar of a corpus name; it becomes a directory name, so no separators, no dots."""
@@ -38,7 +48,11 @@ MAX_LANGUAGE_ID = 1_000_000
 
 
 def is_valid_source_id(value: object) -> bool:
-    return isinstance(value, str) and SOURCE_ID_PATTERN.fullmatch(value) is not None
+    return (
+        isinstance(value, str)
+        and SOURCE_ID_PATTERN.fullmatch(value) is not None
+        and value.isprintable()
+    )
 
 
 def is_valid_corpus_name(value: object) -> bool:

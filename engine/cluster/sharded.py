@@ -262,13 +262,10 @@ class ShardedCorpus:
         Waits (up to ``read_timeout_s``) for the owning shard if it is down, then raises
         ``ShardUnavailable``.
         """
-        from engine.limits import is_valid_source_id
+        from engine.limits import SOURCE_ID_RULE, is_valid_source_id
 
         if not is_valid_source_id(source_id):
-            raise InvalidArgument(
-                "source id must be 1-256 characters: an ASCII letter or digit, then letters, "
-                "digits or ._:@#/+=~-"
-            )
+            raise InvalidArgument(f"source id must be {SOURCE_ID_RULE}")
         owner = shard_for(source_id, self.shards)
         found: SourceText | None = self._calls.call(
             owner,

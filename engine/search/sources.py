@@ -20,6 +20,7 @@ from engine.limits import (
     MAX_FETCH_CHARS,
     MAX_GREP_MATCHES,
     MAX_GREP_PATTERN,
+    SOURCE_ID_RULE,
     is_valid_source_id,
 )
 from engine.search.searcher import clamp_int
@@ -31,10 +32,7 @@ _SCAN_BATCH = 200
 
 def fetch_source(store: DocumentStore, source_id: object) -> SourceText:
     if not is_valid_source_id(source_id):
-        raise InvalidArgument(
-            "source id must be 1-256 characters: an ASCII letter or digit, then letters, "
-            "digits or ._:@#/+=~-"
-        )
+        raise InvalidArgument(f"source id must be {SOURCE_ID_RULE}")
     assert isinstance(source_id, str)
     doc = store.get_many([source_id], public_only=True).get(source_id)
     if doc is None:

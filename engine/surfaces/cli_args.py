@@ -18,7 +18,7 @@ from rich.console import Console
 
 from engine import Corpus, FieldType, OllamaEmbedding, SearchEngine
 from engine.config import names_no_model
-from engine.limits import is_valid_corpus_name, is_valid_source_id
+from engine.limits import SOURCE_ID_RULE, is_valid_corpus_name, is_valid_source_id
 from sparse import MAX_TITLE_WEIGHT
 
 DEFAULT_HOME = "tandem-data"
@@ -39,9 +39,7 @@ def check_corpus_name(value: str) -> str:
 
 def check_source_id(value: str) -> str:
     if not is_valid_source_id(value):
-        raise typer.BadParameter(
-            "must be 1-256 characters: an ASCII letter or digit, then letters, digits or ._:@#/+=~-"
-        )
+        raise typer.BadParameter(f"must be {SOURCE_ID_RULE}")
     return value
 
 

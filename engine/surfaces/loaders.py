@@ -30,6 +30,7 @@ from engine.limits import (
     MAX_LANGUAGE_ID,
     MAX_TITLE_CHARS,
     MAX_URL_CHARS,
+    SOURCE_ID_RULE,
     is_valid_source_id,
 )
 
@@ -75,10 +76,7 @@ def document_from_json(value: object, fields: Mapping[str, FieldType] = _NO_FIEL
         raise LineError(f"expected a JSON object, got {_json_type(value)}")
     raw_id = _pick_id(value)
     if not is_valid_source_id(raw_id):
-        raise LineError(
-            "id must be 1-256 characters: an ASCII letter or digit, then letters, digits "
-            "or ._:@#/+=~-"
-        )
+        raise LineError(f"id must be {SOURCE_ID_RULE}")
     strings = {name: _string(value, name, cap) for name, cap in _STRING_CAPS.items()}
     if any(_is_control(ch) for ch in strings["url"]):
         raise LineError("url contains control characters")

@@ -12,7 +12,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from engine import Document
-from engine.limits import CORPUS_NAME_PATTERN, SOURCE_ID_PATTERN
+from engine.limits import CORPUS_NAME_PATTERN, SOURCE_ID_PATTERN, is_valid_source_id
 
 SQL_FRAGMENTS = (
     "' OR 1=1 --",
@@ -114,7 +114,7 @@ hostile_number: st.SearchStrategy[Any] = st.one_of(
     st.sampled_from(["10", b"5", [1], {"a": 1}, 1 + 2j]),
 )
 
-valid_source_id = st.from_regex(SOURCE_ID_PATTERN, fullmatch=True)
+valid_source_id = st.from_regex(SOURCE_ID_PATTERN, fullmatch=True).filter(is_valid_source_id)
 valid_corpus_name = st.from_regex(CORPUS_NAME_PATTERN, fullmatch=True)
 hostile_id: st.SearchStrategy[Any] = st.one_of(
     hostile_text,

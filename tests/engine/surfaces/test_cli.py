@@ -110,7 +110,7 @@ def test_add_rejects_bad_lines_one_by_one_and_keeps_the_rest(tmp_path: Path) -> 
         tmp_path / "mixed.jsonl",
         [
             DOCS[0],
-            {"id": "../../etc/passwd", "text": "x"},  # line 2: id grammar (loader)
+            {"id": "two words", "text": "x"},  # line 2: id grammar (loader)
             {"id": "long", "title": "t" * (MAX_TITLE_CHARS + 1)},  # line 3: cap (engine)
             DOCS[1],
             {"id": "n", "language_id": "en"},  # line 5: type
@@ -246,8 +246,10 @@ def test_fetch_prints_the_source_and_refuses_private_or_malformed_ids(built: Pat
 
     assert "not found" in one_line_error(tandem("fetch", "help", "staff-only", home=built))
     assert "not found" in one_line_error(tandem("fetch", "help", "missing", home=built))
-    traversal = tandem("fetch", "help", "../../etc/passwd", home=built)
-    assert traversal.returncode == 2 and "Traceback" not in traversal.stderr
+    malformed = tandem("fetch", "help", "two words", home=built)
+    assert malformed.returncode == 2 and "Traceback" not in malformed.stderr
+    traversal = tandem("fetch", "help", "../../etc/passwd", home=built)  # just an id
+    assert "not found" in one_line_error(traversal)
 
 
 def test_grep_regex_fixed_and_hostile_patterns(built: Path, tmp_path: Path) -> None:

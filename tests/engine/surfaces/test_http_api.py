@@ -321,7 +321,7 @@ def test_create_add_delete_and_drop_with_the_token(client: TestClient) -> None:
     docs = [
         {"id": "l1", "title": "To Emma", "text": "The war news is grim.", "year": 1942},
         {"id": "l2", "text": "The war is over.", "fields": {"year": 1945}},
-        {"id": "../etc", "text": "bad id"},
+        {"id": "bad id", "text": "whitespace in the id"},
         {"id": "l3", "text": "wrong type", "year": "1942"},
         {"id": "l4", "text": "private war", "access_groups": ["staff"]},
         "not an object",

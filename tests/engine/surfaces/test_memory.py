@@ -51,7 +51,7 @@ def test_memory_refuses_what_search_would_refuse(memory: Memory, fast_engine: Se
         with pytest.raises(InvalidArgument, match=needle):
             memory.remember(text, scope)
     with pytest.raises(InvalidArgument, match="id"):
-        memory.remember("note", "a", id="../etc/passwd")
+        memory.remember("note", "a", id="two words")
     with pytest.raises(InvalidArgument, match="scope"):
         memory.recall("note", "bad\x00scope")
     fast_engine.create_corpus(CorpusConfig(name="plain", embedder=None))

@@ -1,0 +1,107 @@
+"""Source ids as real collections spell them: Wikipedia titles, URIs, punctuation and
+non-ASCII letters are accepted end to end (add, search, fetch, delete, the JSON Lines
+loader and the HTTP API); whitespace, control and invisible characters are refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from fastapi.testclient import TestClient
+from hypothesis import given
+from hypothesis import strategies as st
+
+from engine import CorpusConfig, Document, InvalidArgument, SearchEngine, SourceNotFound
+from engine.limits import MAX_SOURCE_ID_CHARS, is_valid_source_id
+from engine.surfaces.http import ServerSettings, create_app
+from engine.surfaces.loaders import LineError, document_from_json
+
+# Ids of BEIR collections (DBPedia-Entity, FEVER, Touché, NFCorpus) and others.
+REAL_IDS = (
+    "<dbpedia:Animalia_(book)>",
+    '"Heroes"_(David_Bowie_album)',
+    "Beyoncé",
+    "Awaken,_My_Love!",
+    "c67482ba-2019-04-18T13:32:05Z-00000-000",
+    "MED-10",
+    "C++",
+    "100%_pure?",
+    "東京タワー",
+    "a" * MAX_SOURCE_ID_CHARS,
+)
+REFUSED_IDS = (
+    "",
+    "two words",
+    "tab\tinside",
+    "line\nbreak",
+    "nul\x00",
+    "del\x7f",
+    "\u202eevil",  # right-to-left override: an id would not read as what it is
+    "zero\u200bwidth",
+    "lone\ud800surrogate",
+    "\u00a0",  # no-break space
+    "a" * (MAX_SOURCE_ID_CHARS + 1),
+)
+
+
+@pytest.mark.parametrize("source_id", REAL_IDS)
+def test_real_ids_are_valid(source_id: str) -> None:
+    assert is_valid_source_id(source_id)
+
+
+@pytest.mark.parametrize("source_id", REFUSED_IDS)
+def test_whitespace_control_and_invisible_characters_are_refused(
+    tmp_path: Path, source_id: str
+) -> None:
+    assert not is_valid_source_id(source_id)
+    with SearchEngine(tmp_path) as engine:
+        corpus = engine.create_corpus(CorpusConfig(name="ids", embedder=None))
+        with pytest.raises(InvalidArgument, match="printable"):
+            corpus.add([Document(id="fine", text="kept?"), Document(id=source_id, text="x")])
+        assert len(corpus) == 0  # the batch was refused whole
+        with pytest.raises(InvalidArgument):
+            corpus.fetch_source(source_id)
+
+
+@given(st.text(max_size=300))
+def test_the_rule_is_printable_without_whitespace(value: str) -> None:
+    expected = (
+        1 <= len(value) <= MAX_SOURCE_ID_CHARS
+        and value.isprintable()
+        and not any(ch.isspace() for ch in value)
+    )
+    assert is_valid_source_id(value) is expected
+
+
+def test_real_ids_round_trip_through_every_surface(tmp_path: Path) -> None:
+    docs = [
+        Document(id=source_id, title=f"Entry {i}", text=f"zebra crossing number{i}")
+        for i, source_id in enumerate(REAL_IDS)
+    ]
+    with SearchEngine(tmp_path / "home") as engine:
+        corpus = engine.create_corpus(CorpusConfig(name="ids", embedder=None))
+        assert corpus.add(docs).added == len(REAL_IDS)
+        found = {p.source_id for p in corpus.search("zebra crossing", top_k=50)}
+        assert found == set(REAL_IDS)
+        for i, source_id in enumerate(REAL_IDS):
+            assert corpus.search(f"number{i}", top_k=1)[0].source_id == source_id
+            assert corpus.fetch_source(source_id).text == f"zebra crossing number{i}"
+        assert corpus.delete([REAL_IDS[0]]) == 1
+        with pytest.raises(SourceNotFound):
+            corpus.fetch_source(REAL_IDS[0])
+    app = create_app(ServerSettings(home=tmp_path / "home"))
+    with TestClient(app) as client:
+        for source_id in REAL_IDS[1:]:
+            response = client.get(f"/v1/corpora/ids/sources/{quote(source_id, safe='')}")
+            assert response.status_code == 200, (source_id, response.text)
+            assert response.json()["source_id"] == source_id
+        hits = client.post("/v1/corpora/ids/search", json={"query": "zebra", "top_k": 50})
+        assert {h["source_id"] for h in hits.json()["passages"]} == set(REAL_IDS[1:])
+
+
+def test_the_loader_takes_real_ids_and_names_the_rule_for_refused_ones() -> None:
+    for source_id in REAL_IDS:
+        assert document_from_json({"id": source_id, "text": "x"}).id == source_id
+    with pytest.raises(LineError, match="printable"):
+        document_from_json({"id": "two words", "text": "x"})
