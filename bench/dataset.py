@@ -163,16 +163,32 @@ def _read_documents(path: Path) -> Iterator[BenchDocument]:
     for record in _json_lines(path):
         yield BenchDocument(
             doc_id=str(record["_id"]),
-            title=str(record.get("title") or ""),
-            text=str(record.get("text") or ""),
+            title=_storable(record.get("title")),
+            text=_storable(record.get("text")),
         )
+
+
+def _storable(value: object) -> str:
+    """A JSON string as every system can store it, the same for all of them: NUL becomes a
+    space and a lone surrogate (legal as a JSON escape, not in UTF-8) U+FFFD. Scraped
+    collections carry both now and then; an engine that refuses them (Tandem does, with
+    a clear error) would otherwise not get the collection at all."""
+    text = str(value or "")
+    if "\x00" in text:
+        text = text.replace("\x00", " ")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
 
 
 def _read_queries(path: Path) -> list[BenchQuery]:
     if not path.is_file():
         raise DatasetError(f"missing queries file: {path}")
     return [
-        BenchQuery(query_id=str(r["_id"]), text=str(r.get("text") or "")) for r in _json_lines(path)
+        BenchQuery(query_id=str(r["_id"]), text=_storable(r.get("text"))) for r in _json_lines(path)
     ]
 
 

@@ -105,3 +105,22 @@ def test_gzip_helper_roundtrip(tmp_path: Path) -> None:
     root = write_beir(tmp_path / "g", gzip_corpus=True)
     with gzip.open(root / "corpus.jsonl.gz", "rt", encoding="utf-8") as handle:
         assert handle.readline().startswith('{"_id": "t1"')
+
+
+def test_nul_and_lone_surrogates_become_storable_for_every_system(tmp_path: Path) -> None:
+    """Scraped collections carry them now and then; each system gets the same cleaned text
+    (and Tandem, which refuses both, gets the collection at all)."""
+    import json
+
+    from engine import CorpusConfig, Document, SearchEngine
+
+    root = write_beir(tmp_path / "b")
+    with (root / "corpus.jsonl").open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps({"_id": "odd", "title": "nul\u0000title", "text": "x\ud800y 😀"}))
+        handle.write("\n")
+    odd = load_beir(root).documents[-1]
+    assert (odd.doc_id, odd.title, odd.text) == ("odd", "nul title", "x\ufffdy 😀")
+    with SearchEngine(tmp_path / "engine") as engine:
+        corpus = engine.create_corpus(CorpusConfig(name="b", embedder=None))
+        added = corpus.add([Document(id=d.doc_id, title=d.title, text=d.text) for d in [odd]])
+        assert added.added == 1
