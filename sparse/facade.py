@@ -16,7 +16,8 @@ One class, two registrations:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from sparse.cascade import RetrievalService
 from sparse.clamp import clamp_language, clamp_limit, clamp_text
@@ -35,6 +36,8 @@ from sparse.contracts import (
 from sparse.errors import frames_of
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 
 class KeywordSearchFacade:
@@ -131,30 +134,40 @@ class KeywordSearchFacade:
         anchored on, best anchor first (``sparse.excerpt.make_excerpt`` with them cuts the
         same excerpt from a document's text); ``[]`` on short queries, when the answering
         backend cannot say, or on any failure. A keyword-only extension, like ``within``."""
-        try:
-            text = clamp_text(query)
-            if text is None:
-                return []
-            return self._service.excerpt_terms(text, clamp_language(language_id))
-        except Exception as exc:  # the facade boundary: never an exception out
-            logger.warning("excerpt terms failed (%s); answering []", type(exc).__name__)
-            logger.debug("excerpt terms traceback:\n%s", frames_of(exc))
-            return []
+        terms: list[str] = self._ask(
+            "excerpt terms", query, language_id, self._service.excerpt_terms, []
+        )
+        return terms
 
     def term_statistics(self, query: str, language_id: int | None = None) -> TermStatistics | None:
         """The answering backend's collection statistics for the terms of ``query``
         (``TermStatistics``: documents, and each term's document frequency), to be
         combined with other indexes' and passed back as ``search(statistics=...)``;
         ``None`` on short queries, when that backend cannot say, or on any failure."""
+        statistics: TermStatistics | None = self._ask(
+            "term statistics", query, language_id, self._service.term_statistics, None
+        )
+        return statistics
+
+    def _ask(
+        self,
+        what: str,
+        query: str,
+        language_id: int | None,
+        ask: Callable[[str, int | None], _T],
+        cannot: _T,
+    ) -> _T:
+        """``ask`` the service about the clamped query; ``cannot`` on a short query or any
+        failure (the facade boundary: never an exception out, never the query logged)."""
         try:
             text = clamp_text(query)
             if text is None:
-                return None
-            return self._service.term_statistics(text, clamp_language(language_id))
-        except Exception as exc:  # the facade boundary: never an exception out
-            logger.warning("term statistics failed (%s); answering None", type(exc).__name__)
-            logger.debug("term statistics traceback:\n%s", frames_of(exc))
-            return None
+                return cannot
+            return ask(text, clamp_language(language_id))
+        except Exception as exc:
+            logger.warning("%s failed (%s)", what, type(exc).__name__)
+            logger.debug("%s traceback:\n%s", what, frames_of(exc))
+            return cannot
 
 
 def _to_hit(source: EvidenceSource) -> KeywordHit:

@@ -130,19 +130,12 @@ class TantivyBackend:
         view = self._index.view()
         clauses: list[tuple[tantivy.Occur, tantivy.Query]] = []
         fields = self._analyzed(view, query.text, language_id)
-        given = None if query.statistics is None else dict(query.statistics.doc_freqs)
+        weight = _idf_weights(view, query.statistics)
         for field, terms in fields:
             for term, (count, _) in terms.items():
                 clause = tantivy.Query.term_query(view.schema, field, term, index_option="freq")
                 # Query term frequency: the clause weighs the term's count.
-                boost = float(count)
-                if given is not None and query.statistics is not None:
-                    boost *= _idf_ratio(
-                        view.documents,
-                        view.searcher.doc_freq(field, term),
-                        query.statistics.documents,
-                        given.get((field, term)),
-                    )
+                boost = float(count) * weight(field, term)
                 if boost != 1.0:
                     clause = tantivy.Query.boost_query(clause, boost)
                 clauses.append((tantivy.Occur.Should, clause))
@@ -302,6 +295,20 @@ def _impossible(language_id: int | None) -> bool:
 def _idf(documents: int, doc_freq: int) -> float:
     """BM25's idf as tantivy computes it (Lucene's, never negative)."""
     return math.log(1.0 + (documents - doc_freq + 0.5) / (doc_freq + 0.5))
+
+
+def _idf_weights(view: IndexView, statistics: TermStatistics | None) -> Callable[[str, str], float]:
+    """(field, term) -> the factor that makes a term clause score with ``statistics``'
+    idf instead of this index's (``_idf_ratio``); always 1 without statistics."""
+    if statistics is None:
+        return lambda field, term: 1.0
+    given = dict(statistics.doc_freqs)
+    return lambda field, term: _idf_ratio(
+        view.documents,
+        view.searcher.doc_freq(field, term),
+        statistics.documents,
+        given.get((field, term)),
+    )
 
 
 def _idf_ratio(

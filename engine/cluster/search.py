@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -82,13 +82,18 @@ class ShardedSearcher:
         self._metrics = metrics
         self._timeout_s = timeout_s
         self._global_statistics = global_statistics
-        # Runs the keyword rounds of hybrid searches beside the query embedding (threads
-        # are started on demand, one per concurrent search, up to the cap).
-        self._rounds = ThreadPoolExecutor(max_workers=32, thread_name_prefix="tandem-keyword")
+        # With global statistics, a hybrid search's two keyword rounds run here beside the
+        # query embedding (threads start on demand, one per concurrent search, up to 32).
+        self._rounds = (
+            ThreadPoolExecutor(max_workers=32, thread_name_prefix="tandem-keyword")
+            if global_statistics
+            else None
+        )
 
     def close(self) -> None:
         """Stop the keyword-round threads (searches still running finish first)."""
-        self._rounds.shutdown(wait=False)
+        if self._rounds is not None:
+            self._rounds.shutdown(wait=False)
 
     def search(
         self,
@@ -119,14 +124,14 @@ class ShardedSearcher:
             # before them the term statistics) while the query is embedded here, once.
             window = min(max(config.window, need), MAX_SOURCES)
             request = _KeywordRequest(targets, text, window, language, compiled, True, ahead)
-            if self._statistics_round(targets):  # two rounds in a row: on a thread
-                both = self._rounds.submit(self._keyword_round, request)
-                vector = self._query_vector(embedder, text)
-                keyword, statistics = both.result()  # (not used if the model failed)
+            collect: Callable[[], tuple[dict[int, ArmWindow], TermStatistics | None]]
+            if self._rounds is not None and self._statistics_round(targets):
+                collect = self._rounds.submit(self._keyword_round, request).result  # 2 rounds
             else:
                 pending = self._submit_keyword(request, None)
-                vector = self._query_vector(embedder, text)
-                keyword, statistics = self._calls.collect(pending, self._timeout_s), None
+                collect = lambda: (self._calls.collect(pending, self._timeout_s), None)  # noqa: E731
+            vector = self._query_vector(embedder, text)
+            keyword, statistics = collect()  # (not used if the model failed)
         if vector is None:
             window = need
             keyword, statistics = self._keyword_round(
