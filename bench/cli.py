@@ -34,6 +34,12 @@ def _run_parser() -> argparse.ArgumentParser:
         help="BEIR folders (corpus.jsonl[.gz], queries.jsonl, qrels/test.tsv)",
     )
     parser.add_argument(
+        "--split",
+        metavar="NAME",
+        help="judgements to score with: qrels/NAME.tsv (default: test, or dev where a "
+        "folder has no test judgements, as BEIR's MS MARCO)",
+    )
+    parser.add_argument(
         "--systems",
         default="all",
         help="comma-separated systems (default: all): tandem-hybrid, tandem-hybrid-zscore, "
@@ -88,6 +94,7 @@ def _main_run(argv: Sequence[str]) -> int:
     args = _run_parser().parse_args(argv)
     config = RunConfig(
         data_dirs=tuple(args.data) if args.data else (FIXTURE_DIR,),
+        split=args.split,
         systems=parse_systems(args.systems),
         out_dir=args.out,
         cache_dir=args.cache,

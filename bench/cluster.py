@@ -215,10 +215,7 @@ def _quality(
     out: dict[str, float] = {}
     for label, corpora in (("single", single), ("sharded", sharded)):
         for kind, corpus in corpora.items():
-            run = {
-                q.query_id: [p.source_id for p in corpus.search(q.text, top_k=10)]
-                for q in dataset.queries
-            }
+            run = {q.query_id: dataset.ranking(q, _ids_of(corpus), 10) for q in dataset.queries}
             out[f"{label}_{kind}_ndcg10"] = round(evaluate(dataset.qrels, run).ndcg_at_10, 4)
     for kind in sharded:
         base = kind.removesuffix("_dfs")
@@ -226,6 +223,13 @@ def _quality(
             out[f"sharded_{kind}_ndcg10"] - out[f"single_{base}_ndcg10"], 4
         )
     return out
+
+
+def _ids_of(corpus: SearchableCorpus) -> Callable[[str, int], list[str]]:
+    def search(text: str, k: int) -> list[str]:
+        return [hit.source_id for hit in corpus.search(text, top_k=k)]
+
+    return search
 
 
 def _latency(

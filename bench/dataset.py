@@ -4,7 +4,18 @@ The layout is the one BEIR publishes: one JSON object per line with ``_id``, ``t
 (optional) and ``text`` for documents, ``_id`` and ``text`` for queries, and a tab-separated
 qrels file with a header line ``query-id  corpus-id  score`` whose scores are graded
 integers (0 = not relevant). Only queries that have at least one judgment are kept, so that
-every query issued in a run is also scored.
+every query issued in a run is also scored. The judgements are the test split, or the dev
+split where a collection publishes no test judgements (BEIR's MS MARCO), unless a split is
+named.
+
+Queries that are documents. ArguAna and Quora index every query as a document of the
+corpus under the query's own id; BEIR leaves that document out of the query's ranking
+(its exact search skips ``corpus_id == query_id``, its evaluation has
+``ignore_identical_ids``), or every system scores as if its first answer were wrong
+(ArguAna's BM25 reads 0.315 instead of 0.414). Here a document is left out of a query's
+ranking when it has the query's id *and* the query's text (``BeirDataset.self_indexed``,
+``BeirDataset.ranking``): Cranfield's and CISI's numeric ids coincide with their query ids
+by accident, and some of those documents are judged relevant to the same-numbered query.
 """
 
 from __future__ import annotations
@@ -12,8 +23,8 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
@@ -21,6 +32,8 @@ from bench.errors import DatasetError
 
 CORPUS_NAMES = ("corpus.jsonl", "corpus.jsonl.gz")
 QUERIES_NAME = "queries.jsonl"
+QRELS_SPLITS = ("test", "dev")
+"""The judgement files tried, in order, when no split is named: ``qrels/<split>.tsv``."""
 QRELS_PATH = Path("qrels") / "test.tsv"
 
 Qrels = dict[str, dict[str, int]]
@@ -51,13 +64,28 @@ class BenchQuery:
 
 @dataclass(frozen=True, slots=True)
 class BeirDataset:
-    """A loaded BEIR folder. ``fingerprint`` hashes the corpus file (the vector-cache key)."""
+    """A loaded BEIR folder. ``fingerprint`` hashes the corpus file (the vector-cache key);
+    ``split`` names the judgements (``qrels/<split>.tsv``); ``self_indexed`` holds the
+    queries that are themselves documents of the corpus (same id, same text)."""
 
     name: str
     documents: tuple[BenchDocument, ...]
     queries: tuple[BenchQuery, ...]
     qrels: Qrels
     fingerprint: str
+    split: str = "test"
+    self_indexed: frozenset[str] = field(default=frozenset())
+
+    def ranking(
+        self, query: BenchQuery, search: Callable[[str, int], Sequence[str]], k: int
+    ) -> list[str]:
+        """``search(text, k)``'s ranked ids for ``query``, as they are judged: a query that
+        is itself a document asks for one more and leaves its own document out (BEIR's
+        convention; see the module docstring)."""
+        if query.query_id not in self.self_indexed:
+            return list(search(query.text, k))
+        ranked = search(query.text, k + 1)
+        return [doc_id for doc_id in ranked if doc_id != query.query_id][:k]
 
     def head(self, n_docs: int) -> BeirDataset:
         """The first ``n_docs`` documents, with the same queries and judgments."""
@@ -69,6 +97,8 @@ class BeirDataset:
             queries=self.queries,
             qrels=self.qrels,
             fingerprint=f"{self.fingerprint}:head{n_docs}",
+            split=self.split,
+            self_indexed=self_indexed(self.documents[:n_docs], self.queries),
         )
 
     def spread_sample(self, n_docs: int) -> tuple[BenchDocument, ...]:
@@ -82,8 +112,10 @@ class BeirDataset:
         return tuple(self.documents[(i * total) // n_docs] for i in range(n_docs))
 
 
-def load_beir(folder: str | Path, name: str | None = None) -> BeirDataset:
-    """Load a BEIR folder; raises ``DatasetError`` naming the file that is missing or bad."""
+def load_beir(folder: str | Path, name: str | None = None, split: str | None = None) -> BeirDataset:
+    """Load a BEIR folder with the judgements of ``split`` (default: the first of
+    ``QRELS_SPLITS`` the folder has); raises ``DatasetError`` naming the file that is
+    missing or bad."""
     root = Path(folder)
     if not root.is_dir():
         raise DatasetError(f"not a directory: {root}")
@@ -91,7 +123,8 @@ def load_beir(folder: str | Path, name: str | None = None) -> BeirDataset:
     documents = tuple(_read_documents(corpus_path))
     if not documents:
         raise DatasetError(f"empty corpus: {corpus_path}")
-    qrels = read_qrels(root / QRELS_PATH)
+    split = split or _default_split(root)
+    qrels = read_qrels(root / "qrels" / f"{split}.tsv")
     all_queries = _read_queries(root / QUERIES_NAME)
     queries = tuple(q for q in all_queries if qrels.get(q.query_id))
     if not queries:
@@ -102,7 +135,41 @@ def load_beir(folder: str | Path, name: str | None = None) -> BeirDataset:
         queries=queries,
         qrels={q.query_id: qrels[q.query_id] for q in queries},
         fingerprint=file_sha256(corpus_path),
+        split=split,
+        self_indexed=self_indexed(documents, queries),
     )
+
+
+def _default_split(root: Path) -> str:
+    """The first split of ``QRELS_SPLITS`` with a qrels file; the first one when none has
+    (``read_qrels`` then names the missing file)."""
+    for split in QRELS_SPLITS:
+        if (root / "qrels" / f"{split}.tsv").is_file():
+            return split
+    return QRELS_SPLITS[0]
+
+
+def self_indexed(
+    documents: Sequence[BenchDocument], queries: Sequence[BenchQuery]
+) -> frozenset[str]:
+    """Ids of the queries that are themselves documents: a document with the query's id
+    whose text (title and body, or body) contains the query's text or is contained in it,
+    compared with whitespace collapsed and case folded."""
+    by_id = {q.query_id: q for q in queries}
+    found = set()
+    for document in documents:
+        query = by_id.get(document.doc_id)
+        if query is None:
+            continue
+        asked = _comparable(query.text)
+        held = _comparable(document.full_text)
+        if asked and held and (asked in held or held in asked):
+            found.add(query.query_id)
+    return frozenset(found)
+
+
+def _comparable(text: str) -> str:
+    return " ".join(text.split()).casefold()
 
 
 def read_qrels(path: Path) -> Qrels:

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.dataset import QRELS_PATH, BeirDataset, BenchQuery, load_beir, read_qrels
+from bench.dataset import BeirDataset, BenchQuery, load_beir, read_qrels, self_indexed
 from bench.encoder import DEFAULT_MODEL, SentenceEncoder, Vectors
 from bench.quality import evaluate
 from bench.report import git_revision, machine_info
@@ -205,13 +205,16 @@ def tandem_quality(
                 progress=False,
             )
         corpus.search("warm up", top_k=10)
+
+        def search(text: str, k: int) -> list[str]:
+            return [hit.source_id for hit in corpus.search(text, top_k=k)]
+
         run: dict[str, list[str]] = {}
         times: list[float] = []
         for query in dataset.queries:
             started = time.perf_counter()
-            hits = corpus.search(query.text, top_k=TOP)
+            run[query.query_id] = dataset.ranking(query, search, TOP)
             times.append(time.perf_counter() - started)
-            run[query.query_id] = [h.source_id for h in hits]
     out = evaluate(dataset.qrels, run).as_dict()
     out["p50_ms"] = statistics.median(times) * 1e3
     out["disk_mib"] = dir_size_bytes(directory) / 2**20
@@ -220,7 +223,7 @@ def tandem_quality(
 
 def train_view(folder: Path, dataset: BeirDataset) -> BeirDataset | None:
     """The same documents with the training judgements, or None without them."""
-    qrels_path = folder / QRELS_PATH.parent / "train.tsv"
+    qrels_path = folder / "qrels" / "train.tsv"
     queries_path = folder / "queries.full.jsonl"
     if not qrels_path.is_file() or not queries_path.is_file():
         return None
@@ -234,7 +237,11 @@ def train_view(folder: Path, dataset: BeirDataset) -> BeirDataset | None:
     if not queries:
         return None
     return dataclasses.replace(
-        dataset, queries=queries, qrels={q.query_id: qrels[q.query_id] for q in queries}
+        dataset,
+        queries=queries,
+        qrels={q.query_id: qrels[q.query_id] for q in queries},
+        split="train",
+        self_indexed=self_indexed(dataset.documents, queries),
     )
 
 

@@ -105,7 +105,7 @@ def write_report(report: RunReport, out_dir: Path) -> dict[str, Path]:
             line = {
                 **header,
                 **result.to_json(),
-                "dataset": {"name": result.corpus, "path": floor.dataset_path if floor else ""},
+                "dataset": _dataset_json(result.corpus, floor),
                 "query_embedding_p50_ms": floor.p50_ms_by_backend if floor else {},
                 "encoder_docs_per_s": floor.encoder_docs_per_s if floor else None,
             }
@@ -114,6 +114,17 @@ def write_report(report: RunReport, out_dir: Path) -> dict[str, Path]:
     floor_ms = {f.corpus: f.floor_ms for f in report.floors if f.floor_ms is not None}
     plot_quality_vs_latency(report.results, paths["plot"], floor_ms)
     return paths
+
+
+def _dataset_json(corpus: str, floor: CorpusFloor | None) -> dict[str, Any]:
+    if floor is None:
+        return {"name": corpus, "path": ""}
+    return {
+        "name": corpus,
+        "path": floor.dataset_path,
+        "judgements": floor.split,
+        "self_indexed_queries": floor.self_indexed_queries,
+    }
 
 
 def _fmt(value: float | None, digits: int) -> str:
@@ -190,17 +201,36 @@ def render_markdown(report: RunReport, header: dict[str, Any]) -> str:
         "vectors are handed the cached ones.",
     ]
     ratios = {r.corpus: r for r in report.ratios()}
+    floors = {f.corpus: f for f in report.floors}
     for corpus in _corpora(report.results):
         rows = [r for r in report.results if r.corpus == corpus]
         n_docs = max((r.n_docs for r in rows), default=0)
         n_queries = max((r.n_queries for r in rows), default=0)
         lines += ["", f"## {corpus} ({n_docs} docs, {n_queries} queries)", ""]
+        lines += _judgement_lines(floors.get(corpus))
         lines += [f"| {COLUMNS} |", "|" + "---|" * 10]
         lines += [_row(r) for r in rows]
         if corpus in ratios:
             lines += ["", *_ratio_lines(ratios[corpus])]
     lines += ["", *best_peer_table(report.results)]
     return "\n".join(lines) + "\n"
+
+
+def _judgement_lines(floor: CorpusFloor | None) -> list[str]:
+    """A note under a corpus heading when it is not scored the plain way."""
+    if floor is None:
+        return []
+    notes = []
+    if floor.split != "test":
+        notes.append(f"Scored with the `{floor.split}` judgements (no test split).")
+    if floor.self_indexed_queries:
+        count = floor.self_indexed_queries
+        which = "1 query is itself a document" if count == 1 else f"{count} queries are documents"
+        notes.append(
+            f"{which} of the corpus (same id, same text); as BEIR does, a query's own "
+            "document is left out of its ranking."
+        )
+    return [" ".join(notes), ""] if notes else []
 
 
 def best_peer_table(results: Sequence[SystemResult]) -> list[str]:

@@ -77,6 +77,11 @@ class CorpusFloor:
     """The raw encoder's batch throughput (sentence-transformers, torch) on a spread sample."""
     dataset_path: str = ""
     """The BEIR folder, relative to the working directory (never absolute)."""
+    split: str = "test"
+    """The judgements scored (``qrels/<split>.tsv``)."""
+    self_indexed_queries: int = 0
+    """Queries that are themselves documents of the corpus, each left out of its own
+    ranking (``bench.dataset``)."""
 
     @property
     def floor_ms(self) -> float | None:

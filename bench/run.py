@@ -33,6 +33,8 @@ class RunConfig:
     """What to run. ``backend=None`` picks the fastest single-query runtime measured."""
 
     data_dirs: tuple[Path, ...] = (FIXTURE_DIR,)
+    split: str | None = None
+    """Judgements (``qrels/<split>.tsv``); None: ``bench.dataset``'s default."""
     systems: tuple[SystemName, ...] = tuple(SystemName)
     out_dir: Path = Path("bench-results")
     cache_dir: Path = DEFAULT_CACHE_DIR
@@ -70,7 +72,7 @@ def run_benchmark(config: RunConfig) -> RunReport:
 
 
 def _run_corpus(config: RunConfig, data_dir: Path) -> tuple[list[SystemResult], CorpusFloor]:
-    dataset = load_beir(data_dir)
+    dataset = load_beir(data_dir, split=config.split)
     runnable = [s for s in config.systems if not missing_requirements(s)]
     needs_model = any(SPECS[s].uses_model for s in runnable)
     encoders: dict[EncoderBackend, SentenceEncoder] = {}
@@ -98,6 +100,8 @@ def _run_corpus(config: RunConfig, data_dir: Path) -> tuple[list[SystemResult], 
         vectors_from_cache=from_cache,
         encoder_docs_per_s=encoder_rate,
         dataset_path=portable_path(data_dir),
+        split=dataset.split,
+        self_indexed_queries=len(dataset.self_indexed),
     )
     backend = config.backend or fastest_backend(floor_ms)
     encoders.clear()  # free the parent's models before the systems run
@@ -114,6 +118,7 @@ def _run_corpus(config: RunConfig, data_dir: Path) -> tuple[list[SystemResult], 
             continue
         job = SystemJob(
             data_dir=data_dir,
+            split=dataset.split,
             corpus=dataset.name,
             system=name,
             model=config.model,

@@ -66,12 +66,13 @@ class SystemJob:
     encode_subset: int = 500
     isolated: bool = True
     encoder_docs_per_s: float | None = None
+    split: str | None = None
 
 
 def run_job(job: SystemJob) -> SystemResult:
     """Entry point of a worker process; never raises (failures become ERROR results)."""
     try:
-        dataset = load_beir(job.data_dir, name=job.corpus)
+        dataset = load_beir(job.data_dir, name=job.corpus, split=job.split)
         with tempfile.TemporaryDirectory(prefix=f"bench-{job.system.value}-") as tmp:
             return _measure(job, dataset, Path(tmp))
     except SystemUnavailable as exc:
@@ -107,7 +108,7 @@ def _measure(job: SystemJob, dataset: BeirDataset, workdir: Path) -> SystemResul
     latency = LatencyStats.from_seconds(
         time_calls(lambda q: system.search(q, job.k_latency), texts)
     )
-    run = {q.query_id: system.search(q.text, job.k_quality) for q in dataset.queries}
+    run = {q.query_id: dataset.ranking(q, system.search, job.k_quality) for q in dataset.queries}
     quality = evaluate(dataset.qrels, run)
     disk = system.disk_bytes()
     rss_after = current_rss_bytes()

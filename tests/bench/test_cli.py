@@ -13,6 +13,7 @@ import pytest
 from bench.cli import main
 from bench.dataset import load_beir
 from bench.run import FIXTURE_DIR
+from tests.bench.tiny_beir import write_beir
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -124,3 +125,22 @@ def test_keyword_ratio_is_timed_against_tantivy_in_the_same_process(
         "tandem-keyword p50 / tantivy p50 (interleaved, same process)"
         in (out / "results.md").read_text()
     )
+
+
+def test_a_query_indexed_as_a_document_is_scored_without_it_and_the_split_is_recorded(
+    tmp_path: Path,
+) -> None:
+    root = write_beir(tmp_path / "beir")
+    own = {"_id": "q2", "title": "", "text": "forgot my password"}  # as ArguAna, Quora
+    with (root / "corpus.jsonl").open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(own) + "\n")
+    (root / "qrels" / "test.tsv").rename(root / "qrels" / "dev.tsv")
+    out = run_in_process(root, tmp_path, "bm25s")
+    line = read_lines(out)[0]
+    # the exact copy of q2 ranks first for BM25; left out, the judged t1 is first
+    assert line["per_query_ndcg10"]["q2"] == 1.0
+    assert line["dataset"]["judgements"] == "dev"
+    assert line["dataset"]["self_indexed_queries"] == 1
+    markdown = (out / "results.md").read_text()
+    assert "Scored with the `dev` judgements" in markdown
+    assert "1 query is itself a document of the corpus" in markdown

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,64 @@ def test_nul_and_lone_surrogates_become_storable_for_every_system(tmp_path: Path
         corpus = engine.create_corpus(CorpusConfig(name="b", embedder=None))
         added = corpus.add([Document(id=d.doc_id, title=d.title, text=d.text) for d in [odd]])
         assert added.added == 1
+
+
+def test_without_a_test_split_the_dev_judgements_are_scored(tmp_path: Path) -> None:
+    root = write_beir(tmp_path / "b")
+    test = load_beir(root)
+    (root / "qrels" / "test.tsv").rename(root / "qrels" / "dev.tsv")
+    dev = load_beir(root)
+    assert (test.split, dev.split) == ("test", "dev")
+    assert dev.qrels == test.qrels
+
+
+def test_a_named_split_is_read_and_a_missing_one_is_named(tmp_path: Path) -> None:
+    root = write_beir(tmp_path / "b")
+    (root / "qrels" / "train.tsv").write_text("q2\tt1\t1\n", encoding="utf-8")
+    train = load_beir(root, split="train")
+    assert train.split == "train"
+    assert train.qrels == {"q2": {"t1": 1}}
+    assert [q.query_id for q in train.queries] == ["q2"]
+    with pytest.raises(DatasetError, match=r"dev\.tsv"):
+        load_beir(root, split="dev")
+
+
+def _with_corpus(root: Path, extra: list[dict[str, str]]) -> Path:
+    with (root / "corpus.jsonl").open("a", encoding="utf-8") as handle:
+        for record in extra:
+            handle.write(json.dumps(record) + "\n")
+    return root
+
+
+def test_a_query_that_is_a_document_is_found_by_id_and_text(tmp_path: Path) -> None:
+    root = _with_corpus(
+        write_beir(tmp_path / "b"),
+        [
+            # q2 is indexed as a document (ArguAna, Quora): same id, same words
+            {"_id": "q2", "title": "", "text": "  Forgot my\nPassword "},
+            # q4's id names a document by accident (Cranfield, CISI): other text
+            {"_id": "q4", "title": "Mesh routers", "text": "Cover a large house."},
+        ],
+    )
+    data = load_beir(root)
+    assert data.self_indexed == frozenset({"q2"})
+    assert data.head(len(TINY_DOCS)).self_indexed == frozenset()
+
+
+def test_ranking_leaves_out_the_query_s_own_document_only(tmp_path: Path) -> None:
+    root = _with_corpus(
+        write_beir(tmp_path / "b"),
+        [{"_id": "q2", "title": "Forgot my password", "text": "What do I do now?"}],
+    )
+    data = load_beir(root)
+    asked: list[int] = []
+
+    def search(text: str, k: int) -> list[str]:
+        asked.append(k)
+        return ["q2", "t1", "q4", "t3"][:k]
+
+    by_id = {q.query_id: q for q in data.queries}
+    assert data.self_indexed == frozenset({"q2"})
+    assert data.ranking(by_id["q2"], search, 2) == ["t1", "q4"]
+    assert data.ranking(by_id["q4"], search, 2) == ["q2", "t1"]  # not q4's own document
+    assert asked == [3, 2]

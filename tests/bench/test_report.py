@@ -103,7 +103,12 @@ def test_result_files_record_no_absolute_path(
     text = paths["jsonl"].read_text()
     assert str(tmp_path) not in text
     line = json.loads(text.splitlines()[0])
-    assert line["dataset"] == {"name": "c", "path": "data/beir-c"}
+    assert line["dataset"] == {
+        "name": "c",
+        "path": "data/beir-c",
+        "judgements": "test",
+        "self_indexed_queries": 0,
+    }
     assert line["config"]["data_dirs"] == ["data/beir-c"]
     assert line["config"]["out_dir"] == "out"
 
