@@ -6,12 +6,28 @@ microseconds per hit where tantivy's ``SnippetGenerator`` would re-analyze the d
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 
 from sparse.contracts import MAX_EXCERPT_LENGTH
 
 _LEAD_FRACTION = 4
 """The match starts about a quarter into the window, so the excerpt shows its context."""
+
+
+def _ascii_form(character: str) -> str | None:
+    """The one ASCII letter a Latin letter with diacritics folds to, if it has one."""
+    base = unicodedata.normalize("NFKD", character)[:1]
+    return base if base.isascii() and base.isalpha() else None
+
+
+_FOLD_ONE_TO_ONE = {
+    ord(character): folded
+    for character in map(chr, range(0xC0, 0x250))
+    if (folded := _ascii_form(character)) is not None
+}
+"""Latin-1 Supplement and Latin Extended-A/B letters to their ASCII letter, one character
+each (``ß``, ``æ`` and other letters that fold to two are left as they are)."""
 
 
 def make_excerpt(text: str, terms: Sequence[str], max_length: int = MAX_EXCERPT_LENGTH) -> str:
@@ -31,6 +47,10 @@ def make_excerpt(text: str, terms: Sequence[str], max_length: int = MAX_EXCERPT_
     if len(lowered) != len(text):  # rare case-mappings change lengths; match as written
         lowered = text
     position = _first_match(lowered, terms)
+    if position is None and not lowered.isascii():
+        # The index folds accents (``analyzers``): "meniere" found "Ménière"; look for
+        # it in a copy folded letter for letter, so positions still index ``text``.
+        position = _first_match(lowered.translate(_FOLD_ONE_TO_ONE), terms)
     if position is None:
         return _cut(text, 0, max_length)
     start = max(0, position - max_length // _LEAD_FRACTION)

@@ -40,6 +40,16 @@ def test_earlier_terms_win_over_earlier_positions() -> None:
     assert make_excerpt(text, ["common", "rare"]).startswith("common")
 
 
+def test_an_unaccented_term_finds_its_accented_form_where_it_is() -> None:
+    text = "pad " * 150 + "Ménière's disease, naïve patients" + " pad" * 150
+    excerpt = make_excerpt(text, ["menier", "meniere"])
+    assert "Ménière's disease" in excerpt  # the text as written, around the folded match
+    assert "naïve patients" in make_excerpt(text, ["naiv"])
+    assert make_excerpt(text, ["ménière"]) == excerpt  # the accented form as before
+    # letters that fold to two (æ, ß) are not matched; the start is shown
+    assert make_excerpt("pad " * 150 + "Æsir", ["aesir"]).startswith("pad")
+
+
 def test_no_match_gives_the_start() -> None:
     text = "Beginning words. " + "more " * 200
     assert make_excerpt(text, ["zzz"]).startswith("Beginning words.")
@@ -84,6 +94,10 @@ def test_each_analyzer_has_its_own_field_and_tokenizer() -> None:
         (Analyzer.SIMPLE, "The Studies", ["the", "studies"]),
         (Analyzer.CJK, "東京 Tower", ["東", "京", "tower"]),
         (Analyzer.ENGLISH, "x" * 10_000, []),
+        # folded to ASCII before stemming: accents or not, one term
+        (Analyzer.ENGLISH, "Ménière NAÏVE Sjögren café", ["menier", "naiv", "sjogren", "cafe"]),
+        (Analyzer.ENGLISH, "meniere naive sjogren cafe", ["menier", "naiv", "sjogren", "cafe"]),
+        (Analyzer.ENGLISH, "IL-1β 200Å", ["il", "1β", "200a"]),  # Greek letters stay
     ],
 )
 def test_analysis_chains(analyzer: Analyzer, text: str, expected: list[str]) -> None:

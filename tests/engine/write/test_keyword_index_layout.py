@@ -7,8 +7,12 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+import tantivy
+
 from engine import CorpusConfig, Document, SearchEngine
-from sparse import DEFAULT_TITLE_WEIGHT, SparseDocument, TantivyIndex
+from sparse import DEFAULT_TITLE_WEIGHT, SparseDocument, TantivyIndex, analyzers
+from sparse.analyzers import Analyzer
 
 TEXT = "Sediment cores from the delta show {word} layers deposited after each flood."
 DOCS = [
@@ -98,3 +102,34 @@ def test_the_corpus_title_weight_reaches_the_keyword_index(tmp_path: Path) -> No
     with SearchEngine(tmp_path) as eng:  # persisted with the corpus
         assert eng.corpus("flat").config.title_weight == 1
         assert eng.corpus("weighted").config.title_weight == DEFAULT_TITLE_WEIGHT
+
+
+def test_an_index_built_by_the_previous_english_chain_is_rebuilt_on_open(
+    tmp_path: Path,
+) -> None:
+    # ENGLISH v2 did not fold accents. Its index must not answer with the new chain's
+    # query terms (no "meniere" would find "Ménière"): its tokenizer name differs, so
+    # the engine rebuilds it from the store.
+    docs = [*DOCS, Document(id="m", title="Ménière's disease", text="Vertigo and tinnitus.")]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(analyzers, "_CHAIN_VERSIONS", {Analyzer.ENGLISH: 2})
+        patch.setattr(
+            analyzers, "_BUILDERS", {**analyzers._BUILDERS, Analyzer.ENGLISH: _english_v2}
+        )
+        with SearchEngine(tmp_path) as eng:
+            corpus = eng.create_corpus(CorpusConfig(name="c", embedder=None))
+            corpus.add(docs)
+            assert corpus.search("meniere") == []
+            assert corpus.search("Ménière")[0].source_id == "m"
+    with SearchEngine(tmp_path) as eng:
+        hits = eng.corpus("c").search("meniere vertigo")
+    assert [h.source_id for h in hits] == ["m"]
+    assert Analyzer.ENGLISH.tokenizer_name == "tandem_en_v3"
+
+
+def _english_v2() -> tantivy.TextAnalyzer:
+    builder = tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+    builder = builder.filter(tantivy.Filter.remove_long(analyzers.MAX_TOKEN_LENGTH))
+    builder = builder.filter(tantivy.Filter.lowercase())
+    builder = builder.filter(tantivy.Filter.stopword("english"))
+    return builder.filter(tantivy.Filter.stemmer("english")).build()
