@@ -40,6 +40,12 @@ def _run_parser() -> argparse.ArgumentParser:
         "folder has no test judgements, as BEIR's MS MARCO)",
     )
     parser.add_argument(
+        "--drop-titles",
+        action="store_true",
+        help="remove every document's title first (each corpus is reported as "
+        "NAME-notitle): how the systems do on collections without titles",
+    )
+    parser.add_argument(
         "--systems",
         default="all",
         help="comma-separated systems (default: all): tandem-hybrid, tandem-hybrid-zscore, "
@@ -95,6 +101,7 @@ def _main_run(argv: Sequence[str]) -> int:
     config = RunConfig(
         data_dirs=tuple(args.data) if args.data else (FIXTURE_DIR,),
         split=args.split,
+        drop_titles=args.drop_titles,
         systems=parse_systems(args.systems),
         out_dir=args.out,
         cache_dir=args.cache,

@@ -20,6 +20,7 @@ by accident, and some of those documents are judged relevant to the same-numbere
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
 import json
@@ -87,6 +88,19 @@ class BeirDataset:
         ranked = search(query.text, k + 1)
         return [doc_id for doc_id in ranked if doc_id != query.query_id][:k]
 
+    def without_titles(self) -> BeirDataset:
+        """The same collection with every title removed (named ``<name>-notitle``): a probe
+        of how a system does on collections that have none (FiQA, Quora), made from one
+        that has them, with the same queries and judgements."""
+        documents = tuple(dataclasses.replace(d, title="") for d in self.documents)
+        return dataclasses.replace(
+            self,
+            name=f"{self.name}-notitle",
+            documents=documents,
+            fingerprint=f"{self.fingerprint}:notitle",
+            self_indexed=self_indexed(documents, self.queries),
+        )
+
     def head(self, n_docs: int) -> BeirDataset:
         """The first ``n_docs`` documents, with the same queries and judgments."""
         if n_docs < 1:
@@ -138,6 +152,14 @@ def load_beir(folder: str | Path, name: str | None = None, split: str | None = N
         split=split,
         self_indexed=self_indexed(documents, queries),
     )
+
+
+def load_for_run(
+    folder: str | Path, split: str | None = None, drop_titles: bool = False
+) -> BeirDataset:
+    """The collection a benchmark run scores: ``load_beir``, titles removed if asked."""
+    dataset = load_beir(folder, split=split)
+    return dataset.without_titles() if drop_titles else dataset
 
 
 def _default_split(root: Path) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from bench.dataset import BeirDataset, load_beir
+from bench.dataset import BeirDataset, load_for_run
 from bench.encoder import DEFAULT_MODEL, EncoderBackend, SentenceEncoder
 from bench.floor import fastest_backend, measure_floor
 from bench.report import RunReport, write_report
@@ -35,6 +35,8 @@ class RunConfig:
     data_dirs: tuple[Path, ...] = (FIXTURE_DIR,)
     split: str | None = None
     """Judgements (``qrels/<split>.tsv``); None: ``bench.dataset``'s default."""
+    drop_titles: bool = False
+    """Score every collection without its titles (``BeirDataset.without_titles``)."""
     systems: tuple[SystemName, ...] = tuple(SystemName)
     out_dir: Path = Path("bench-results")
     cache_dir: Path = DEFAULT_CACHE_DIR
@@ -72,7 +74,7 @@ def run_benchmark(config: RunConfig) -> RunReport:
 
 
 def _run_corpus(config: RunConfig, data_dir: Path) -> tuple[list[SystemResult], CorpusFloor]:
-    dataset = load_beir(data_dir, split=config.split)
+    dataset = load_for_run(data_dir, config.split, config.drop_titles)
     runnable = [s for s in config.systems if not missing_requirements(s)]
     needs_model = any(SPECS[s].uses_model for s in runnable)
     encoders: dict[EncoderBackend, SentenceEncoder] = {}
@@ -119,6 +121,7 @@ def _run_corpus(config: RunConfig, data_dir: Path) -> tuple[list[SystemResult], 
         job = SystemJob(
             data_dir=data_dir,
             split=dataset.split,
+            drop_titles=config.drop_titles,
             corpus=dataset.name,
             system=name,
             model=config.model,

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from bench.dataset import BeirDataset, BenchDocument, load_beir
+from bench.dataset import BeirDataset, BenchDocument, load_for_run
 from bench.encoder import EncoderBackend, SentenceEncoder
 from bench.errors import SystemUnavailable
 from bench.quality import evaluate, rounded
@@ -67,12 +67,13 @@ class SystemJob:
     isolated: bool = True
     encoder_docs_per_s: float | None = None
     split: str | None = None
+    drop_titles: bool = False
 
 
 def run_job(job: SystemJob) -> SystemResult:
     """Entry point of a worker process; never raises (failures become ERROR results)."""
     try:
-        dataset = load_beir(job.data_dir, name=job.corpus, split=job.split)
+        dataset = load_for_run(job.data_dir, job.split, job.drop_titles)
         with tempfile.TemporaryDirectory(prefix=f"bench-{job.system.value}-") as tmp:
             return _measure(job, dataset, Path(tmp))
     except SystemUnavailable as exc:

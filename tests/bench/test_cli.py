@@ -144,3 +144,14 @@ def test_a_query_indexed_as_a_document_is_scored_without_it_and_the_split_is_rec
     markdown = (out / "results.md").read_text()
     assert "Scored with the `dev` judgements" in markdown
     assert "1 query is itself a document of the corpus" in markdown
+
+
+def test_drop_titles_scores_every_system_on_the_bare_collection(
+    tiny_beir: Path, tmp_path: Path
+) -> None:
+    out = run_in_process(tiny_beir, tmp_path, "tandem-keyword,bm25s", "--drop-titles")
+    lines = read_lines(out)
+    assert {x["corpus"] for x in lines} == {"tiny-notitle"}
+    assert {x["system"] for x in lines} == {"tandem-keyword", "bm25s"}
+    assert all(x["status"] == "ok" and x["config"]["drop_titles"] for x in lines)
+    assert "## tiny-notitle" in (out / "results.md").read_text()

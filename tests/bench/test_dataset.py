@@ -186,3 +186,19 @@ def test_ranking_leaves_out_the_query_s_own_document_only(tmp_path: Path) -> Non
     assert data.ranking(by_id["q2"], search, 2) == ["t1", "q4"]
     assert data.ranking(by_id["q4"], search, 2) == ["q2", "t1"]  # not q4's own document
     assert asked == [3, 2]
+
+
+def test_without_titles_is_the_same_collection_with_no_title(tmp_path: Path) -> None:
+    root = _with_corpus(
+        write_beir(tmp_path / "b"),
+        [{"_id": "q2", "title": "Forgot my password", "text": "What do I do now?"}],
+    )
+    data = load_beir(root)
+    bare = data.without_titles()
+    assert bare.name == "b-notitle"
+    assert [d.doc_id for d in bare.documents] == [d.doc_id for d in data.documents]
+    assert all(d.title == "" and d.full_text == d.text for d in bare.documents)
+    assert (bare.queries, bare.qrels, bare.split) == (data.queries, data.qrels, data.split)
+    assert bare.fingerprint != data.fingerprint  # its vectors are cached apart
+    # q2's document named the query only in its title
+    assert (data.self_indexed, bare.self_indexed) == (frozenset({"q2"}), frozenset())
