@@ -7,7 +7,8 @@ microseconds per hit where tantivy's ``SnippetGenerator`` would re-analyze the d
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 
 from sparse.contracts import MAX_EXCERPT_LENGTH
 
@@ -21,11 +22,13 @@ def _ascii_form(character: str) -> str | None:
     return base if base.isascii() and base.isalpha() else None
 
 
-_FOLD_ONE_TO_ONE = {
-    ord(character): folded
-    for character in map(chr, range(0xC0, 0x250))
-    if (folded := _ascii_form(character)) is not None
-}
+_FOLD_ONE_TO_ONE: Mapping[int, str] = MappingProxyType(
+    {
+        ord(character): folded
+        for character in map(chr, range(0xC0, 0x250))
+        if (folded := _ascii_form(character)) is not None
+    }
+)
 """Latin-1 Supplement and Latin Extended-A/B letters to their ASCII letter, one character
 each (``ß``, ``æ`` and other letters that fold to two are left as they are)."""
 
