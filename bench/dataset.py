@@ -35,7 +35,6 @@ CORPUS_NAMES = ("corpus.jsonl", "corpus.jsonl.gz")
 QUERIES_NAME = "queries.jsonl"
 QRELS_SPLITS = ("test", "dev")
 """The judgement files tried, in order, when no split is named: ``qrels/<split>.tsv``."""
-QRELS_PATH = Path("qrels") / "test.tsv"
 
 Qrels = dict[str, dict[str, int]]
 """query id → {document id → graded relevance}."""
@@ -137,7 +136,7 @@ def load_beir(folder: str | Path, name: str | None = None, split: str | None = N
     documents = tuple(_read_documents(corpus_path))
     if not documents:
         raise DatasetError(f"empty corpus: {corpus_path}")
-    split = split or _default_split(root)
+    split = _checked_split(split) if split is not None else _default_split(root)
     qrels = read_qrels(root / "qrels" / f"{split}.tsv")
     all_queries = _read_queries(root / QUERIES_NAME)
     queries = tuple(q for q in all_queries if qrels.get(q.query_id))
@@ -160,6 +159,16 @@ def load_for_run(
     """The collection a benchmark run scores: ``load_beir``, titles removed if asked."""
     dataset = load_beir(folder, split=split)
     return dataset.without_titles() if drop_titles else dataset
+
+
+def _checked_split(split: str) -> str:
+    """A split names a file in ``qrels/``: letters, digits, ``_``, ``-``, ``.``; no path."""
+    name = split.strip()
+    if not name or len(name) > 64 or not all(c.isalnum() or c in "_-." for c in name):
+        raise DatasetError(f"not a split name (like test, dev or train): {split!r}")
+    if name.startswith("."):
+        raise DatasetError(f"not a split name (like test, dev or train): {split!r}")
+    return name
 
 
 def _default_split(root: Path) -> str:

@@ -145,6 +145,9 @@ def test_a_named_split_is_read_and_a_missing_one_is_named(tmp_path: Path) -> Non
     assert [q.query_id for q in train.queries] == ["q2"]
     with pytest.raises(DatasetError, match=r"dev\.tsv"):
         load_beir(root, split="dev")
+    for bad in ("../test", "qrels/test", "", ".hidden", "x" * 65):
+        with pytest.raises(DatasetError, match="not a split name"):
+            load_beir(root, split=bad)
 
 
 def _with_corpus(root: Path, extra: list[dict[str, str]]) -> Path:
