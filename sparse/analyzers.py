@@ -21,7 +21,11 @@ keeps one BM25 field per analyzer, and a document goes to the field of its langu
   0.6838 -> 0.6841 (train 0.6957 -> 0.6964). Dropping every one-letter token instead, as
   bm25s's tokenizer does, gained more on CISI (0.3813) but lost on SciFact (0.6811, train
   0.6950), whose "T cells", "vitamin D" and "hepatitis B" need their letter.
-- ``GERMAN``: the same chain with German stop words and the German stemmer.
+- ``GERMAN``, ``FRENCH``, ``SPANISH``, ``ITALIAN``, ``PORTUGUESE``, ``DUTCH``,
+  ``SWEDISH``, ``NORWEGIAN``, ``DANISH``, ``FINNISH``, ``HUNGARIAN``, ``RUSSIAN``: words,
+  long tokens dropped, lowercased, the language's stop words removed, its Snowball
+  stemmer (every language for which tantivy has both a stop list and a stemmer; French
+  elisions ``l'``, ``d'``, ``qu'`` go with the stop words).
 - ``SIMPLE``: words, lowercased, no stop words, no stemming (any space-delimited script).
 - ``CJK``: every Han, Hiragana, Katakana, Hangul or Thai character is its own token
   (unigrams, as Lucene's standard analyzer does for Han); runs of other letters and digits
@@ -49,6 +53,17 @@ class Analyzer(Enum):
 
     ENGLISH = "en"
     GERMAN = "de"
+    FRENCH = "fr"
+    SPANISH = "es"
+    ITALIAN = "it"
+    PORTUGUESE = "pt"
+    DUTCH = "nl"
+    SWEDISH = "sv"
+    NORWEGIAN = "no"
+    DANISH = "da"
+    FINNISH = "fi"
+    HUNGARIAN = "hu"
+    RUSSIAN = "ru"
     SIMPLE = "simple"
     CJK = "cjk"
 
@@ -104,8 +119,13 @@ def _english() -> tantivy.TextAnalyzer:
     )
 
 
-def _german() -> tantivy.TextAnalyzer:
-    return _words(tantivy.Filter.stopword("german"), tantivy.Filter.stemmer("german"))
+def _snowball(language: str) -> Callable[[], tantivy.TextAnalyzer]:
+    """The chain of a language with a tantivy stop list and Snowball stemmer."""
+
+    def build() -> tantivy.TextAnalyzer:
+        return _words(tantivy.Filter.stopword(language), tantivy.Filter.stemmer(language))
+
+    return build
 
 
 def _simple() -> tantivy.TextAnalyzer:
@@ -151,7 +171,18 @@ folding)."""
 _BUILDERS: Mapping[Analyzer, Callable[[], tantivy.TextAnalyzer]] = MappingProxyType(
     {
         Analyzer.ENGLISH: _english,
-        Analyzer.GERMAN: _german,
+        Analyzer.GERMAN: _snowball("german"),
+        Analyzer.FRENCH: _snowball("french"),
+        Analyzer.SPANISH: _snowball("spanish"),
+        Analyzer.ITALIAN: _snowball("italian"),
+        Analyzer.PORTUGUESE: _snowball("portuguese"),
+        Analyzer.DUTCH: _snowball("dutch"),
+        Analyzer.SWEDISH: _snowball("swedish"),
+        Analyzer.NORWEGIAN: _snowball("norwegian"),
+        Analyzer.DANISH: _snowball("danish"),
+        Analyzer.FINNISH: _snowball("finnish"),
+        Analyzer.HUNGARIAN: _snowball("hungarian"),
+        Analyzer.RUSSIAN: _snowball("russian"),
         Analyzer.SIMPLE: _simple,
         Analyzer.CJK: _cjk,
     }
@@ -170,6 +201,9 @@ class LanguageAnalyzers:
 
     by_language: Mapping[int, Analyzer] = field(default_factory=lambda: DEFAULT_LANGUAGE_ANALYZERS)
     fallback: Analyzer = FALLBACK_ANALYZER
+    routed: tuple[Analyzer, ...] = field(init=False, repr=False, compare=False)
+    """Every analyzer a document can go to (the map's and the fallback), in ``Analyzer``
+    order: an index keeps a field for each of these only."""
 
     def __post_init__(self) -> None:
         for language_id, analyzer in self.by_language.items():
@@ -182,6 +216,8 @@ class LanguageAnalyzers:
         if not isinstance(self.fallback, Analyzer):
             raise ValueError(f"not an Analyzer: {self.fallback!r}")
         object.__setattr__(self, "by_language", MappingProxyType(dict(self.by_language)))
+        used = {*self.by_language.values(), self.fallback}
+        object.__setattr__(self, "routed", tuple(a for a in Analyzer if a in used))
 
     def for_language(self, language_id: int) -> Analyzer:
         """The analyzer for ``language_id`` (the fallback when the map does not name it)."""

@@ -107,8 +107,10 @@ def build_schema(
     *,
     store_text: bool = True,
     title_weight: int = DEFAULT_TITLE_WEIGHT,
+    analyzers: LanguageAnalyzers | None = None,
 ) -> tantivy.Schema:
-    """The schema of a Tandem tantivy index: one text field per analyzer, one field per
+    """The schema of a Tandem tantivy index: one text field per analyzer a document can be
+    routed to (``LanguageAnalyzers.routed``; default: English and the fallback), one field per
     declared filterable field (``fields``: name -> kind); the body stored for excerpts
     unless ``store_text`` is false; an empty marker field naming ``title_weight``."""
     builder = tantivy.SchemaBuilder()
@@ -123,7 +125,7 @@ def build_schema(
     builder.add_text_field(F_ANALYZER, tokenizer_name="raw", index_option="basic")
     # Never written: only its name matters (see the module docstring).
     builder.add_integer_field(f"{_LAYOUT_PREFIX}{check_title_weight(title_weight)}")
-    for analyzer in Analyzer:
+    for analyzer in (analyzers or LanguageAnalyzers()).routed:
         builder.add_text_field(
             analyzer.field_name, tokenizer_name=analyzer.tokenizer_name, index_option="freq"
         )
@@ -222,13 +224,17 @@ class TantivyIndex:
     @cached_property
     def schema(self) -> tantivy.Schema:
         return build_schema(
-            self._fields, store_text=self._store_text, title_weight=self._title_weight
+            self._fields,
+            store_text=self._store_text,
+            title_weight=self._title_weight,
+            analyzers=self._analyzers,
         )
 
     @cached_property
     def query_analyzers(self) -> Mapping[Analyzer, tantivy.TextAnalyzer]:
-        """One ``TextAnalyzer`` per analyzer, to analyze query text exactly as documents."""
-        return {analyzer: analyzer.build() for analyzer in Analyzer}
+        """One ``TextAnalyzer`` per routed analyzer, to analyze query text exactly as
+        documents."""
+        return {analyzer: analyzer.build() for analyzer in self._analyzers.routed}
 
     def is_available(self) -> bool:
         """True when the index opens and its directory is intact. Never raises."""
@@ -244,7 +250,7 @@ class TantivyIndex:
         if not os.path.isfile(self._meta_file):
             raise SparseIndexCorruptError(f"index directory is gone: {self._path}")
         searcher = index.searcher()
-        counts = {a: searcher.doc_freq(F_ANALYZER, a.value) for a in Analyzer}
+        counts = {a: searcher.doc_freq(F_ANALYZER, a.value) for a in self._analyzers.routed}
         in_use = tuple(a for a, count in counts.items() if count > 0)
         return IndexView(
             searcher=searcher,
@@ -337,7 +343,7 @@ class TantivyIndex:
             raise
         except (ValueError, OSError) as exc:
             raise SparseIndexCorruptError(f"cannot open tantivy index at {path}") from exc
-        for analyzer in Analyzer:
+        for analyzer in self._analyzers.routed:
             index.register_tokenizer(analyzer.tokenizer_name, analyzer.build())
         return index
 

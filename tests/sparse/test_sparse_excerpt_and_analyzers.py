@@ -77,7 +77,7 @@ def test_excerpt_is_bounded_substring(text: str, terms: list[str], max_length: i
 def test_analyzer_from_str_and_its_error_lists_valid_values() -> None:
     assert Analyzer.from_str("EN") is Analyzer.ENGLISH
     assert Analyzer.from_str("german") is Analyzer.GERMAN
-    with pytest.raises(ValueError, match="en, de, simple, cjk"):
+    with pytest.raises(ValueError, match=r"en, de, fr, es, .*, ru, simple, cjk"):
         Analyzer.from_str("klingon")
 
 
@@ -91,6 +91,18 @@ def test_each_analyzer_has_its_own_field_and_tokenizer() -> None:
     [
         (Analyzer.ENGLISH, "The Studies of running", ["studi", "run"]),
         (Analyzer.GERMAN, "Die Häuser und Katzen", ["haus", "katz"]),
+        # each language: its stop words gone, its Snowball stemmer
+        (Analyzer.FRENCH, "L'homme et les chevaux", ["homm", "cheval"]),
+        (Analyzer.SPANISH, "Los caballos y las casas", ["caball", "cas"]),
+        (Analyzer.ITALIAN, "Gli uomini e le case", ["uomin", "cas"]),
+        (Analyzer.PORTUGUESE, "Os cavalos e as casas", ["caval", "cas"]),
+        (Analyzer.DUTCH, "De paarden en de huizen", ["paar", "huis"]),
+        (Analyzer.SWEDISH, "Hästarna och husen", ["häst", "hus"]),
+        (Analyzer.NORWEGIAN, "Hestene og husene", ["hest", "hus"]),
+        (Analyzer.DANISH, "Hestene og husene", ["hest", "hus"]),
+        (Analyzer.FINNISH, "Hevoset ja talot", ["hevos", "talo"]),
+        (Analyzer.HUNGARIAN, "A lovak és a házak", ["lov", "ház"]),
+        (Analyzer.RUSSIAN, "Лошади и дома", ["лошад", "дом"]),
         (Analyzer.SIMPLE, "The Studies", ["the", "studies"]),
         (Analyzer.CJK, "東京 Tower", ["東", "京", "tower"]),
         (Analyzer.ENGLISH, "x" * 10_000, []),
@@ -126,3 +138,25 @@ def test_the_map_is_copied_and_frozen() -> None:
 def test_invalid_maps_raise_value_error(bad: dict[object, object]) -> None:
     with pytest.raises(ValueError):
         LanguageAnalyzers(bad)  # type: ignore[arg-type]
+
+
+def test_a_language_s_plural_finds_its_singular() -> None:
+    pairs = {
+        Analyzer.FRENCH: ("chevaux", "cheval"),
+        Analyzer.SPANISH: ("casas", "casa"),
+        Analyzer.ITALIAN: ("case", "casa"),
+        Analyzer.PORTUGUESE: ("cavalos", "cavalo"),
+        Analyzer.RUSSIAN: ("лошади", "лошадь"),
+        Analyzer.GERMAN: ("Katzen", "Katze"),
+    }
+    for analyzer, (plural, singular) in pairs.items():
+        chain = analyzer.build()
+        assert chain.analyze(plural) == chain.analyze(singular) != [], analyzer
+
+
+def test_an_index_keeps_fields_only_for_the_analyzers_it_routes_to() -> None:
+    default = LanguageAnalyzers()
+    assert default.routed == (Analyzer.ENGLISH, FALLBACK_ANALYZER)
+    mixed = LanguageAnalyzers({0: Analyzer.ENGLISH, 3: Analyzer.FRENCH, 4: Analyzer.FRENCH})
+    assert mixed.routed == (Analyzer.ENGLISH, Analyzer.FRENCH, Analyzer.CJK)  # enum order
+    assert LanguageAnalyzers({0: Analyzer.CJK}).routed == (Analyzer.CJK,)

@@ -133,3 +133,27 @@ def _english_v2() -> tantivy.TextAnalyzer:
     builder = builder.filter(tantivy.Filter.lowercase())
     builder = builder.filter(tantivy.Filter.stopword("english"))
     return builder.filter(tantivy.Filter.stemmer("english")).build()
+
+
+def test_a_corpus_searches_each_language_with_its_own_analyzer(tmp_path: Path) -> None:
+    docs = [
+        Document(id="fr", title="Les chevaux", text="Les chevaux de course.", language_id=1),
+        Document(id="es", title="Las casas", text="Las casas blancas.", language_id=2),
+        Document(id="en", title="Horses", text="Race horses.", language_id=0),
+    ]
+    with SearchEngine(tmp_path) as eng:
+        corpus = eng.create_corpus(
+            CorpusConfig(name="c", embedder=None, languages={1: "fr", 2: "es"})
+        )
+        corpus.add(docs)
+        assert [h.source_id for h in corpus.search("cheval", language_id=1)] == ["fr"]
+        assert [h.source_id for h in corpus.search("casa", language_id=2)] == ["es"]
+        assert [h.source_id for h in corpus.search("horse")] == ["en"]
+        # "les" is a French stop word: only the French field drops it
+        assert corpus.search("les", language_id=1) == []
+    # the index's fields are those of the analyzers it routes to: opened with another
+    # language map, its schema does not match (the owner would rebuild it)
+    directory = tmp_path / "corpora" / "c" / "tantivy"
+    routed = {0: Analyzer.ENGLISH, 1: Analyzer.FRENCH, 2: Analyzer.SPANISH}
+    assert TantivyIndex(directory, routed, store_text=False).doc_count() == 3
+    assert not TantivyIndex(directory, {0: Analyzer.ENGLISH}, store_text=False).is_available()
