@@ -61,3 +61,20 @@ def test_time_interleaved_alternates_in_blocks() -> None:
     assert len(a) == len(b) == 5
     with pytest.raises(ValueError):
         time_interleaved(str, str, "x", block=0)
+
+
+def test_time_interleaved_passes_swap_the_lead_and_keep_every_sample() -> None:
+    calls: list[str] = []
+    a, b = time_interleaved(
+        lambda x: calls.append(f"a{x}"),
+        lambda x: calls.append(f"b{x}"),
+        "123",
+        block=2,
+        passes=3,
+    )
+    one = ["a1", "a2", "b1", "b2", "a3", "b3"]
+    swapped = ["b1", "b2", "a1", "a2", "b3", "a3"]
+    assert calls == one + swapped + one
+    assert len(a) == len(b) == 9
+    with pytest.raises(ValueError):
+        time_interleaved(str, str, "x", passes=0)
