@@ -57,7 +57,8 @@ from sparse.contracts import (
 )
 from sparse.errors import SparseIndexCorruptError
 from sparse.excerpt import make_excerpt
-from sparse.tantivy_index import (
+from sparse.tantivy_index import IndexView, TantivyIndex
+from sparse.tantivy_schema import (
     F_BODY,
     F_ID,
     F_LANGUAGE,
@@ -65,8 +66,6 @@ from sparse.tantivy_index import (
     F_PUBLIC,
     F_TITLE,
     F_URL,
-    IndexView,
-    TantivyIndex,
     field_name_for,
 )
 

@@ -19,7 +19,8 @@ from sparse.contracts import (
 from sparse.errors import SparseError, SparseIndexCorruptError, SparseIndexLockedError
 from sparse.facade import KeywordSearchFacade
 from sparse.tantivy_backend import TantivyBackend
-from sparse.tantivy_index import TantivyIndex, build_schema
+from sparse.tantivy_index import TantivyIndex
+from sparse.tantivy_schema import build_schema
 
 DOCS = [
     SparseDocument(f"d{i}", f"Walrus {i}", "Walruses live in the Arctic.", url=f"/d{i}")

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from sparse import DEFAULT_TITLE_WEIGHT, MAX_TITLE_WEIGHT, SparseDocument, TantivyIndex
 from sparse.tantivy_backend import TantivyBackend
-from sparse.tantivy_index import indexed_text
+from sparse.tantivy_schema import indexed_text
 from tests.sparse.backend_contract import PUBLIC, ids, query
 
 K1, B = 1.2, 0.75  # tantivy's BM25 constants
