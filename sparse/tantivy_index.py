@@ -46,17 +46,10 @@ from sparse.errors import SparseError, SparseIndexCorruptError, SparseIndexLocke
 from sparse.shadow_dir import ShadowDirectory
 from sparse.tantivy_schema import (
     F_ANALYZER,
-    F_BODY,
     F_ID,
-    F_LANGUAGE,
-    F_PAGE_UID,
-    F_PUBLIC,
-    F_TITLE,
-    F_URL,
     build_schema,
     check_title_weight,
-    field_name_for,
-    indexed_text,
+    layout_document,
 )
 
 logger = logging.getLogger(__name__)
@@ -311,28 +304,16 @@ class TantivyIndex:
         if doc.page_uid is not None and not _is_int64(doc.page_uid):
             raise ValueError(f"page_uid must be a 64-bit int or None, got {doc.page_uid!r}")
         analyzer = self._analyzers.for_language(doc.language_id)
-        out = tantivy.Document()
-        out.add_text(F_ID, doc.source_id)
-        out.add_bytes(F_TITLE, doc.title.encode("utf-8", "replace"))
-        if self._store_text:
-            out.add_bytes(F_BODY, doc.text.encode("utf-8", "replace"))
-        out.add_bytes(F_URL, doc.url.encode("utf-8", "replace"))
-        out.add_integer(F_LANGUAGE, doc.language_id)
-        out.add_boolean(F_PUBLIC, bool(doc.public))
-        if doc.page_uid is not None:
-            out.add_integer(F_PAGE_UID, doc.page_uid)
-        out.add_text(F_ANALYZER, analyzer.value)
-        text = indexed_text(doc.title, doc.text, self._title_weight)
-        out.add_text(analyzer.field_name, analyzer.prepare(text))
         for name, value in doc.fields:
             kind = self._fields.get(name)
-            if kind is FieldKind.KEYWORD and isinstance(value, str):
-                out.add_text(field_name_for(name), value)
-            elif kind is FieldKind.INTEGER and isinstance(value, int) and _is_int64(value):
-                out.add_integer(field_name_for(name), value)
-            else:
+            declared = (kind is FieldKind.KEYWORD and isinstance(value, str)) or (
+                kind is FieldKind.INTEGER and isinstance(value, int) and _is_int64(value)
+            )
+            if not declared:
                 raise ValueError(f"field {name!r} is not declared as {type(value).__name__}")
-        return out
+        return layout_document(
+            doc, analyzer, title_weight=self._title_weight, store_text=self._store_text
+        )
 
 
 def _add_all(writer: tantivy.IndexWriter, docs: Sequence[tantivy.Document]) -> None:

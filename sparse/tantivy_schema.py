@@ -22,8 +22,8 @@ from collections.abc import Mapping
 
 import tantivy
 
-from sparse.analyzers import LanguageAnalyzers
-from sparse.contracts import DEFAULT_TITLE_WEIGHT, MAX_TITLE_WEIGHT, FieldKind
+from sparse.analyzers import Analyzer, LanguageAnalyzers
+from sparse.contracts import DEFAULT_TITLE_WEIGHT, MAX_TITLE_WEIGHT, FieldKind, SparseDocument
 
 F_ID = "source_id"
 F_TITLE = "title"
@@ -96,3 +96,29 @@ def build_schema(
         else:
             builder.add_integer_field(field_name_for(name), indexed=True, fast=True)
     return builder.build()
+
+
+def layout_document(
+    doc: SparseDocument, analyzer: Analyzer, *, title_weight: int, store_text: bool
+) -> tantivy.Document:
+    """``doc`` as this schema holds it, its text in ``analyzer``'s field. The caller has
+    validated it (ids, 64-bit integers, declared fields: ``sparse.tantivy_index``)."""
+    out = tantivy.Document()
+    out.add_text(F_ID, doc.source_id)
+    out.add_bytes(F_TITLE, doc.title.encode("utf-8", "replace"))
+    if store_text:
+        out.add_bytes(F_BODY, doc.text.encode("utf-8", "replace"))
+    out.add_bytes(F_URL, doc.url.encode("utf-8", "replace"))
+    out.add_integer(F_LANGUAGE, doc.language_id)
+    out.add_boolean(F_PUBLIC, bool(doc.public))
+    if doc.page_uid is not None:
+        out.add_integer(F_PAGE_UID, doc.page_uid)
+    out.add_text(F_ANALYZER, analyzer.value)
+    text = indexed_text(doc.title, doc.text, title_weight)
+    out.add_text(analyzer.field_name, analyzer.prepare(text))
+    for name, value in doc.fields:
+        if isinstance(value, str):
+            out.add_text(field_name_for(name), value)
+        else:
+            out.add_integer(field_name_for(name), value)
+    return out
