@@ -33,6 +33,7 @@ from engine.surfaces.bulk import BulkReport, add_all
 from engine.surfaces.cli_args import DEFAULT_HOME as DEFAULT_HOME  # still importable here
 from engine.surfaces.cli_args import (
     HOME_ENV,
+    AnalyzerOpt,
     CommandError,
     CorpusArg,
     FusionChoice,
@@ -46,6 +47,7 @@ from engine.surfaces.cli_args import (
     console,
     engine_home,
     field_declarations,
+    language_analyzers,
     ollama_spec,
     open_corpus,
     open_engine,
@@ -119,6 +121,7 @@ def create(
     ] = None,
     fusion: FusionOpt = FusionChoice.RRF,
     title_weight: TitleWeightOpt = DEFAULT_TITLE_WEIGHT,
+    analyzer: AnalyzerOpt = None,
     path: PathOpt = None,
 ) -> None:
     """Create a corpus."""
@@ -146,6 +149,7 @@ def create(
             "fields": field_declarations(field or []),
             "fusion": fusion.value,  # a shorthand: "rrf" or "zscore" with its defaults
             "title_weight": title_weight,
+            "languages": language_analyzers(analyzer or []),
         }
     )
     with open_engine(ctx, path, create=True) as engine:
@@ -156,6 +160,8 @@ def create(
         kind += f", fusion {config.fusion.kind}"
     if title_weight != DEFAULT_TITLE_WEIGHT:
         kind += f", title weight {title_weight}"
+    if config.languages:
+        kind += ", analyzers " + ", ".join(f"{k}:{v}" for k, v in config.languages.items())
     if config.fields:
         kind += ", fields " + ", ".join(f"{k}:{v.value}" for k, v in config.fields.items())
     typer.echo(f"created corpus {corpus} ({kind}) in {home}")

@@ -18,8 +18,13 @@ from rich.console import Console
 
 from engine import Corpus, FieldType, OllamaEmbedding, SearchEngine
 from engine.config import names_no_model
-from engine.limits import SOURCE_ID_RULE, is_valid_corpus_name, is_valid_source_id
-from sparse import MAX_TITLE_WEIGHT
+from engine.limits import (
+    MAX_LANGUAGE_ID,
+    SOURCE_ID_RULE,
+    is_valid_corpus_name,
+    is_valid_source_id,
+)
+from sparse import MAX_TITLE_WEIGHT, Analyzer
 
 DEFAULT_HOME = "tandem-data"
 HOME_ENV = "TANDEM_HOME"
@@ -131,6 +136,43 @@ def open_corpus(ctx: typer.Context, path: Path | None, name: str) -> Iterator[Co
 
 def console() -> Console:
     return Console(highlight=False, soft_wrap=False)
+
+
+AnalyzerOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--analyzer",
+        help="Keyword analyzer for a language id, ID:NAME with NAME one of "
+        f"{', '.join(a.value for a in Analyzer)} (repeat for several; id 0 is English "
+        "unless named here; an unnamed id gets the CJK fallback).",
+        metavar="ID:NAME",
+    ),
+]
+
+
+def language_analyzers(values: list[str]) -> dict[int, str]:
+    """``["1:fr", "2:de"]`` -> ``{1: "fr", 2: "de"}`` (``CorpusConfig.languages``)."""
+    valid = ", ".join(a.value for a in Analyzer)
+    chosen: dict[int, str] = {}
+    for value in values:
+        language, sep, name = value.partition(":")
+        if not sep or not language.strip().isdigit() or int(language) > MAX_LANGUAGE_ID:
+            raise typer.BadParameter(
+                f"{value!r}: expected ID:NAME with ID a language id 0..{MAX_LANGUAGE_ID}",
+                param_hint="--analyzer",
+            )
+        try:
+            analyzer = Analyzer.from_str(name)
+        except ValueError:
+            raise typer.BadParameter(
+                f"{value!r}: unknown analyzer {name!r}; valid: {valid}", param_hint="--analyzer"
+            ) from None
+        if int(language) in chosen:
+            raise typer.BadParameter(
+                f"language {int(language)} is named twice", param_hint="--analyzer"
+            )
+        chosen[int(language)] = analyzer.value
+    return chosen
 
 
 def field_declarations(values: list[str]) -> dict[str, FieldType]:

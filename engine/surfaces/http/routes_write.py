@@ -103,6 +103,7 @@ async def create_corpus(request: Request, body: CreateCorpusRequest) -> JsonAnsw
                 "fields": body.fields,
                 "fusion": body.fusion,  # a shorthand: "rrf" or "zscore" with its defaults
                 "title_weight": body.title_weight,
+                "languages": body.languages,
             }
         )
     except pydantic.ValidationError as exc:
@@ -116,6 +117,7 @@ async def create_corpus(request: Request, body: CreateCorpusRequest) -> JsonAnsw
         "fields": fields,
         "fusion": body.fusion,
         "title_weight": body.title_weight,
+        "languages": {str(k): v for k, v in config.languages.items()},
     }
     return JsonAnswer(answer, status_code=201)
 

@@ -19,7 +19,7 @@ from engine import FieldType, GrepMatch, Passage, SourceText
 from engine.config import DEFAULT_MODEL
 from engine.limits import CORPUS_NAME_PATTERN, MAX_TITLE_CHARS
 from engine.surfaces.memory import MAX_MEMORY_CHARS, Recalled
-from sparse import DEFAULT_TITLE_WEIGHT, MAX_QUERY_LENGTH, MAX_TITLE_WEIGHT
+from sparse import DEFAULT_TITLE_WEIGHT, MAX_QUERY_LENGTH, MAX_TITLE_WEIGHT, Analyzer
 
 __all__ = [
     "AskRequest",
@@ -107,6 +107,13 @@ class CreateCorpusRequest(_Request):
         ge=1,
         le=MAX_TITLE_WEIGHT,
         description="How many times the keyword index counts a title ahead of the body.",
+    )
+    languages: dict[int, str] = Field(
+        default_factory=dict,
+        max_length=64,
+        description='Keyword analyzer per language id, e.g. {"1": "fr", "2": "de"}: one of '
+        + ", ".join(a.value for a in Analyzer)
+        + ". Id 0 is English unless named; an unnamed id gets the CJK fallback.",
     )
 
 

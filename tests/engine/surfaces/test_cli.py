@@ -181,6 +181,24 @@ def test_create_chooses_fusion_and_title_weight(tmp_path: Path) -> None:
         assert "bad" not in engine.list_corpora()
 
 
+def test_create_names_an_analyzer_per_language(tmp_path: Path) -> None:
+    home = tmp_path / "engine"
+    made = ok(tandem("create", "multi", "--no-vectors", "--analyzer", "1:fr", home=home))
+    assert "analyzers 1:fr" in made.stdout
+    rows = [{"id": "c", "title": "Les chevaux", "text": "Course.", "language_id": 1}]
+    ok(tandem("add", "multi", str(write_jsonl(tmp_path / "fr.jsonl", rows)), home=home))
+    found = ok(tandem("search", "multi", "cheval", "--language", "1", "--json", home=home))
+    assert [p["source_id"] for p in json.loads(found.stdout)["passages"]] == ["c"]
+    for bad in ("1=fr", "x:fr", "1:klingon", "-1:fr", "99999999:fr"):
+        refused = tandem("create", "bad", "--no-vectors", "--analyzer", bad, home=home)
+        assert refused.returncode == 2 and "--analyzer" in refused.stderr, bad
+    twice = ("--analyzer", "1:fr", "--analyzer", "1:de")
+    assert tandem("create", "bad", "--no-vectors", *twice, home=home).returncode == 2
+    with SearchEngine(home) as engine:
+        assert dict(engine.corpus("multi").config.languages) == {1: "fr"}
+        assert "bad" not in engine.list_corpora()
+
+
 def test_fusion_names_agree_across_surfaces() -> None:
     """The CLI's choices and the HTTP schema's literal repeat the config's shorthands
     (typer and pydantic need them spelled out); they must not drift apart."""

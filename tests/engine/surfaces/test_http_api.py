@@ -295,6 +295,28 @@ def test_create_chooses_fusion_and_title_weight(client: TestClient) -> None:
     assert "bad1" not in engine.list_corpora()
 
 
+def test_create_names_an_analyzer_per_language(client: TestClient) -> None:
+    made = client.post(
+        "/v1/corpora",
+        json={"name": "multi", "embedder": None, "languages": {"1": "fr", "2": "es"}},
+        headers=AUTH,
+    )
+    assert made.status_code == 201
+    assert made.json()["languages"] == {"1": "fr", "2": "es"}
+    engine: SearchEngine = client.app.state.engine  # type: ignore[attr-defined]
+    corpus = engine.corpus("multi")
+    assert dict(corpus.config.languages) == {1: "fr", 2: "es"}
+    corpus.add([Document(id="c", title="Les chevaux", text="Course.", language_id=1)])
+    found = client.post(
+        "/v1/corpora/multi/search", json={"query": "cheval", "language_id": 1}
+    ).json()["passages"]
+    assert [p["source_id"] for p in found] == ["c"]  # French stemming: chevaux = cheval
+    for bad in ({"1": "klingon"}, {"x": "fr"}, {"-1": "fr"}, {"99999999": "fr"}, {"1": 3}):
+        answer = client.post("/v1/corpora", json={"name": "bad2", "languages": bad}, headers=AUTH)
+        assert answer.status_code == 422, bad
+    assert "bad2" not in engine.list_corpora()
+
+
 def test_create_add_delete_and_drop_with_the_token(client: TestClient) -> None:
     created = client.post(
         "/v1/corpora",
