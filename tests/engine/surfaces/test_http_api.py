@@ -330,6 +330,7 @@ def test_create_add_delete_and_drop_with_the_token(client: TestClient) -> None:
         "fields": {"year": "integer"},
         "fusion": "rrf",
         "title_weight": 3,
+        "languages": {},
     }
     again = client.post("/v1/corpora", json={"name": "letters", "embedder": None}, headers=AUTH)
     assert error_of(again, 409)["code"] == "corpus_exists"
