@@ -97,7 +97,7 @@ class BeirDataset:
             name=f"{self.name}-notitle",
             documents=documents,
             fingerprint=f"{self.fingerprint}:notitle",
-            self_indexed=self_indexed(documents, self.queries),
+            self_indexed=queries_indexed_as_documents(documents, self.queries),
         )
 
     def head(self, n_docs: int) -> BeirDataset:
@@ -111,7 +111,7 @@ class BeirDataset:
             qrels=self.qrels,
             fingerprint=f"{self.fingerprint}:head{n_docs}",
             split=self.split,
-            self_indexed=self_indexed(self.documents[:n_docs], self.queries),
+            self_indexed=queries_indexed_as_documents(self.documents[:n_docs], self.queries),
         )
 
     def spread_sample(self, n_docs: int) -> tuple[BenchDocument, ...]:
@@ -149,7 +149,7 @@ def load_beir(folder: str | Path, name: str | None = None, split: str | None = N
         qrels={q.query_id: qrels[q.query_id] for q in queries},
         fingerprint=file_sha256(corpus_path),
         split=split,
-        self_indexed=self_indexed(documents, queries),
+        self_indexed=queries_indexed_as_documents(documents, queries),
     )
 
 
@@ -180,7 +180,7 @@ def _default_split(root: Path) -> str:
     return QRELS_SPLITS[0]
 
 
-def self_indexed(
+def queries_indexed_as_documents(
     documents: Sequence[BenchDocument], queries: Sequence[BenchQuery]
 ) -> frozenset[str]:
     """Ids of the queries that are themselves documents: a document with the query's id

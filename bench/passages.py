@@ -34,7 +34,13 @@ from typing import Any
 
 import numpy as np
 
-from bench.dataset import BeirDataset, BenchQuery, load_beir, read_qrels, self_indexed
+from bench.dataset import (
+    BeirDataset,
+    BenchQuery,
+    load_beir,
+    queries_indexed_as_documents,
+    read_qrels,
+)
 from bench.encoder import DEFAULT_MODEL, SentenceEncoder, Vectors
 from bench.quality import evaluate
 from bench.report import git_revision, machine_info
@@ -241,7 +247,7 @@ def train_view(folder: Path, dataset: BeirDataset) -> BeirDataset | None:
         queries=queries,
         qrels={q.query_id: qrels[q.query_id] for q in queries},
         split="train",
-        self_indexed=self_indexed(dataset.documents, queries),
+        self_indexed=queries_indexed_as_documents(dataset.documents, queries),
     )
 
 
