@@ -34,7 +34,7 @@ import numpy as np
 
 from bench.cluster_faults import ingest_with_kill, search_loop_with_kill
 from bench.cluster_measures import embed_scaling, end_to_end_ingest, shard_capacity
-from bench.dataset import BeirDataset, load_beir
+from bench.dataset import BeirDataset, load_beir, search_ids
 from bench.encoder import DEFAULT_MODEL, SentenceEncoder
 from bench.quality import evaluate
 from bench.timing import LatencyStats, time_interleaved
@@ -215,7 +215,7 @@ def _quality(
     out: dict[str, float] = {}
     for label, corpora in (("single", single), ("sharded", sharded)):
         for kind, corpus in corpora.items():
-            run = {q.query_id: dataset.ranking(q, _ids_of(corpus), 10) for q in dataset.queries}
+            run = {q.query_id: dataset.ranking(q, search_ids(corpus), 10) for q in dataset.queries}
             out[f"{label}_{kind}_ndcg10"] = round(evaluate(dataset.qrels, run).ndcg_at_10, 4)
     for kind in sharded:
         base = kind.removesuffix("_dfs")
@@ -223,13 +223,6 @@ def _quality(
             out[f"sharded_{kind}_ndcg10"] - out[f"single_{base}_ndcg10"], 4
         )
     return out
-
-
-def _ids_of(corpus: SearchableCorpus) -> Callable[[str, int], list[str]]:
-    def search(text: str, k: int) -> list[str]:
-        return [hit.source_id for hit in corpus.search(text, top_k=k)]
-
-    return search
 
 
 def _latency(

@@ -27,7 +27,7 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 from bench.errors import DatasetError
 
@@ -125,7 +125,7 @@ class BeirDataset:
         return tuple(self.documents[(i * total) // n_docs] for i in range(n_docs))
 
 
-def load_beir(folder: str | Path, name: str | None = None, split: str | None = None) -> BeirDataset:
+def load_beir(folder: str | Path, split: str | None = None) -> BeirDataset:
     """Load a BEIR folder with the judgements of ``split`` (default: the first of
     ``QRELS_SPLITS`` the folder has); raises ``DatasetError`` naming the file that is
     missing or bad."""
@@ -143,7 +143,7 @@ def load_beir(folder: str | Path, name: str | None = None, split: str | None = N
     if not queries:
         raise DatasetError(f"no query in {root / QUERIES_NAME} has a judgment")
     return BeirDataset(
-        name=name or root.resolve().name,
+        name=root.resolve().name,
         documents=documents,
         queries=queries,
         qrels={q.query_id: qrels[q.query_id] for q in queries},
@@ -151,6 +151,26 @@ def load_beir(folder: str | Path, name: str | None = None, split: str | None = N
         split=split,
         self_indexed=queries_indexed_as_documents(documents, queries),
     )
+
+
+class _Hit(Protocol):
+    @property
+    def source_id(self) -> str: ...
+
+
+class PassageSearch(Protocol):
+    """What ``search_ids`` reads: a Tandem corpus, one node or sharded."""
+
+    def search(self, query: str, top_k: int = ...) -> Sequence[_Hit]: ...
+
+
+def search_ids(corpus: PassageSearch) -> Callable[[str, int], list[str]]:
+    """``corpus``'s search as ``BeirDataset.ranking`` calls it: text and depth in, ids out."""
+
+    def search(text: str, k: int) -> list[str]:
+        return [hit.source_id for hit in corpus.search(text, top_k=k)]
+
+    return search
 
 
 def load_for_run(

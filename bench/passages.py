@@ -40,6 +40,7 @@ from bench.dataset import (
     load_beir,
     queries_indexed_as_documents,
     read_qrels,
+    search_ids,
 )
 from bench.encoder import DEFAULT_MODEL, SentenceEncoder, Vectors
 from bench.quality import evaluate
@@ -211,10 +212,7 @@ def tandem_quality(
                 progress=False,
             )
         corpus.search("warm up", top_k=10)
-
-        def search(text: str, k: int) -> list[str]:
-            return [hit.source_id for hit in corpus.search(text, top_k=k)]
-
+        search = search_ids(corpus)
         run: dict[str, list[str]] = {}
         times: list[float] = []
         for query in dataset.queries:

@@ -72,15 +72,13 @@ def time_interleaved(
         raise ValueError(f"passes must be >= 1, got {passes}")
     a: list[float] = []
     b: list[float] = []
+    pairs = ((first, a), (second, b))
     for turn in range(passes):
+        order = pairs if turn % 2 == 0 else pairs[::-1]
         for start in range(0, len(inputs), block):
             chunk = inputs[start : start + block]
-            if turn % 2 == 0:
-                a.extend(time_calls(first, chunk))
-                b.extend(time_calls(second, chunk))
-            else:
-                b.extend(time_calls(second, chunk))
-                a.extend(time_calls(first, chunk))
+            for function, samples in order:
+                samples.extend(time_calls(function, chunk))
     return a, b
 
 

@@ -40,6 +40,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import cached_property
 from types import MappingProxyType
 
 import tantivy
@@ -201,9 +202,6 @@ class LanguageAnalyzers:
 
     by_language: Mapping[int, Analyzer] = field(default_factory=lambda: DEFAULT_LANGUAGE_ANALYZERS)
     fallback: Analyzer = FALLBACK_ANALYZER
-    routed: tuple[Analyzer, ...] = field(init=False, repr=False, compare=False)
-    """Every analyzer a document can go to (the map's and the fallback), in ``Analyzer``
-    order: an index keeps a field for each of these only."""
 
     def __post_init__(self) -> None:
         for language_id, analyzer in self.by_language.items():
@@ -216,8 +214,14 @@ class LanguageAnalyzers:
         if not isinstance(self.fallback, Analyzer):
             raise ValueError(f"not an Analyzer: {self.fallback!r}")
         object.__setattr__(self, "by_language", MappingProxyType(dict(self.by_language)))
+
+    @cached_property
+    def routed(self) -> tuple[Analyzer, ...]:
+        """Every analyzer a document can go to (the map's and the fallback), in
+        ``Analyzer`` order: an index keeps a field for each of these only. Cached: every
+        search reads it."""
         used = {*self.by_language.values(), self.fallback}
-        object.__setattr__(self, "routed", tuple(a for a in Analyzer if a in used))
+        return tuple(a for a in Analyzer if a in used)
 
     def for_language(self, language_id: int) -> Analyzer:
         """The analyzer for ``language_id`` (the fallback when the map does not name it)."""

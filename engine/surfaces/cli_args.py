@@ -156,7 +156,8 @@ def language_analyzers(values: list[str]) -> dict[int, str]:
     chosen: dict[int, str] = {}
     for value in values:
         language, sep, name = value.partition(":")
-        if not sep or not language.strip().isdigit() or int(language) > MAX_LANGUAGE_ID:
+        language_id = int(language) if language.strip().isdigit() else -1
+        if not sep or not 0 <= language_id <= MAX_LANGUAGE_ID:
             raise typer.BadParameter(
                 f"{value!r}: expected ID:NAME with ID a language id 0..{MAX_LANGUAGE_ID}",
                 param_hint="--analyzer",
@@ -167,11 +168,11 @@ def language_analyzers(values: list[str]) -> dict[int, str]:
             raise typer.BadParameter(
                 f"{value!r}: unknown analyzer {name!r}; valid: {valid}", param_hint="--analyzer"
             ) from None
-        if int(language) in chosen:
+        if language_id in chosen:
             raise typer.BadParameter(
-                f"language {int(language)} is named twice", param_hint="--analyzer"
+                f"language {language_id} is named twice", param_hint="--analyzer"
             )
-        chosen[int(language)] = analyzer.value
+        chosen[language_id] = analyzer.value
     return chosen
 
 
