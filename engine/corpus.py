@@ -6,11 +6,9 @@ import contextlib
 import dataclasses
 import json
 import logging
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
-import numpy as np
-import numpy.typing as npt
 from tqdm import tqdm
 
 from dense import Embedder
@@ -28,7 +26,6 @@ from engine.search.current_index import CurrentIndexBackend, GateFreeBackend
 from engine.search.searcher import Searcher, SearchState
 from engine.search.sources import evidence_text, fetch_source, grep
 from engine.search.visibility import DenseVisibility
-from engine.search.windows import ArmWindow
 from engine.storage import DocumentStore, EmbeddingStatus
 from engine.storage.like_backend import DatabaseLikeBackend
 from engine.write.batches import checked_documents, checked_ids
@@ -37,7 +34,7 @@ from engine.write.ingest import Ingestor
 from engine.write.reembed import check_switch, reembed_degraded
 from engine.write.sync import CorpusSync, file_stamp
 from engine.write.vector_model import check_embedding_model
-from sparse import FieldFilter, KeywordSearchFacade, SearchBackend, TantivyBackend, TermStatistics
+from sparse import KeywordSearchFacade, SearchBackend, TantivyBackend
 
 logger = logging.getLogger(__name__)
 
@@ -366,13 +363,8 @@ class Corpus:
                 self._visibility.invalidate()
                 save_config(self._dir / "config.json", config)
                 self._sync.config_stamp = file_stamp(self._dir / "config.json")
-                self._config = config
+                self._write_with(config, guarded)
                 self._searcher.install(dataclasses.replace(self._searcher.state, config=config))
-                self._questions.reset()
-                self._embedder = guarded
-                self._ingestor = Ingestor(
-                    config.name, self._store, self._indexes, guarded, self._metrics, config.fields
-                )
                 self._refresh_gauges()
                 logger.info("switching embedder: re-embedding %d documents", total)
                 done = reembed_degraded(
@@ -426,64 +418,11 @@ class Corpus:
 
     # -- internal: for engine.cluster (a shard is a corpus) ----------------------------
 
-    def _keyword_window(
-        self,
-        text: str,
-        limit: int,
-        language: int | None,
-        filters: tuple[FieldFilter, ...],
-        index_backed: bool,
-        need: int,
-        statistics: TermStatistics | None = None,
-    ) -> ArmWindow:
-        """The scored keyword window for a clamped query (``engine.search.windows``),
-        terms scored with ``statistics`` when given (the sharded corpus's)."""
-        return self._searcher.keyword_window(
-            text, limit, language, filters, index_backed, need, statistics
-        )
-
-    def _term_statistics(self, text: str, language: int | None) -> TermStatistics | None:
-        """The keyword index's statistics for a clamped query's terms (``None``: it
-        cannot say), for a sharded corpus to sum over its shards."""
-        return self._searcher.term_statistics(text, language)
-
-    def _vector_window(
-        self,
-        text: str,
-        vector: npt.NDArray[np.float32],
-        limit: int,
-        language: int | None,
-        filters: tuple[FieldFilter, ...],
-        need: int,
-        covered: Collection[str],
-    ) -> ArmWindow:
-        """The scored vector window for a query embedded elsewhere."""
-        return self._searcher.vector_window(text, vector, limit, language, filters, need, covered)
-
-    def _completion_windows(
-        self,
-        text: str,
-        vector: npt.NDArray[np.float32],
-        for_keyword: list[str],
-        for_vector: list[str],
-        language: int | None,
-        filters: tuple[FieldFilter, ...],
-        statistics: TermStatistics | None = None,
-    ) -> tuple[ArmWindow, ArmWindow]:
-        """This corpus's part of completing a sharded search (``engine.search.completion``)."""
-        return self._searcher.completion_windows(
-            text, vector, for_keyword, for_vector, language, filters, statistics
-        )
-
-    def _passages_for(
-        self,
-        ids: Sequence[str],
-        text: str,
-        language: int | None,
-        filters: tuple[FieldFilter, ...],
-    ) -> list[Passage]:
-        """Passages for ``ids`` the store confirms public (placeholder score and ranks)."""
-        return self._searcher.passages_for(ids, text, language, filters)
+    @property
+    def _shard_reads(self) -> Searcher:
+        """The searcher a shard answers its coordinator's window, completion and passage
+        calls with (``Searcher.keyword_window`` and the rest; ``engine.cluster.shard``)."""
+        return self._searcher
 
     def _content_state(self, ids: Sequence[str]) -> dict[str, tuple[str, bool]]:
         """For stored ids: (content hash, has a vector) — what need not be embedded again."""
@@ -506,16 +445,21 @@ class Corpus:
             spec = config.embedder
             found = self._embedder_for(spec) if self._embedder_for else build_embedder(spec)
             embedder = self._guard(found)
+        self._write_with(config, embedder)
+        self._searcher.install(
+            dataclasses.replace(self._searcher.state, config=config, embedder=embedder)
+        )
+        logger.info("corpus %s: config changed by another process; adopted", self.name)
+
+    def _write_with(self, config: CorpusConfig, embedder: Embedder | None) -> None:
+        """Writes and questions use ``config`` and ``embedder`` from now on (searches
+        follow when the caller installs a new search state)."""
         self._config = config
         self._embedder = embedder
         self._ingestor = Ingestor(
             config.name, self._store, self._indexes, embedder, self._metrics, config.fields
         )
         self._questions.reset()
-        self._searcher.install(
-            dataclasses.replace(self._searcher.state, config=config, embedder=embedder)
-        )
-        logger.info("corpus %s: config changed by another process; adopted", self.name)
 
     def _guard(self, embedder: Embedder) -> Embedder:
         def expected() -> int | None:

@@ -120,12 +120,12 @@ class ShardActor:
         need: int,
         statistics: TermStatistics | None = None,
     ) -> ArmWindow:
-        return self._corpus._keyword_window(
+        return self._corpus._shard_reads.keyword_window(
             text, limit, language, filters, index_backed, need, statistics
         )
 
     def term_statistics(self, text: str, language: int | None) -> TermStatistics | None:
-        return self._corpus._term_statistics(text, language)
+        return self._corpus._shard_reads.term_statistics(text, language)
 
     def vector_window(
         self,
@@ -137,7 +137,7 @@ class ShardActor:
         need: int,
         covered: Sequence[str],
     ) -> ArmWindow:
-        return self._corpus._vector_window(
+        return self._corpus._shard_reads.vector_window(
             text, vector, limit, language, filters, need, frozenset(covered)
         )
 
@@ -164,7 +164,7 @@ class ShardActor:
         if keyword_ids is None:
             return window, ArmWindow(), ArmWindow()
         for_keyword, for_vector = shard_extras(window.ids, keyword_ids)
-        keyword, scored = self._corpus._completion_windows(
+        keyword, scored = self._corpus._shard_reads.completion_windows(
             text, vector, for_keyword, for_vector, language, filters, statistics
         )
         return window, keyword, scored
@@ -176,7 +176,7 @@ class ShardActor:
         language: int | None,
         filters: tuple[FieldFilter, ...],
     ) -> tuple[Passage, ...]:
-        return tuple(self._corpus._passages_for(ids, text, language, filters))
+        return tuple(self._corpus._shard_reads.passages_for(ids, text, language, filters))
 
     def fetch(self, source_id: str) -> SourceText | None:
         try:
