@@ -27,7 +27,7 @@ from engine import (
     OllamaEmbedding,
     SentenceTransformerEmbedding,
 )
-from engine.limits import MAX_GREP_MATCHES, MAX_TOP_K
+from engine.limits import MAX_GREP_MATCHES
 from engine.surfaces import render
 from engine.surfaces.bulk import BulkReport, add_all
 from engine.surfaces.cli_args import DEFAULT_HOME as DEFAULT_HOME  # still importable here
@@ -36,12 +36,16 @@ from engine.surfaces.cli_args import (
     AnalyzerOpt,
     CommandError,
     CorpusArg,
+    FilterOpt,
     FusionChoice,
     FusionOpt,
     JsonOpt,
+    LanguageOpt,
     NoVectorsOpt,
     PathOpt,
+    QueryArg,
     TitleWeightOpt,
+    TopKOpt,
     check_model_name,
     check_source_id,
     console,
@@ -237,21 +241,10 @@ def _add_with_progress(
 def search(
     ctx: typer.Context,
     corpus: CorpusArg,
-    query: Annotated[str, typer.Argument(help="What to look for.", metavar="QUERY")],
-    top_k: Annotated[
-        int, typer.Option("--top-k", "-k", min=1, max=MAX_TOP_K, help="How many passages.")
-    ] = 10,
-    language: Annotated[
-        int | None, typer.Option("--language", min=0, help="Only this language id.")
-    ] = None,
-    filter_json: Annotated[
-        str | None,
-        typer.Option(
-            "--filter",
-            help='Only documents whose fields match, as JSON: \'{"year": {"gte": 1942}}\'.',
-            metavar="JSON",
-        ),
-    ] = None,
+    query: QueryArg,
+    top_k: TopKOpt = 10,
+    language: LanguageOpt = None,
+    filter_json: FilterOpt = None,
     as_json: JsonOpt = False,
     path: PathOpt = None,
 ) -> None:

@@ -20,6 +20,7 @@ from engine import Corpus, FieldType, OllamaEmbedding, SearchEngine
 from engine.config import names_no_model
 from engine.limits import (
     MAX_LANGUAGE_ID,
+    MAX_TOP_K,
     SOURCE_ID_RULE,
     is_valid_corpus_name,
     is_valid_source_id,
@@ -48,6 +49,21 @@ def check_source_id(value: str) -> str:
     return value
 
 
+QueryArg = Annotated[str, typer.Argument(help="What to look for.", metavar="QUERY")]
+TopKOpt = Annotated[
+    int, typer.Option("--top-k", "-k", min=1, max=MAX_TOP_K, help="How many passages.")
+]
+LanguageOpt = Annotated[
+    int | None, typer.Option("--language", min=0, help="Only this language id.")
+]
+FilterOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--filter",
+        help='Only documents whose fields match, as JSON: \'{"year": {"gte": 1942}}\'.',
+        metavar="JSON",
+    ),
+]
 PathOpt = Annotated[
     Path | None,
     typer.Option(

@@ -21,15 +21,18 @@ import typer
 
 from engine import CorpusConfig
 from engine.config import DEFAULT_MODEL
-from engine.limits import MAX_TOP_K
 from engine.surfaces import render
 from engine.surfaces.cli_args import (
     CommandError,
+    FilterOpt,
     FusionChoice,
     FusionOpt,
     JsonOpt,
+    LanguageOpt,
     NoVectorsOpt,
+    QueryArg,
     TitleWeightOpt,
+    TopKOpt,
     check_model_name,
     console,
     field_declarations,
@@ -193,16 +196,10 @@ def load(
 @cluster_app.command()
 def search(
     root: RootArg,
-    query: Annotated[str, typer.Argument(help="What to look for.", metavar="QUERY")],
-    top_k: Annotated[
-        int, typer.Option("--top-k", "-k", min=1, max=MAX_TOP_K, help="How many passages.")
-    ] = 10,
-    language: Annotated[
-        int | None, typer.Option("--language", min=0, help="Only this language id.")
-    ] = None,
-    filter_json: Annotated[
-        str | None, typer.Option("--filter", help="Field filter as JSON.", metavar="JSON")
-    ] = None,
+    query: QueryArg,
+    top_k: TopKOpt = 10,
+    language: LanguageOpt = None,
+    filter_json: FilterOpt = None,
     global_statistics: Annotated[
         bool,
         typer.Option(
