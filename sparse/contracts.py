@@ -32,8 +32,9 @@ model's limit); the keyword arm at most ``MAX_QUERY_TERMS`` distinct terms."""
 MIN_QUERY_LENGTH = 2
 """A trimmed query shorter than this returns ``[]``."""
 
-MAX_SOURCES = 500
-"""``limit`` is clamped to ``1..MAX_SOURCES``; large enough for a fusion window of 100-200."""
+MAX_SOURCES = 1_200
+"""``limit`` is clamped to ``1..MAX_SOURCES``: room for a fusion window of 100-200 and
+for the deepest page a caller of ``engine`` may ask for (offset 1,000 + 200 hits)."""
 
 MAX_EXCERPT_LENGTH = 300
 """An excerpt is at most this many characters, cut around the best match."""

@@ -1,7 +1,8 @@
 """Match excerpts: a window of at most ``MAX_EXCERPT_LENGTH`` characters around a match.
 
-Computed in Python from the stored body (a ``str.find`` per term), which costs a few
-microseconds per hit where tantivy's ``SnippetGenerator`` would re-analyze the document.
+Computed in Python from the stored body (a ``str.find`` per occurrence looked at, at
+most ``_MAX_OCCURRENCES`` a term), which costs a few microseconds per hit where tantivy's
+``SnippetGenerator`` would re-analyze the document.
 """
 
 from __future__ import annotations
@@ -46,9 +47,7 @@ def make_excerpt(text: str, terms: Sequence[str], max_length: int = MAX_EXCERPT_
         raise ValueError(f"max_length must be >= 1, got {max_length}")
     if len(text) <= max_length:
         return text
-    lowered = text.lower()
-    if len(lowered) != len(text):  # rare case-mappings change lengths; match as written
-        lowered = text
+    lowered = _lower_in_place(text)
     position = _first_match(lowered, terms)
     if position is None and not lowered.isascii():
         # The index folds accents (``analyzers``): "meniere" found "Ménière"; look for
@@ -61,16 +60,58 @@ def make_excerpt(text: str, terms: Sequence[str], max_length: int = MAX_EXCERPT_
     return _cut(text, start, max_length)
 
 
+def _lower_in_place(text: str) -> str:
+    """``text.lower()`` with every position still indexing ``text``: the rare characters
+    whose lowercase is longer ("İ" -> "i̇") become one stand-in that matches no term."""
+    lowered = text.lower()
+    if len(lowered) == len(text):
+        return lowered
+    longer = {ord(ch): _STAND_IN for ch in set(text) if len(ch.lower()) != 1}
+    return text.translate(longer).lower()
+
+
+_STAND_IN = "\ufffd"
+
+
 def _first_match(lowered: str, terms: Sequence[str]) -> int | None:
+    """Where the first term that occurs at a word start first does so (a term of a
+    script written without spaces, such as CJK, anywhere). Each term's first
+    ``_MAX_OCCURRENCES`` occurrences are looked at, no more: a megabyte of one repeated
+    letter must not make one excerpt cost seconds while the search gate is held."""
     for term in terms:
         if not term:
             continue
+        anywhere = _unspaced(term[0])
         position = lowered.find(term)
-        while position != -1:
-            if position == 0 or not lowered[position - 1].isalnum():
+        for _ in range(_MAX_OCCURRENCES):
+            if position == -1:
+                break
+            if anywhere or position == 0 or not lowered[position - 1].isalnum():
                 return position
             position = lowered.find(term, position + 1)
     return None
+
+
+_MAX_OCCURRENCES = 64
+"""Occurrences inside words ("studi" in "nonstudies") are rare in real text; 64 of them
+before one at a word start is a pathological document, which gets the next term's (or
+the text's start) excerpt instead."""
+
+_UNSPACED = (
+    (0x1100, 0x11FF),  # Hangul Jamo
+    (0x2E80, 0x9FFF),  # CJK radicals, kana, CJK unified ideographs and extensions
+    (0xAC00, 0xD7AF),  # Hangul syllables
+    (0xF900, 0xFAFF),  # CJK compatibility ideographs
+    (0xFF66, 0xFF9F),  # half-width katakana
+    (0x20000, 0x3FFFF),  # CJK extensions B and later
+)
+
+
+def _unspaced(character: str) -> bool:
+    """A character of a script written without spaces between words: the CJK analyzer
+    indexes such text character by character, so a term matches anywhere in it."""
+    code = ord(character)
+    return any(low <= code <= high for low, high in _UNSPACED)
 
 
 def _cut(text: str, start: int, max_length: int) -> str:

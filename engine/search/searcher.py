@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import operator
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -57,9 +58,11 @@ def clamp_int(value: object, low: int, high: int, default: int) -> int:
         if value in (float("inf"), float("-inf")):
             return high if value > 0 else low
         value = int(value)
-    if not isinstance(value, int):
+    try:
+        number = operator.index(value)  # int, and integer types such as numpy's int64
+    except TypeError:
         return default
-    return min(max(value, low), high)
+    return min(max(number, low), high)
 
 
 @dataclass(frozen=True)
@@ -171,8 +174,11 @@ class Searcher:
         """Public documents satisfying ``filters``, in insertion order (no query text)."""
         k = clamp_int(top_k, 1, MAX_TOP_K, 10)
         skip = clamp_int(offset, 0, MAX_OFFSET, 0)
+        language = clamp_language(language_id)
+        if language is not None and language > MAX_LANGUAGE_ID:
+            return []  # as in search: no document has such a language
         state = self._state
-        ids = state.store.public_filtered_ids(filters, clamp_language(language_id), k, skip)
+        ids = state.store.public_filtered_ids(filters, language, k, skip)
         page = [FusedHit(id=sid, score=0.0, ranks=(None, None)) for sid in ids]
         return build_passages(state, page, [], "", None, filters)
 

@@ -50,6 +50,28 @@ def test_an_unaccented_term_finds_its_accented_form_where_it_is() -> None:
     assert make_excerpt("pad " * 150 + "Æsir", ["aesir"]).startswith("pad")
 
 
+def test_a_character_whose_lowercase_is_longer_keeps_matching_case_insensitive() -> None:
+    text = "İstanbul. " + "lorem ipsum " * 60 + "Zebra crossings are striped."
+    assert "Zebra crossings" in make_excerpt(text, ["zebra"])
+
+
+def test_cjk_terms_anchor_inside_running_text() -> None:
+    weather = "今日は天気が良いです。" * 60
+    text = weather + "東京タワーに行きました。" + weather
+    assert "タワー" in make_excerpt(text, ["タ"])
+    assert "東京" in make_excerpt(text, ["東"])
+
+
+def test_occurrences_inside_words_are_skipped_up_to_a_bound() -> None:
+    inside = "x" + "stud" * 20 + " "  # twenty occurrences of "stud", none at a word start
+    text = "pad " * 100 + inside + "students " + "pad " * 100
+    assert "students" in make_excerpt(text, ["stud"])
+    # A megabyte of one letter: the term is given up after a bounded number of looks
+    # and the next term anchors the excerpt.
+    blob = "x" + "a" * 1_000_000 + " zebra " + "pad " * 100
+    assert "zebra" in make_excerpt(blob, ["aa", "zebra"])
+
+
 def test_no_match_gives_the_start() -> None:
     text = "Beginning words. " + "more " * 200
     assert make_excerpt(text, ["zzz"]).startswith("Beginning words.")

@@ -1,0 +1,64 @@
+"""Pages of a search: every documented offset reaches documents, integer-like numbers
+count as the numbers they are, and a page never comes back short while more matches wait.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine import Corpus, CorpusConfig, Document, SearchEngine
+from engine.limits import MAX_LANGUAGE_ID, MAX_OFFSET, MAX_TOP_K
+from sparse import MAX_SOURCES
+
+MATCHING = 1_250
+
+
+@pytest.fixture(scope="module")
+def many(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Corpus]:
+    """A keyword corpus where every document matches "apple", with distinct scores."""
+    directory: Path = tmp_path_factory.mktemp("paging")
+    with SearchEngine(directory) as engine:
+        corpus = engine.create_corpus(CorpusConfig(name="many", embedder=None))
+        corpus.add(
+            Document(id=f"d{i:04d}", title=f"t{i}", text="apple " + "filler " * (i % 50))
+            for i in range(MATCHING)
+        )
+        yield corpus
+
+
+def test_the_deepest_documented_page_fits_the_keyword_facade() -> None:
+    assert MAX_OFFSET + MAX_TOP_K <= MAX_SOURCES
+
+
+@pytest.mark.parametrize("offset", [0, 495, 500, 600, 990, MAX_OFFSET])
+def test_every_documented_offset_returns_a_full_page(many: Corpus, offset: int) -> None:
+    assert len(many.search("apple", top_k=10, offset=offset)) == 10
+
+
+def test_deep_pages_continue_the_ranking_without_gaps(many: Corpus) -> None:
+    whole = [hit.source_id for hit in many.search("apple", top_k=MAX_TOP_K, offset=400)]
+    pages = [
+        hit.source_id
+        for offset in range(400, 400 + MAX_TOP_K, 50)
+        for hit in many.search("apple", top_k=50, offset=offset)
+    ]
+    assert pages == whole
+    assert len(set(whole)) == MAX_TOP_K
+
+
+def test_numpy_integers_are_taken_as_their_values(many: Corpus) -> None:
+    plain = [hit.source_id for hit in many.search("apple", top_k=25, offset=20)]
+    numpy = [hit.source_id for hit in many.search("apple", top_k=np.int64(25), offset=np.int32(20))]
+    assert numpy == plain
+    assert len(numpy) == 25
+
+
+def test_browsing_an_impossible_language_is_empty(many: Corpus) -> None:
+    searcher = many._shard_reads
+    assert searcher.browse(10, 0, MAX_LANGUAGE_ID + 1, ()) == []
+    assert searcher.browse(10, 0, 10**30, ()) == []
+    assert len(searcher.browse(10, 0, 0, ())) == 10
