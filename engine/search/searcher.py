@@ -59,7 +59,7 @@ def clamp_int(value: object, low: int, high: int, default: int) -> int:
             return high if value > 0 else low
         value = int(value)
     try:
-        number = operator.index(value)  # int, and integer types such as numpy's int64
+        number = operator.index(value)  # type: ignore[arg-type]  # ints, numpy's int64 …
     except TypeError:
         return default
     return min(max(number, low), high)
