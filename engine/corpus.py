@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from dense import Embedder
+from dense import Embedder, EmbedderUnavailable
 from engine.config import CorpusConfig, EmbedderSpec, save_config
 from engine.dimension_guard import DimensionGuard
 from engine.documents import AddResult, Document, GrepMatch, Passage, SourceText
@@ -33,7 +33,7 @@ from engine.write.indexes import DerivedIndexes
 from engine.write.ingest import Ingestor
 from engine.write.reembed import check_switch, reembed_degraded
 from engine.write.sync import CorpusSync, file_stamp
-from engine.write.vector_model import check_embedding_model
+from engine.write.vector_model import check_embedding_model, check_vector_dimension
 from sparse import KeywordSearchFacade, SearchBackend, TantivyBackend
 
 logger = logging.getLogger(__name__)
@@ -256,12 +256,6 @@ class Corpus:
         docs, supplied = checked_documents(
             documents, self._config.fields, embeddings, vectors_enabled=self._embedder is not None
         )
-        check_embedding_model(
-            embedding_model,
-            self._model_names(),
-            self.name,
-            has_embeddings=supplied is not None,
-        )
         totals = [0, 0, 0, 0]
         show = progress if progress is not None else len(docs) >= _PROGRESS_MIN
         with (
@@ -269,6 +263,16 @@ class Corpus:
             self._indexes.bulk_writes(),
             tqdm(total=len(docs), disable=not show, desc=f"add {self.name}", unit="doc") as bar,
         ):
+            # Under the lock: the config is current here (another process may have
+            # switched the model since this one last looked) and nothing is written yet.
+            check_embedding_model(
+                embedding_model,
+                self._model_names(),
+                self.name,
+                has_embeddings=supplied is not None,
+            )
+            if supplied is not None:
+                check_vector_dimension(supplied.shape[1], self._vector_dimension(), self.name)
             for start in range(0, len(docs), _CHUNK):
                 chunk = docs[start : start + _CHUNK]
                 vectors = None if supplied is None else supplied[start : start + _CHUNK]
@@ -384,6 +388,19 @@ class Corpus:
                 self._refresh_gauges()
         logger.info("embedder switched: %d re-embedded, %d left degraded", done, total - done)
         return done
+
+    def _vector_dimension(self) -> int | None:
+        """The length supplied vectors must have: the vector index's, else the model's
+        (loading it if need be); ``None`` while neither can say (provider down)."""
+        index = self._indexes.faiss
+        if index is not None:
+            return index.dimension
+        if self._embedder is None:
+            return None
+        try:
+            return self._embedder.dimension
+        except EmbedderUnavailable:
+            return None
 
     def _model_names(self) -> list[str]:
         """The names the corpus's model goes by (the provider's, the config's)."""

@@ -354,11 +354,18 @@ class DerivedIndexes:
         ids: list[str] = []
         vectors: list[np.ndarray] = []
         stale: list[str] = []
+        dimension = None if self.faiss is None else self.faiss.dimension
+        foreign = 0
         for doc in self._store.iter_documents(since_seq=since):
-            if doc.embedding is not None:
+            if doc.embedding is not None and dimension is None:
+                dimension = len(doc.embedding)
+            if doc.embedding is not None and len(doc.embedding) == dimension:
                 ids.append(doc.source_id)
                 vectors.append(doc.embedding)
             else:
+                # No vector, or one of another length (stored before adds checked it):
+                # keyword-searchable only, rather than a corpus that cannot open.
+                foreign += doc.embedding is not None
                 stale.append(doc.source_id)
             if len(ids) >= _REBUILD_BATCH:
                 self._faiss_upsert(ids, np.vstack(vectors))
@@ -367,6 +374,13 @@ class DerivedIndexes:
             self._faiss_upsert(ids, np.vstack(vectors))
         if stale and self.faiss is not None:
             self.faiss.remove(stale)
+        if foreign:
+            logger.warning(
+                "%d stored vectors have another dimension than the index's %s; "
+                "left out of vector search",
+                foreign,
+                dimension,
+            )
 
     def _faiss_upsert(self, ids: Sequence[str], vectors: np.ndarray) -> None:
         if self.faiss is None:

@@ -1,4 +1,4 @@
-"""Precomputed vectors must come from the corpus's own model.
+"""Precomputed vectors must come from the corpus's own model, at its dimension.
 
 ``Corpus.add(embeddings=..., embedding_model="all-MiniLM-L6-v2")`` says which model made
 the vectors; a name that is not the corpus's model is refused before anything is
@@ -43,4 +43,14 @@ def check_embedding_model(
         expected = corpus_models[0] if corpus_models else None
         raise InvalidArgument(
             f"embeddings from model {given!r} refused: corpus {corpus!r} embeds with {expected!r}"
+        )
+
+
+def check_vector_dimension(supplied: int, corpus_dimension: int | None, corpus: str) -> None:
+    """Refuse supplied vectors of another length than the corpus's (``None``: not known
+    yet, e.g. the provider is down and the corpus holds no vector: accepted)."""
+    if corpus_dimension is not None and supplied != corpus_dimension:
+        raise InvalidArgument(
+            f"embeddings have dimension {supplied}; corpus {corpus!r} holds vectors of "
+            f"dimension {corpus_dimension}"
         )

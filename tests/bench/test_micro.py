@@ -19,6 +19,7 @@ from bench.systems.tandem import TandemSystem, engine_api
 from bench.vector_cache import VectorCache
 from sparse import (
     MAX_QUERY_LENGTH,
+    MAX_SOURCES,
     AccessContext,
     EvidenceSource,
     KeywordSearchFacade,
@@ -53,7 +54,7 @@ def test_facade_clamping(benchmark: Any) -> None:
     assert len(hits) == 3
     last = backend.seen[-1]
     assert len(last.text) <= MAX_QUERY_LENGTH and last.text == last.text.strip()
-    assert last.limit == 500 and last.language_id == 0
+    assert last.limit == MAX_SOURCES and last.language_id == 0
 
 
 @pytest.fixture(scope="module")

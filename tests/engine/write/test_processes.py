@@ -23,12 +23,14 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from engine import (
     CorpusConfig,
     CorpusNotFound,
     Document,
+    InvalidArgument,
     SearchEngine,
     SentenceTransformerEmbedding,
 )
@@ -233,6 +235,28 @@ def test_an_embedder_switch_elsewhere_is_followed(tmp_path: Path) -> None:
         other.add([Document(id="new", text="parcel locker")])  # embedded with model b
         assert first.corpus("c").stats()["vectors"] == 6
         assert first.corpus("c").search("parcel locker")[0].source_id == "new"
+
+
+def test_vectors_named_for_the_model_switched_away_elsewhere_are_refused(
+    tmp_path: Path,
+) -> None:
+    """The model check of an add runs with the config current under the write lock, not
+    with what this process last saw (it has not searched since the switch)."""
+    with (
+        SearchEngine(tmp_path, embedder_factory=_two_dims) as first,
+        SearchEngine(tmp_path, embedder_factory=_two_dims) as second,
+    ):
+        first.create_corpus(
+            CorpusConfig(name="c", embedder=SentenceTransformerEmbedding(model="a"))
+        ).add([Document(id="d0", text="printer paper")])
+        other = second.corpus("c")
+        first.switch_embedder("c", SentenceTransformerEmbedding(model="b"))
+        old_model = np.ones((1, 32), dtype=np.float32)
+        with pytest.raises(InvalidArgument, match="refused"):
+            other.add([Document(id="d1", text="toner")], embeddings=old_model, embedding_model="a")
+        with pytest.raises(InvalidArgument, match="dimension 32"):
+            other.add([Document(id="d1", text="toner")], embeddings=old_model)
+        assert len(first.corpus("c")) == 1
 
 
 def test_a_corpus_dropped_elsewhere_stops_answering_and_can_be_recreated(

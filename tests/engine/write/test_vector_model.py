@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import sqlite3
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from engine import CorpusConfig, Document, InvalidArgument, SearchEngine
 from engine.write.vector_model import same_model
+from tests.support.fakes import SwitchableEmbedder
 
 DOCS = [Document(id=f"v{i}", title=f"title {i}", text=f"text number {i}") for i in range(3)]
 
@@ -48,3 +52,44 @@ def test_a_model_name_without_vectors_is_an_argument_error(fast_engine: SearchEn
 def test_model_aliases() -> None:
     assert same_model("sentence-transformers/all-MiniLM-L6-v2", "all-MiniLM-L6-v2")
     assert not same_model("all-MiniLM-L6-v2", "all-MiniLM-L12-v2")
+
+
+def test_vectors_of_another_length_are_refused_and_nothing_is_stored(
+    fast_engine: SearchEngine,
+) -> None:
+    corpus = fast_engine.create_corpus(CorpusConfig(name="vm"))
+    corpus.add(DOCS[:1], embeddings=_vectors()[:1])
+    short = np.ones((2, 10), dtype=np.float32)
+    with pytest.raises(InvalidArgument, match="dimension 10"):
+        corpus.add(DOCS[1:], embeddings=short)
+    assert len(corpus) == 1
+    assert corpus.stats()["vectors"] == 1
+
+
+def test_an_empty_corpus_checks_supplied_vectors_against_its_model(
+    fast_engine: SearchEngine,
+) -> None:
+    corpus = fast_engine.create_corpus(CorpusConfig(name="vm"))  # hash embedder: 64
+    with pytest.raises(InvalidArgument, match="dimension 64"):
+        corpus.add(DOCS, embeddings=np.ones((3, 10), dtype=np.float32))
+    assert len(corpus) == 0
+    assert corpus.add(DOCS).degraded == 0  # the model's own vectors still fit
+
+
+def test_a_stored_vector_of_another_length_does_not_stop_the_corpus_opening(
+    tmp_path: Path, hash_embedder: SwitchableEmbedder
+) -> None:
+    """A store written before adds checked lengths: the odd vector is left out of
+    vector search; the corpus opens and every document stays keyword-searchable."""
+    with SearchEngine(tmp_path / "e", embedder_factory=lambda spec: hash_embedder) as engine:
+        engine.create_corpus(CorpusConfig(name="vm")).add(DOCS, embeddings=_vectors())
+    store = tmp_path / "e" / "corpora" / "vm" / "store.sqlite3"
+    with sqlite3.connect(store) as db:
+        odd = np.ones(10, dtype=np.float32).tobytes()
+        db.execute("UPDATE documents SET embedding = ? WHERE source_id = 'v1'", (odd,))
+    # Without the saved index file the vector index is rebuilt from the store.
+    (tmp_path / "e" / "corpora" / "vm" / "vectors.faiss").unlink(missing_ok=True)
+    with SearchEngine(tmp_path / "e", embedder_factory=lambda spec: hash_embedder) as engine:
+        corpus = engine.corpus("vm")
+        assert corpus.stats()["vectors"] == 2
+        assert "v1" in {hit.source_id for hit in corpus.search("text number 1")}
