@@ -3,8 +3,8 @@
 Without a graph every search is exact. With one, the graph answers for the base rows it
 covers (retired rows masked out by a selector of the labels still live in it) and the
 tail is scored exactly beside it; the two are merged by score. Filtered searches with a
-small eligible set are exact; a graph search that finds fewer eligible hits than asked
-falls back to exact scoring of the eligible base rows. An SQ8 graph returns twice ``k``
+small eligible set are exact; a graph search that finds fewer (eligible) hits than asked
+falls back to exact scoring. An SQ8 graph returns twice ``k``
 candidates, re-ranked exactly from the float vectors.
 
 Ordering everywhere: best score first, equal scores in ascending label order.
@@ -82,8 +82,14 @@ def search(
         if serving is None:
             return store.exact_top(query, k)
         ef = ef_for(params.ef, k)
+        graph_hits = _graph_top(
+            store, serving.graph, query, k, serving.selector, ef, params.threads
+        )
+        if graph_hits[0].shape[0] < min(k, store.base_rows - store.retired_base):
+            # A graph with many retired (masked) rows can come back short: exact instead.
+            return store.exact_top(query, k)
         return merge(
-            _graph_top(store, serving.graph, query, k, serving.selector, ef, params.threads),
+            graph_hits,
             store.exact_top(query, k, tail_only=True) if store.tail_live else EMPTY,
             k,
         )

@@ -72,7 +72,8 @@ __all__ = ["AllowList", "FaissIndex", "FaissIndexCorrupt", "IndexKind", "VectorS
 logger = logging.getLogger(__name__)
 
 _REBUILD_MIN = 10_000  # pending rows (tail + masked) before a graph is rebuilt ...
-_REBUILD_DIVISOR = 10  # ... or a tenth of the graph, whichever is larger
+_REBUILD_DIVISOR = 10  # ... or a tenth of the graph, whichever is larger; and whenever
+_MASKED_DIVISOR = 2  # half of the graph's rows are retired, however few that is
 _MAX_DELAYS = 300  # a build waits for a quiet moment at most this many build delays
 _EF_BASE_ROWS = 100_000  # adaptive efSearch: ef_search up to this many graph rows, then
 _EF_GROWTH = 0.8  # grows as (rows / base) ** growth (807 at 1M from 128), up to
@@ -449,6 +450,8 @@ class FaissIndex:
         if graph is None:
             return True
         pending = self._store.tail_live + self._store.retired_base
+        if self._store.retired_base * _MASKED_DIVISOR >= graph.rows:
+            return True  # mostly masked: a graph search walks dead rows and comes back short
         return pending >= max(_REBUILD_MIN, graph.rows // _REBUILD_DIVISOR)
 
     def _after_write(self) -> None:

@@ -132,6 +132,53 @@ def test_switches_to_hnsw_at_threshold_and_back_after_removals() -> None:
     assert kind_of(index) is IndexKind.FLAT and len(index) == 54
 
 
+def _mostly_removed(
+    n: int = 10_000, keep: int = 100, before_removal: Any = None
+) -> tuple[FaissIndex, np.ndarray, list[int]]:
+    """A graph over ``n`` rows of which all but ``keep`` were then removed."""
+    rng = np.random.default_rng(9)
+    vectors = unit(rng, n)
+    index = FaissIndex(DIM, hnsw_threshold=50, build_delay_s=0)
+    index.add([f"d{i}" for i in range(n)], vectors)
+    assert index.wait_for_graph(timeout=120)
+    if before_removal is not None:
+        before_removal()
+    kept = sorted(int(i) for i in rng.choice(n, keep, replace=False))
+    index.remove([f"d{i}" for i in sorted(set(range(n)) - set(kept))])
+    return index, vectors, kept
+
+
+def _exact(vectors: np.ndarray, kept: list[int], q: np.ndarray, k: int) -> list[str]:
+    return [f"d{i}" for i in sorted(kept, key=lambda i: -float(vectors[i] @ q))[:k]]
+
+
+def test_a_mostly_masked_graph_still_answers_k_exact_hits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The graph is kept (no rebuild, as before the builder gets to it): a graph search
+    through 99 % masked rows comes back short, and the index answers exactly instead."""
+    index, vectors, kept = _mostly_removed(
+        before_removal=lambda: monkeypatch.setattr(FaissIndex, "_build_due", lambda self: False)
+    )
+    assert index.kind is IndexKind.HNSW
+    found = 0
+    queries = unit(np.random.default_rng(10), 20)
+    for q in queries:
+        hits = index.search(q, 50)
+        assert len(hits) == 50
+        found += len(set(_exact(vectors, kept, q, 50)) & {doc for doc, _ in hits})
+    assert found / (50 * len(queries)) >= 0.95
+
+
+def test_a_mostly_masked_graph_is_rebuilt() -> None:
+    index, vectors, kept = _mostly_removed()
+    assert index.wait_for_graph(timeout=120) and not index.graph_pending
+    assert index.kind is IndexKind.HNSW and len(index) == len(kept)
+    found = 0
+    queries = unit(np.random.default_rng(11), 20)
+    for q in queries:
+        found += len(set(_exact(vectors, kept, q, 50)) & {d for d, _ in index.search(q, 50)})
+    assert found / (50 * len(queries)) >= 0.95
+
+
 def test_hnsw_recall_at_10_matches_flat() -> None:
     rng = np.random.default_rng(4)
     vectors = unit(rng, 3_000, dim=32)
