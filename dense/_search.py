@@ -129,7 +129,11 @@ def _graph_top(
         return graph.search(query, k, ef, selector, threads)
     want = k * SQ8_RERANK
     labels, _approx = graph.search(query, want, max(ef, want), selector, threads)
-    scores = store.base_vectors_for_rerank(store.base_row_of(labels)) @ query[0]
+    # Row by row (not one matrix product, whose rounding depends on a row's position):
+    # identical vectors must score identically for ties to go by id.
+    scores = np.einsum(
+        "ij,j->i", store.base_vectors_for_rerank(store.base_row_of(labels)), query[0]
+    )
     return top(labels, scores, k)
 
 

@@ -31,6 +31,7 @@ Labels = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
 
 _GATHER_FRACTION = 4  # allow-lists over more than 1/4 of the rows: score all, then mask
+_RESCORE_SLACK = 1e-5  # scores this close below the k-th are scored again row by row
 
 
 @dataclass(frozen=True)
@@ -205,29 +206,53 @@ class VectorStore:
         if rows is not None and rows.shape[0] * _GATHER_FRACTION < max(self.size, 1):
             scores = self.vectors_at(rows) @ q
             labels = self._labels_at(rows)
-        else:
-            parts_s: list[npt.NDArray[np.float32]] = []
-            parts_l: list[Labels] = []
-            if not tail_only and self.base_rows:
-                s = self.base @ q
-                if self.retired_base:
-                    s[~self.base_alive] = -np.inf
-                parts_s.append(s)
-                parts_l.append(self.base_labels)
-            if self.tail_size:
-                s = self.tail @ q
-                s[~self.tail_alive] = -np.inf
-                parts_s.append(s)
-                parts_l.append(self.tail_labels)
-            if not parts_s:
-                return np.zeros(0, np.int64), np.zeros(0, np.float32)
-            scores = np.concatenate(parts_s) if len(parts_s) > 1 else parts_s[0]
-            labels = np.concatenate(parts_l) if len(parts_l) > 1 else parts_l[0]
-            if rows is not None:
-                keep = np.zeros(scores.shape[0], dtype=np.bool_)
-                keep[rows if not tail_only else rows - self.base_rows] = True
-                scores = np.where(keep, scores, -np.inf)
-        return top_k(labels, scores, k)
+            return self._settled_top(labels, scores, rows, q, k)
+        parts_s: list[npt.NDArray[np.float32]] = []
+        parts_l: list[Labels] = []
+        if not tail_only and self.base_rows:
+            s = self.base @ q
+            if self.retired_base:
+                s[~self.base_alive] = -np.inf
+            parts_s.append(s)
+            parts_l.append(self.base_labels)
+        if self.tail_size:
+            s = self.tail @ q
+            s[~self.tail_alive] = -np.inf
+            parts_s.append(s)
+            parts_l.append(self.tail_labels)
+        if not parts_s:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        scores = np.concatenate(parts_s) if len(parts_s) > 1 else parts_s[0]
+        labels = np.concatenate(parts_l) if len(parts_l) > 1 else parts_l[0]
+        if rows is not None:
+            keep = np.zeros(scores.shape[0], dtype=np.bool_)
+            keep[rows if not tail_only else rows - self.base_rows] = True
+            scores = np.where(keep, scores, -np.inf)
+        first_row = self.base_rows if tail_only else 0  # position i scores row first_row + i
+        return self._settled_top(labels, scores, None, q, k, first_row)
+
+    def _settled_top(
+        self,
+        labels: Labels,
+        scores: npt.NDArray[np.float32],
+        rows: Labels | None,
+        q: Vectors,
+        k: int,
+        first_row: int = 0,
+    ) -> tuple[Labels, npt.NDArray[np.float32]]:
+        """``top_k``, the scores near the cut computed again row by row first. A matrix
+        product rounds a row's score by where the row sits (BLAS works in blocks), so two
+        identical vectors could score one ulp apart and rank by insertion order instead
+        of by label. ``rows``: the row each position scored (``None``: ``first_row + i``)."""
+        finite = scores[np.isfinite(scores)]
+        take = min(k, int(finite.shape[0]))
+        if take == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        cut = np.partition(finite, finite.shape[0] - take)[finite.shape[0] - take]
+        near = np.flatnonzero(scores >= cut - _RESCORE_SLACK)
+        at = rows[near] if rows is not None else near + first_row
+        exact = np.einsum("ij,j->i", self.vectors_at(at), q)  # each row's own sum
+        return top_k(labels[near], exact, k)
 
     def _labels_at(self, rows: Labels) -> Labels:
         out = np.empty(rows.shape[0], dtype=np.int64)
@@ -393,7 +418,9 @@ def unit_rows(vectors: npt.ArrayLike, dimension: int) -> Vectors:
         raise ValueError(f"expected vectors of dimension {dimension}, got shape {array.shape}")
     if not np.isfinite(array).all():
         raise ValueError("vectors contain NaN or infinity")
-    norms = np.linalg.norm(array, axis=1, keepdims=True)
+    # In float64: a finite float32 row's squared length can overflow float32 (3e19**2),
+    # and dividing by an infinite norm would store a zero row.
+    norms = np.linalg.norm(array.astype(np.float64), axis=1, keepdims=True)
     if array.shape[0] and (norms <= 1e-12).any():
         raise ValueError("zero vectors have no direction")
     return np.ascontiguousarray(array / norms, dtype=np.float32)

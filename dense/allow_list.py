@@ -39,6 +39,7 @@ class AllowList:
     ) -> None:
         labels: list[int] = []
         pending: list[str] = []
+        refuse_single_id(ids)
         for doc_id in dict.fromkeys(ids):
             if not isinstance(doc_id, str):
                 raise ValueError(f"allow-list ids must be strings, got {type(doc_id).__name__}")
@@ -93,3 +94,10 @@ class _Bitmap:
         self.bits = np.packbits(mask, bitorder="little")
         faiss = faiss_module()
         self.selector = faiss.IDSelectorBitmap(self.bits.shape[0], faiss.swig_ptr(self.bits))
+
+
+def refuse_single_id(ids: object) -> None:
+    """A lone string where a collection of ids belongs would be read character by
+    character ("ab" as "a" and "b"): refuse it."""
+    if isinstance(ids, str | bytes):
+        raise ValueError("expected a collection of ids, got a single string")

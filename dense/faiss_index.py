@@ -57,7 +57,7 @@ from dense._rwlock import RWLock
 from dense._search import SearchParams, ServingGraph
 from dense._search import search as search_store
 from dense._vector_store import RowsView, VectorStore, unit_rows
-from dense.allow_list import AllowList
+from dense.allow_list import AllowList, refuse_single_id
 from dense.index_file import (
     FaissIndexCorrupt,
     IndexSnapshot,
@@ -239,6 +239,7 @@ class FaissIndex:
 
         Vectors are L2-normalised here; zero or non-finite vectors raise ``ValueError``.
         """
+        refuse_single_id(ids)
         ids = list(ids)
         if not ids and np.size(vectors) == 0:
             return
@@ -256,6 +257,7 @@ class FaissIndex:
 
     def remove(self, ids: Iterable[str]) -> int:
         """Remove ids (unknown ids are ignored); return how many were removed."""
+        refuse_single_id(ids)
         with self._lock.write():
             removed = self._store.remove(ids)
             if removed:

@@ -257,9 +257,12 @@ class OllamaEmbedder:
         matrix = np.asarray(embeddings, dtype=np.float64)
         if not np.isfinite(matrix).all():
             raise self._bad_output("NaN or infinite values")
-        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-        if (norms == 0).any():
+        # Scaled by each row's largest value first: 1e200 squared overflows even float64.
+        largest = np.abs(matrix).max(axis=1, keepdims=True)
+        if (largest == 0).any():
             raise self._bad_output("a zero vector")
+        matrix = matrix / largest
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
         dimension = matrix.shape[1]
         with self._state_lock:
             if self._dimension is None:

@@ -53,7 +53,7 @@ def checked_vectors(vectors: object, rows: int, dimension: int | None) -> Vector
         )
     if not np.isfinite(array).all():
         raise InvalidArgument("embeddings contain NaN or infinite values")
-    norms = np.linalg.norm(array, axis=1, keepdims=True)
+    norms = np.linalg.norm(array.astype(np.float64), axis=1, keepdims=True)  # 3e19**2 fits
     if (norms == 0).any():
         raise InvalidArgument("embeddings contain an all-zero vector")
     return np.ascontiguousarray(array / norms, dtype=np.float32)

@@ -179,6 +179,28 @@ def test_a_mostly_masked_graph_is_rebuilt() -> None:
     assert found / (50 * len(queries)) >= 0.95
 
 
+@pytest.mark.parametrize("size", [2, 3, 5, 6, 7, 9, 13, 17, 31, 64])
+def test_identical_vectors_score_alike_wherever_they_sit(size: int) -> None:
+    """Two builds, other insertion orders, the same answer: a matrix product rounds a
+    row's score by its position, so twins must be scored row by row before ties go by id."""
+    rng = np.random.default_rng(size)
+    others = unit(rng, size)
+    twin = unit(rng, 1)[0]
+    query = unit(rng, 1)[0]
+    answers = []
+    for at in (0, size // 2, size):  # where one twin is inserted; the other goes last
+        index = FaissIndex(DIM, **FLAT)
+        ids = [f"o{i}" for i in range(size)]
+        vectors = list(others)
+        ids.insert(at, "twin-b")
+        vectors.insert(at, twin)
+        index.add([*ids, "twin-a"], np.vstack([*vectors, twin]))
+        answers.append(index.search(query, size + 2))
+    assert answers[0] == answers[1] == answers[2]
+    order = [doc for doc, _ in answers[0] if doc.startswith("twin")]
+    assert order == ["twin-a", "twin-b"]
+
+
 def test_hnsw_recall_at_10_matches_flat() -> None:
     rng = np.random.default_rng(4)
     vectors = unit(rng, 3_000, dim=32)
@@ -311,6 +333,22 @@ def test_bad_arguments_raise_value_error() -> None:
         index.search(vectors[0], 0)
     with pytest.raises(ValueError):
         index.search(vectors[:2], 3)
+    for single in ("d1", b"d1"):  # one id where a collection belongs, not "d" and "1"
+        with pytest.raises(ValueError, match="single string"):
+            index.remove(single)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="single string"):
+            index.search(vectors[0], 3, allow=single)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="single string"):
+            index.add(single, unit(np.random.default_rng(0), 2))  # type: ignore[arg-type]
+    assert len(index) == 10
+
+
+def test_a_finite_vector_too_long_for_float32_arithmetic_keeps_its_direction() -> None:
+    index = FaissIndex(4, **FLAT)
+    index.add(["big", "y"], np.array([[3e19, 1, 0, 0], [0, 1, 0, 0]], dtype=np.float32))
+    hits = index.search(np.array([1e30, 0, 0, 0], dtype=np.float32), 2)
+    assert hits[0][0] == "big" and hits[0][1] == pytest.approx(1.0)
+    assert hits[1] == ("y", pytest.approx(0.0, abs=1e-6))
 
 
 def test_empty_index_searches_to_nothing(tmp_path: Path) -> None:

@@ -218,6 +218,17 @@ def test_malformed_vectors_are_failures(
         make_embedder(ollama_standin).embed(["t"] * len(vectors))
 
 
+def test_huge_finite_values_still_give_unit_vectors(ollama_standin: OllamaStandIn) -> None:
+    """1e200 squared overflows even float64: the row is scaled before its length is taken."""
+
+    def embed(request: Request) -> Reply:
+        return Reply(200, {"model": MODEL, "embeddings": [[1e200, 1e200, 0.0]]})
+
+    ollama_standin.route("POST", "/api/embed", embed)
+    vector = make_embedder(ollama_standin).embed(["t"])[0]
+    np.testing.assert_allclose(vector, [2**-0.5, 2**-0.5, 0.0], rtol=1e-6)
+
+
 def test_model_that_cannot_embed_is_unavailable(ollama_standin: OllamaStandIn) -> None:
     ollama_standin.route(
         "POST", "/api/show", lambda r: Reply(200, {"capabilities": ["completion"]})

@@ -93,3 +93,14 @@ def test_a_stored_vector_of_another_length_does_not_stop_the_corpus_opening(
         corpus = engine.corpus("vm")
         assert corpus.stats()["vectors"] == 2
         assert "v1" in {hit.source_id for hit in corpus.search("text number 1")}
+
+
+def test_a_supplied_vector_too_long_for_float32_arithmetic_keeps_its_direction(
+    fast_engine: SearchEngine,
+) -> None:
+    corpus = fast_engine.create_corpus(CorpusConfig(name="vm"))
+    big = np.zeros((1, 64), dtype=np.float32)
+    big[0, 0], big[0, 1] = 3e19, 1.0
+    assert corpus.add(DOCS[:1], embeddings=big).added == 1
+    stored = corpus._store.get_many(["v0"], public_only=False)["v0"].embedding
+    assert stored is not None and abs(float(np.linalg.norm(stored)) - 1.0) < 1e-6
