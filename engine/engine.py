@@ -22,6 +22,7 @@ import os
 import shutil
 import sqlite3
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
@@ -52,6 +53,8 @@ if TYPE_CHECKING:
     from engine.surfaces.metrics_http import MetricsServer
 
 logger = logging.getLogger(__name__)
+
+_TOMBSTONE = ".dropped-"  # a dropped corpus's directory, renamed, until it is deleted
 
 
 def _checked_search_threads(threads: object) -> int | None:
@@ -202,7 +205,11 @@ class SearchEngine:
             directory = self._corpus_dir(config.name)
             if (directory / "config.json").exists():
                 raise CorpusExists(f"corpus {config.name!r} already exists")
-            directory.mkdir(parents=True, exist_ok=True)
+            if directory.exists():
+                # No config: a create that crashed before writing it. Nothing there was
+                # ever a corpus; start clean rather than reopen what it left.
+                shutil.rmtree(directory)
+            directory.mkdir(parents=True)
             save_config(directory / "config.json", config)
             return self._open(config, directory)
 
@@ -263,8 +270,13 @@ class SearchEngine:
             # Waits for a write in progress; other processes learn of the drop from the
             # store and stop answering for this corpus.
             mark_dropped(directory, self._busy_timeout)
-            (directory / "config.json").unlink()
-            shutil.rmtree(directory, ignore_errors=True)
+            # Out of the way in one rename, then deleted: a crash part-way leaves a
+            # tombstone (swept by the next drop), never a half-deleted corpus directory
+            # that a create of the same name would reopen.
+            tombstone = directory.with_name(f"{_TOMBSTONE}{name}-{uuid.uuid4().hex}")
+            os.rename(directory, tombstone)
+            for leftover in directory.parent.glob(f"{_TOMBSTONE}*"):
+                shutil.rmtree(leftover, ignore_errors=True)
             self.metrics.forget(name)
 
     @sealed

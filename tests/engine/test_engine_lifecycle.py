@@ -97,3 +97,39 @@ def test_closed_engine_refuses_work(tmp_path: Path) -> None:
     eng.close()  # idempotent
     with pytest.raises(InvalidArgument):
         eng.list_corpora()
+
+
+def test_a_drop_that_never_finished_deleting_does_not_come_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The drop's deletion fails (or the process dies) after the directory was renamed
+    out of the way: a corpus created under the same name starts empty and works."""
+    with SearchEngine(tmp_path) as engine:
+        engine.create_corpus(CorpusConfig(name="c", embedder=None)).add(
+            [Document(id="old", text="the old corpus")]
+        )
+        with monkeypatch.context() as patch:
+            patch.setattr("engine.engine.shutil.rmtree", lambda *args, **kwargs: None)
+            engine.drop_corpus("c")
+        assert engine.list_corpora() == []
+        fresh = engine.create_corpus(CorpusConfig(name="c", embedder=None))
+        assert len(fresh) == 0
+        fresh.add([Document(id="new", text="the new corpus")])
+        assert [hit.source_id for hit in fresh.search("corpus")] == ["new"]
+        leftovers = [p.name for p in (tmp_path / "corpora").iterdir() if p.name != "c"]
+        assert len(leftovers) == 1 and leftovers[0].startswith(".dropped-c-")
+        engine.create_corpus(CorpusConfig(name="other", embedder=None))
+        engine.drop_corpus("other")  # the next drop sweeps the leftover away
+        assert [p.name for p in (tmp_path / "corpora").iterdir()] == ["c"]
+
+
+def test_a_create_that_crashed_before_its_config_starts_clean(tmp_path: Path) -> None:
+    with SearchEngine(tmp_path) as engine:
+        engine.create_corpus(CorpusConfig(name="c", embedder=None)).add(
+            [Document(id="old", text="left behind")]
+        )
+    (tmp_path / "corpora" / "c" / "config.json").unlink()  # as if its create had crashed
+    with SearchEngine(tmp_path) as engine:
+        assert engine.list_corpora() == []
+        fresh = engine.create_corpus(CorpusConfig(name="c", embedder=None))
+        assert len(fresh) == 0 and fresh.search("left behind") == []
