@@ -84,6 +84,10 @@ class BackgroundBuilder:
             thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
+        # The job is a bound method of the index that owns this builder: forgetting it
+        # breaks that cycle, so a closed index (and the file it maps) is freed as soon
+        # as nothing else holds it, not whenever the garbage collector runs.
+        self._job = _no_job
 
     def _run(self) -> None:
         while True:
@@ -106,3 +110,7 @@ class BackgroundBuilder:
                     if again and not self._closed:
                         self._requested = True
                     self._cond.notify_all()
+
+
+def _no_job(proceed: Proceed) -> bool:
+    return False

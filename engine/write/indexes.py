@@ -533,6 +533,10 @@ class DerivedIndexes:
             self.flush()
         if self.faiss is not None:
             self.faiss.close()  # stops a background graph build
+            # Let go of it now: its mapped file stays open for as long as the index is
+            # referenced, and a closed corpus can be referenced long after (a caller's
+            # engine object, reference cycles waiting for the garbage collector).
+            self.faiss = None
         self.tantivy.close()
 
     def _graph_ready(self) -> None:

@@ -9,7 +9,10 @@ Disk full: a real 2 MiB tmpfs when the test may mount one (root), and fault inje
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import gc
+import os
 import sqlite3
 import subprocess
 from collections.abc import Iterator
@@ -267,3 +270,37 @@ def test_a_failed_write_never_poisons_the_next_one(
         corpus.add([Document(id="a", text="first")])
     corpus.add([Document(id="b", text="second")])  # must not inherit an open transaction
     assert len(corpus) == 1
+
+
+def _open_files_under(directory: Path) -> list[str]:
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith(str(directory)):
+                found.append(target)
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
+def test_closing_an_engine_releases_its_files_without_the_garbage_collector(
+    tmp_path: Path,
+) -> None:
+    """The vector file is memory-mapped when a corpus reopens; a closed engine (which a
+    caller may keep referring to) must not hold it open until a collection runs."""
+    factory = factory_for(WordHashEmbedder())
+    with SearchEngine(tmp_path, embedder_factory=factory) as engine:
+        engine.create_corpus(CorpusConfig(name="v", embedder=FAKE)).add(
+            [Document(id=f"d{i}", text=f"words number {i}") for i in range(20)]
+        )
+    kept = []
+    gc.disable()
+    try:
+        for _ in range(3):
+            engine = SearchEngine(tmp_path, embedder_factory=factory)
+            assert engine.corpus("v").search("words number")
+            engine.close()
+            kept.append(engine)
+            assert _open_files_under(tmp_path / "corpora") == []
+    finally:
+        gc.enable()
