@@ -9,8 +9,10 @@ Rules (internal to ``sparse``, free to change without touching the facade contra
   list: an empty answer from a healthy index is the answer ("nothing matches"), not a
   failure, so a lower-priority engine of incomparable relevance is not consulted.
 - Scores are never merged or compared across engines: exactly one backend answers.
-- Sources are de-duplicated by URL, keeping the first (best) one; a source with an empty
-  URL has no URL key and is de-duplicated by its source id only.
+- Sources are de-duplicated by URL, keeping the first (best) one, unless the query says
+  ``distinct_urls=False``; a source with an empty URL has no URL key and is
+  de-duplicated by its source id only. What the URL rule drops is made up from further
+  down the backend's ranking (it is asked again for more, up to four times the cap).
 - At most ``min(query.limit, max_results)`` sources are returned, best first.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from sparse.contracts import (
@@ -67,11 +70,11 @@ class RetrievalService:
             if not _available(backend):
                 continue
             try:
-                sources = backend.search(query, access)
+                sources = _distinct(backend, query, access, cap)
             except Exception as exc:  # contained: the next backend gets the query
                 _log_failure(backend, exc)
                 continue
-            return RetrievalResult(sources=_dedupe(sources, cap), backend=backend.name)
+            return RetrievalResult(sources=sources, backend=backend.name)
         return RetrievalResult(sources=(), backend=None)
 
     def excerpt_terms(self, text: str, language_id: int | None) -> list[str]:
@@ -124,12 +127,35 @@ def _available(backend: SearchBackend) -> bool:
         return False
 
 
-def _dedupe(sources: Sequence[EvidenceSource], cap: int) -> tuple[EvidenceSource, ...]:
+def _distinct(
+    backend: SearchBackend, query: RetrievalQuery, access: AccessContext, cap: int
+) -> tuple[EvidenceSource, ...]:
+    """Up to ``cap`` of the backend's hits, one per source id (and, with
+    ``query.distinct_urls``, per non-empty URL). Hits dropped for a repeated URL are made
+    up from further down the ranking — the backend is asked again for up to
+    ``_REFILL_FACTOR`` times as many — so a page is not short while more pages wait."""
+    fetch = query.limit
+    ceiling = cap * _REFILL_FACTOR
+    while True:
+        asked = query if fetch == query.limit else replace(query, limit=fetch)
+        sources = backend.search(asked, access)
+        kept = _dedupe(sources, cap, by_url=query.distinct_urls)
+        if len(kept) >= cap or len(sources) < fetch or fetch >= ceiling:
+            return kept
+        fetch = min(fetch * 2, ceiling)
+
+
+_REFILL_FACTOR = 4
+
+
+def _dedupe(
+    sources: Sequence[EvidenceSource], cap: int, *, by_url: bool
+) -> tuple[EvidenceSource, ...]:
     seen_urls: set[str] = set()
     seen_ids: set[str] = set()
     kept: list[EvidenceSource] = []
     for source in sources:
-        if source.source_id in seen_ids or (source.url and source.url in seen_urls):
+        if source.source_id in seen_ids or (by_url and source.url and source.url in seen_urls):
             continue
         seen_ids.add(source.source_id)
         if source.url:

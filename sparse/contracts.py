@@ -206,6 +206,9 @@ class RetrievalQuery:
     statistics: TermStatistics | None = None
     """Score each term with these collection statistics instead of the index's own
     (``TermStatistics``): how one part of a sharded corpus ranks as the whole would."""
+    distinct_urls: bool = True
+    """True: the retrieval service keeps the best hit per non-empty URL (one answer per
+    page). False: every document is its own hit, whatever its URL."""
 
 
 @dataclass(frozen=True, slots=True)

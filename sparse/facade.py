@@ -86,6 +86,7 @@ class KeywordSearchFacade:
         excerpts: bool = True,
         within: Iterable[str] | None = None,
         statistics: TermStatistics | None = None,
+        distinct_urls: bool = True,
     ) -> list[KeywordHit]:
         """Best-first public hits for ``query``; ``[]`` on short queries or any failure.
 
@@ -97,7 +98,9 @@ class KeywordSearchFacade:
         strings; more, or a non-string, answers ``[]``); ``statistics`` scores every term
         with those collection statistics instead of the index's own (what
         ``term_statistics`` of several indexes, combined, gives: one shard of a corpus
-        ranking as the whole corpus would).
+        ranking as the whole corpus would); ``distinct_urls=False`` keeps every document
+        although several share a URL (by default only the best hit per URL is kept, and
+        a page is filled from further down the ranking).
         """
         try:
             text = clamp_text(query)
@@ -121,6 +124,7 @@ class KeywordSearchFacade:
                 excerpts=bool(excerpts),
                 within=eligible,
                 statistics=statistics,
+                distinct_urls=bool(distinct_urls),
             )
             result = self._service.retrieve(request, AccessContext.public_only())
             return [_to_hit(source) for source in result.sources[: request.limit]]

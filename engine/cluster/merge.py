@@ -52,22 +52,6 @@ def merge_arm(per_shard: Sequence[Sequence[ScoredHit]], limit: int) -> list[Scor
     return out
 
 
-def dedupe_urls(hits: Sequence[ScoredHit], limit: int) -> list[ScoredHit]:
-    """The keyword cascade's rule, applied to the merged arm: keep the first (best) hit
-    per non-empty URL — two shards may each hold a page under one URL."""
-    seen: set[str] = set()
-    kept: list[ScoredHit] = []
-    for hit in hits:
-        if hit.url:
-            if hit.url in seen:
-                continue
-            seen.add(hit.url)
-        kept.append(hit)
-        if len(kept) >= limit:
-            break
-    return kept
-
-
 def completed(
     sparse: list[ScoredHit],
     dense: list[ScoredHit],

@@ -34,7 +34,7 @@ import numpy.typing as npt
 from dense import Embedder, EmbedderUnavailable, embed_query
 from engine.cluster.calls import Pending, ShardCalls
 from engine.cluster.health import ClusterMetrics, ShardHealth
-from engine.cluster.merge import completed, dedupe_urls, fuse, merge_arm
+from engine.cluster.merge import completed, fuse, merge_arm
 from engine.cluster.routing import group_by_shard
 from engine.config import CorpusConfig
 from engine.documents import ArmRanks, Passage
@@ -272,10 +272,9 @@ class ShardedSearcher:
 def _keyword_ranking(
     windows: dict[int, ArmWindow], shards: Sequence[int], window: int
 ) -> list[ScoredHit]:
-    """The global keyword ranking from the windows of ``shards``: merged by score, one
-    hit per URL, cut at ``window``."""
-    hits = [windows[i].hits() for i in shards]
-    return dedupe_urls(merge_arm(hits, sum(len(h) for h in hits)), window)
+    """The global keyword ranking from the windows of ``shards``: merged by score, cut at
+    ``window`` (every document its own hit, as in one corpus, whatever its URL)."""
+    return merge_arm([windows[i].hits() for i in shards], window)
 
 
 def passages_ahead(need: int, shards: int) -> int:

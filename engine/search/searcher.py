@@ -274,7 +274,7 @@ class Searcher:
         # The tantivy backend cuts the excerpts from the store's texts with the term order it
         # has at hand (``build_passages`` cutting them would analyse the query a second
         # time: ~0.2 ms of Cranfield's ~1.4 ms answer).
-        hits = p.keyword_full.search(text, need, language, filters=filters)
+        hits = p.keyword_full.search(text, need, language, filters=filters, distinct_urls=False)
         p.metrics.arm_duration.labels(p.corpus, Arm.SPARSE.value).observe(time.perf_counter() - t0)
         return fuse_arms(p.config, hits, None, need), hits
 
@@ -383,7 +383,7 @@ class Searcher:
         # Ranked ids are all fusion needs; excerpts are cut for the final page only.
         # (The tantivy backend enters the search gate itself; see CurrentIndexBackend.)
         hits = p.keyword_index_backed.search(
-            text, window, language, filters=filters, excerpts=False
+            text, window, language, filters=filters, excerpts=False, distinct_urls=False
         )
         p.metrics.arm_duration.labels(p.corpus, Arm.SPARSE.value).observe(
             time.perf_counter() - started

@@ -103,7 +103,13 @@ def keyword_window(
     given (a sharded corpus's, summed over its shards)."""
     facade = parts.keyword_index_backed if index_backed else parts.keyword_full
     hits = facade.search(
-        text, limit, language, filters=filters, excerpts=False, statistics=statistics
+        text,
+        limit,
+        language,
+        filters=filters,
+        excerpts=False,
+        statistics=statistics,
+        distinct_urls=False,
     )
     top = [FusedHit(h.source_id, 0.0, (rank, None)) for rank, h in enumerate(hits[:need], 1)]
     return ArmWindow(
@@ -165,6 +171,7 @@ def keyword_scores(
         excerpts=False,
         within=ids,
         statistics=statistics,
+        distinct_urls=False,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -156,6 +157,38 @@ def test_dedup_happens_before_the_cap() -> None:
         "a",
         "c",
     ]
+
+
+class Ranked(Stub):
+    """A backend that honours ``limit``, as a real index does: the best ``limit`` only."""
+
+    def search(self, query: RetrievalQuery, access: AccessContext) -> list[EvidenceSource]:
+        return super().search(query, access)[: query.limit]
+
+
+SHARED_FIRST = [src(f"s{i}", "/same") for i in range(4)] + [src(f"w{i}", f"/{i}") for i in range(6)]
+
+
+def test_a_page_thinned_by_the_url_rule_is_made_up_from_further_down() -> None:
+    backend = Ranked("ranked", 3, SHARED_FIRST)
+    result = RetrievalService([backend]).retrieve(query("xy", limit=4), PUBLIC)
+    assert ids(result.sources) == ["s0", "w0", "w1", "w2"]
+    assert [asked.limit for asked, _ in backend.calls] == [4, 8]
+
+
+def test_refilling_asks_for_at_most_four_times_the_page() -> None:
+    backend = Ranked("ranked", 3, [src(f"s{i}", "/same") for i in range(100)])
+    result = RetrievalService([backend]).retrieve(query("xy", limit=5), PUBLIC)
+    assert ids(result.sources) == ["s0"]
+    assert [asked.limit for asked, _ in backend.calls] == [5, 10, 20]
+
+
+def test_distinct_urls_off_keeps_every_document() -> None:
+    backend = Ranked("ranked", 3, SHARED_FIRST)
+    request = replace(query("xy", limit=4), distinct_urls=False)
+    result = RetrievalService([backend]).retrieve(request, PUBLIC)
+    assert ids(result.sources) == ["s0", "s1", "s2", "s3"]
+    assert len(backend.calls) == 1
 
 
 @pytest.mark.parametrize("bad", [0, -3, True, 2.0, "10"])

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 pytest.importorskip("ray")
 
 from engine import CorpusConfig
-from engine.cluster.merge import completed, dedupe_urls, fuse, merge_arm
+from engine.cluster.merge import completed, fuse, merge_arm
 from engine.cluster.routing import group_by_shard, jump_hash, shard_for
 from engine.search.completion import extra_candidates, shard_extras
 from engine.search.windows import ArmWindow, ScoredHit
@@ -78,17 +78,6 @@ def test_unscored_hits_come_after_scored_ones_interleaved() -> None:
         [hits(("l1", None), ("l2", None)), hits(("s1", 0.5)), hits(("m1", None))], 10
     )
     assert [h.id for h in merged] == ["s1", "l1", "m1", "l2"]
-
-
-def test_dedupe_urls_keeps_the_best_hit_per_url() -> None:
-    merged = [
-        ScoredHit("a", 3.0, "/u"),
-        ScoredHit("b", 2.0, ""),
-        ScoredHit("c", 1.5, "/u"),
-        ScoredHit("d", 1.0, ""),
-    ]
-    assert [h.id for h in dedupe_urls(merged, 10)] == ["a", "b", "d"]
-    assert [h.id for h in dedupe_urls(merged, 2)] == ["a", "b"]
 
 
 def test_fusion_runs_once_over_the_global_rankings() -> None:

@@ -62,3 +62,31 @@ def test_browsing_an_impossible_language_is_empty(many: Corpus) -> None:
     assert searcher.browse(10, 0, MAX_LANGUAGE_ID + 1, ()) == []
     assert searcher.browse(10, 0, 10**30, ()) == []
     assert len(searcher.browse(10, 0, 0, ())) == 10
+
+
+@pytest.mark.parametrize("vectors", [False, True], ids=["keyword", "hybrid"])
+def test_documents_sharing_a_url_are_each_answered_whatever_the_strategy(
+    fast_engine: SearchEngine, vectors: bool
+) -> None:
+    """Sections of one page share its URL: each is a passage of its own, in keyword and
+    hybrid corpora alike, and paging reaches every one of them."""
+    config = CorpusConfig(name="pages") if vectors else CorpusConfig(name="pages", embedder=None)
+    corpus = fast_engine.create_corpus(config)
+    corpus.add(
+        [
+            Document(id=f"s{i}", text="password " * 5 + f"section {i}", url="/help/one-page")
+            for i in range(4)
+        ]
+        + [
+            Document(id=f"w{i}", text=f"password and other words {i} " * 3, url=f"/p/{i}")
+            for i in range(6)
+        ]
+    )
+    pages = [
+        hit.source_id
+        for offset in (0, 4, 8)
+        for hit in corpus.search("password", top_k=4, offset=offset)
+    ]
+    assert sorted(pages) == sorted([f"s{i}" for i in range(4)] + [f"w{i}" for i in range(6)])
+    first = corpus.search("password", top_k=10)
+    assert all(hit.ranks.sparse is not None for hit in first)
