@@ -15,6 +15,9 @@ from engine import AddResult, Corpus, Document, InvalidArgument
 from engine.surfaces.loaders import Loaded, Rejected
 
 BATCH_SIZE = 512
+MAX_KEPT_REJECTIONS = 1_000
+"""Rejections a report keeps (the earliest lines); the rest are only counted, so a file
+of millions of bad lines costs no more memory than one of a thousand."""
 
 
 @dataclass(slots=True)
@@ -26,6 +29,19 @@ class BulkReport:
     unchanged: int = 0
     degraded: int = 0
     rejected: list[Rejected] = field(default_factory=list)
+    """The rejections of the earliest lines, at most ``MAX_KEPT_REJECTIONS``, by line."""
+    rejected_total: int = 0
+
+    def reject(self, item: Rejected) -> None:
+        self.rejected_total += 1
+        self.rejected.append(item)
+        if len(self.rejected) >= 2 * MAX_KEPT_REJECTIONS:
+            self.finish()
+
+    def finish(self) -> None:
+        """Sorts the kept rejections by line and drops those past the cap."""
+        self.rejected.sort(key=lambda r: r.line)
+        del self.rejected[MAX_KEPT_REJECTIONS:]
 
     def count(self, result: AddResult) -> None:
         self.added += result.added
@@ -54,7 +70,7 @@ def add_all(
     batch: list[Loaded] = []
     for item in lines:
         if isinstance(item, Rejected):
-            report.rejected.append(item)
+            report.reject(item)
             continue
         batch.append(item)
         if len(batch) >= batch_size:
@@ -66,7 +82,7 @@ def add_all(
         _add_batch(corpus, batch, report)
     if on_batch is not None:
         on_batch(report)
-    report.rejected.sort(key=lambda r: r.line)
+    report.finish()
     return report
 
 
@@ -78,7 +94,7 @@ def _add_batch(corpus: Corpus, batch: Sequence[Loaded], report: BulkReport) -> N
             report.count(corpus.add(_documents(part), progress=False))
         except InvalidArgument as exc:
             if len(part) == 1:
-                report.rejected.append(Rejected(part[0].line, str(exc)))
+                report.reject(Rejected(part[0].line, str(exc)))
             else:
                 middle = len(part) // 2
                 pending.extend((part[middle:], part[:middle]))  # first half is popped first

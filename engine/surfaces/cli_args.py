@@ -26,6 +26,7 @@ from engine.limits import (
     is_valid_source_id,
 )
 from sparse import MAX_TITLE_WEIGHT, Analyzer
+from sparse.contracts import is_field_name
 
 DEFAULT_HOME = "tandem-data"
 HOME_ENV = "TANDEM_HOME"
@@ -208,6 +209,12 @@ def field_declarations(values: list[str]) -> dict[str, FieldType]:
             raise typer.BadParameter(
                 f"{value!r}: unknown type {kind!r}; valid: {valid}", param_hint="--field"
             ) from None
+        if not is_field_name(name):
+            raise typer.BadParameter(
+                f"field name {name!r} must be 1-64 characters of a-z, 0-9 or '_', starting "
+                "with a letter",
+                param_hint="--field",
+            )
         if name in declared:
             raise typer.BadParameter(f"field {name!r} is declared twice", param_hint="--field")
         declared[name] = field_type

@@ -85,11 +85,17 @@ class _Handler(BaseHTTPRequestHandler):
         with_body: bool,
         headers: dict[str, str] | None = None,
     ) -> None:
+        if self.headers.get("Content-Length") or self.headers.get("Transfer-Encoding"):
+            # This endpoint reads no request body: one left on a kept-alive connection
+            # would be read as the next request. Answer, then close.
+            self.close_connection = True
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         for name, value in (headers or {}).items():
             self.send_header(name, value)
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         if with_body:
             self.wfile.write(body)

@@ -128,13 +128,13 @@ def bulk_summary(report: BulkReport, *, show_rejections: int = 20) -> tuple[str,
     """(summary for stdout, rejection reasons for stderr)."""
     summary = (
         f"added {report.added}, updated {report.updated}, degraded {report.degraded}, "
-        f"rejected {len(report.rejected)}"
+        f"rejected {report.rejected_total}"
     )
     reasons = [
         f"line {r.line}: rejected: {safe(r.reason, one_line=True)}"
         for r in report.rejected[:show_rejections]
     ]
-    hidden = len(report.rejected) - show_rejections
+    hidden = report.rejected_total - min(show_rejections, len(report.rejected))
     if hidden > 0:
         reasons.append(f"... and {hidden} more rejected lines")
     return summary, "\n".join(reasons)

@@ -123,7 +123,14 @@ def parse_upload(upload: Upload, fields: Mapping[str, FieldType]) -> Iterator[Lo
     try:
         value = json.load(upload.file)
     except (ValueError, RecursionError) as exc:
-        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "too deeply nested"
+        if isinstance(exc, json.JSONDecodeError):
+            reason = exc.msg
+        elif isinstance(exc, UnicodeDecodeError):
+            reason = "not UTF-8 (JSON text is UTF-8)"
+        elif isinstance(exc, RecursionError):
+            reason = "too deeply nested"
+        else:
+            reason = type(exc).__name__
         raise ApiError(422, "invalid_json", f"the body is not valid JSON: {reason}") from None
     if not isinstance(value, list):
         raise ApiError(
@@ -147,5 +154,5 @@ def report_body(report: BulkReport) -> dict[str, object]:
         "rejected": [
             {"line": r.line, "reason": r.reason} for r in report.rejected[:MAX_REPORTED_REJECTIONS]
         ],
-        "rejected_total": len(report.rejected),
+        "rejected_total": report.rejected_total,
     }

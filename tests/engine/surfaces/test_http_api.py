@@ -384,6 +384,20 @@ def test_create_add_delete_and_drop_with_the_token(client: TestClient) -> None:
     assert error_of(search(client, "letters", query="war"), 404)["code"] == "corpus_not_found"
 
 
+def test_an_upload_that_is_not_utf8_or_too_deep_says_which(home: Path) -> None:
+    for client in _client(home):
+        latin1 = '[{"id": "café", "text": "latin-1 bytes"}]'.encode("latin-1")
+        deep = b"[" * 100_000 + b"]" * 100_000
+        for body, reason in ((latin1, "not UTF-8"), (deep, "too deeply nested")):
+            answer = client.post(
+                "/v1/corpora/kw/documents",
+                content=body,
+                headers={**AUTH, "content-type": "application/json"},
+            )
+            err = error_of(answer, 422)
+            assert err["code"] == "invalid_json" and reason in err["message"]
+
+
 def test_upload_caps_refuse_the_whole_body_and_write_nothing(home: Path) -> None:
     for client in _client(
         home, max_body_bytes=4096, max_upload_bytes=64 * 1024, max_line_bytes=2048

@@ -107,6 +107,27 @@ def test_healthz_unknown_paths_methods_and_clean_stop(engine: SearchEngine) -> N
     assert _refused(server.port)
 
 
+def test_a_refused_body_is_never_read_as_a_second_request(engine: SearchEngine) -> None:
+    """The endpoint reads no request body; one smuggled inside a POST must not be
+    answered as a request of its own on the kept-alive connection."""
+    server = engine.serve_metrics()
+    inner = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    request = (
+        b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: "
+        + str(len(inner)).encode()
+        + b"\r\n\r\n"
+        + inner
+    )
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(request)
+        answer = b""
+        while chunk := sock.recv(4096):  # the server closes after its one answer
+            answer += chunk
+    assert answer.count(b"HTTP/1.1 ") == 1
+    assert answer.startswith(b"HTTP/1.1 405")
+    server.stop()
+
+
 def test_engine_close_stops_its_endpoints(tmp_path: Path) -> None:
     engine = SearchEngine(tmp_path / "e")
     server = engine.serve_metrics()
