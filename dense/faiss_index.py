@@ -71,6 +71,7 @@ __all__ = ["AllowList", "FaissIndex", "FaissIndexCorrupt", "IndexKind", "VectorS
 
 logger = logging.getLogger(__name__)
 
+_MAX_COSINE = 1.001  # beyond float32 rounding of a cosine: a score past it is damage
 _REBUILD_MIN = 10_000  # pending rows (tail + masked) before a graph is rebuilt ...
 _REBUILD_DIVISOR = 10  # ... or a tenth of the graph, whichever is larger; and whenever
 _MASKED_DIVISOR = 2  # half of the graph's rows are retired, however few that is
@@ -317,6 +318,10 @@ class FaissIndex:
         if len(hits) > k:
             cut = hits[k - 1][1]
             hits = [hit for hit in hits if hit[1] >= cut]
+        if hits and (hits[0][1] > _MAX_COSINE or hits[-1][1] < -_MAX_COSINE):  # best first
+            # No two unit vectors score so: damaged vectors, read from a large file before
+            # its checksum ran (``damaged``); never let them lead an answer.
+            hits = [hit for hit in hits if -_MAX_COSINE <= hit[1] <= _MAX_COSINE]
         hits.sort(key=lambda hit: (-hit[1], hit[0]))
         return hits[:k]
 

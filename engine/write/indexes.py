@@ -292,6 +292,23 @@ class DerivedIndexes:
                 self._applied = state.seq
             self._follow_tantivy(state.seq)
 
+    def replace_damaged_vectors(self) -> None:
+        """The loaded vector file failed the checksum that runs after opening (large files:
+        ``FaissIndex.damaged``): load this process's vector index from the store's
+        vectors instead, and have the file written anew at the next flush. One attribute
+        read when nothing is damaged (every search asks)."""
+        index = self.faiss
+        if index is None or index.damaged is None:
+            return
+        with self._lock:
+            if self.faiss is not index:
+                return
+            logger.warning("vector index file failed its checksum; loading stored vectors")
+            index.close()
+            self.faiss, self._applied = None, -1
+            self._follow_faiss()
+            self._vectors_file_stale = True
+
     def follows(self, state: StoreState) -> bool:
         """True when this process's view already reflects ``state`` (nothing to do)."""
         return (

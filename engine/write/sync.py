@@ -99,6 +99,7 @@ class CorpusSync:
         """Bring this process's view up to every committed write (cheap when none)."""
         if self._store.changed():
             self._catch_up(holder=False)
+        self._indexes.replace_damaged_vectors()
         if self._indexes.keyword_pending and not self.exclusive:
             self._indexes.poll_keyword()
 

@@ -351,6 +351,13 @@ def test_a_finite_vector_too_long_for_float32_arithmetic_keeps_its_direction() -
     assert hits[1] == ("y", pytest.approx(0.0, abs=1e-6))
 
 
+def test_scores_no_unit_vectors_can_have_never_lead_an_answer() -> None:
+    index = FaissIndex(4, **FLAT)
+    index.add(["a", "b"], np.eye(4, dtype=np.float32)[:2])
+    index._store.tail[0] = np.float32(1e20)  # "a", as a damaged mapped file would read
+    assert [doc for doc, _ in index.search(np.ones(4, dtype=np.float32), 2)] == ["b"]
+
+
 def test_empty_index_searches_to_nothing(tmp_path: Path) -> None:
     index = FaissIndex(DIM)
     index.add([], [])

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import dense.index_file
 import engine.write.indexes
 from dense import FaissIndex
 from engine import CorpusConfig, Document, SearchEngine
@@ -56,3 +57,29 @@ def test_bulk_load_saves_a_logarithmic_number_of_times_and_loses_nothing(
         corpus = eng.corpus("c")
         assert corpus.stats()["vectors"] == BATCH * BATCHES
         assert corpus.search("word39x7")[0].source_id == "d39-7"
+
+
+def test_a_vector_file_damaged_past_its_opening_check_is_replaced_from_the_store(
+    tmp_path: Path, hash_embedder: SwitchableEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Large files are mapped at once and checksummed in the background; when that check
+    fails, searches stop using the file's vectors and the next flush writes it anew."""
+    docs = [Document(id=f"d{i}", text=f"word{i} common") for i in range(300)]
+    with SearchEngine(tmp_path, embedder_factory=lambda spec: hash_embedder) as eng:
+        eng.create_corpus(CorpusConfig(name="c")).add(docs)
+    path = tmp_path / "corpora" / "c" / "vectors.faiss"
+    data = bytearray(path.read_bytes())
+    for at in range(len(data) // 3, len(data) // 3 + 64):  # inside the vectors
+        data[at] = 0x7F  # huge floats: scores no unit vectors can have
+    path.write_bytes(bytes(data))
+    monkeypatch.setattr(dense.index_file, "VERIFY_AT_OPEN_BYTES", 0)  # check in background
+    with SearchEngine(tmp_path, embedder_factory=lambda spec: hash_embedder) as eng:
+        corpus = eng.corpus("c")
+        loaded = corpus._indexes.faiss
+        assert loaded is not None and loaded.wait_for_graph(60)
+        assert loaded.damaged is not None
+        hits = corpus.search("word7")
+        assert hits[0].source_id == "d7" and hits[0].ranks.dense == 1
+        assert corpus._indexes.faiss is not loaded and corpus.stats()["vectors"] == 300
+    monkeypatch.undo()
+    assert len(FaissIndex.load(path)) == 300  # rewritten whole: passes the check at once
