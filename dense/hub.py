@@ -51,3 +51,22 @@ def hub_reachable(timeout_s: float = PROBE_TIMEOUT_S) -> bool:
     probe.start()
     probe.join(timeout_s)
     return bool(opened) and opened[0]
+
+
+def in_hub_cache(name: str) -> bool:
+    """Whether the local Hugging Face cache holds model ``name`` (a bare name also as
+    ``sentence-transformers/name``, as sentence-transformers reads it), asked without
+    importing torch. True when it cannot tell (no ``huggingface_hub``): the loader
+    decides then."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return True
+    repos = (name,) if "/" in name else (name, f"sentence-transformers/{name}")
+    for repo in repos:
+        try:
+            if isinstance(try_to_load_from_cache(repo, "config.json"), str):
+                return True
+        except Exception:  # an invalid repo id is simply not cached
+            continue
+    return False

@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dense.contracts import EmbedderUnavailable
-from dense.hub import hub_endpoint, hub_reachable
+from dense.hub import hub_endpoint, hub_reachable, in_hub_cache
 from dense.onnx_query import (
     MANIFEST_NAME,
     OnnxExportError,
@@ -227,6 +227,9 @@ class SentenceTransformerEmbedder:
     def _load_torch(self) -> Any:
         source, local = resolve_model(self._name)
         try:
+            if not local and not in_hub_cache(source) and not hub_reachable():
+                # Before importing torch (seconds): nothing to load, nowhere to fetch from.
+                raise OSError(f"not in the local cache, and {hub_endpoint()} cannot be reached")
             from sentence_transformers import SentenceTransformer
 
             try:

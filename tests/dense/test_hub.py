@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from dense import EmbedderUnavailable, SentenceTransformerEmbedder
-from dense.hub import hub_reachable
+from dense.hub import hub_reachable, in_hub_cache
 
 UNREACHABLE = "http://hub.tandem-test.invalid"  # .invalid never resolves (RFC 2606)
 
@@ -59,5 +59,23 @@ def test_a_missing_model_without_a_hub_fails_without_going_online(
     )
     with pytest.raises(EmbedderUnavailable, match="cannot be reached"):
         embedder.embed(["anything"])
-    assert calls and all(call.get("local_files_only") is True for call in calls)
+    assert calls == []  # not in the cache, no Hub: refused before the model library runs
     assert not embedder.is_available()
+
+
+def test_the_cache_is_read_without_the_model_library(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
+    assert not in_hub_cache("tandem-test/cached") and not in_hub_cache("bare")
+    for repo in ("models--tandem-test--cached", "models--sentence-transformers--bare"):
+        snapshot = tmp_path / repo / "snapshots" / "abc123"
+        snapshot.mkdir(parents=True)
+        (snapshot / "config.json").write_text("{}")
+        (tmp_path / repo / "refs").mkdir()
+        (tmp_path / repo / "refs" / "main").write_text("abc123")
+    assert in_hub_cache("tandem-test/cached")
+    assert in_hub_cache("bare")  # read as sentence-transformers/bare
+    assert not in_hub_cache("not a valid repo id!")
