@@ -114,8 +114,15 @@ CompiledFilter: TypeAlias = tuple[FieldFilter, ...]
 # -- parsing the dict / JSON form --------------------------------------------------------
 
 
-def parse_filter(value: object) -> Filter | None:
+MAX_FILTER_DEPTH = 32
+"""Lists of filters nest at most this deep (a list in a list is an AND of ANDs: depth
+adds nothing a flat list cannot say, and unbounded depth would exhaust the stack)."""
+
+
+def parse_filter(value: object, _depth: int = 0) -> Filter | None:
     """A filter from its Python, dict or JSON-text form (``None``: no filter)."""
+    if _depth > MAX_FILTER_DEPTH:
+        raise InvalidArgument(f"filter lists nest deeper than {MAX_FILTER_DEPTH}")
     if value is None or isinstance(value, Eq | In | Range | And):
         return value
     if isinstance(value, str):
@@ -132,7 +139,7 @@ def parse_filter(value: object) -> Filter | None:
     elif isinstance(value, list | tuple):
         clauses = []
         for item in value:
-            parsed = parse_filter(item)
+            parsed = parse_filter(item, _depth + 1)
             if parsed is None:
                 raise InvalidArgument("a filter list holds filters, not null")
             clauses.append(parsed)

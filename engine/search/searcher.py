@@ -152,6 +152,7 @@ class Searcher:
                 fused, sparse_hits = self._hybrid(p, p.embedder, text, need, language, filters)
             except EmbedderUnavailable:
                 p.metrics.fallbacks.labels(p.corpus, FallbackReason.EMBEDDER_ERROR.value).inc()
+                p.metrics.embedder_up.labels(p.corpus).set(0)  # as a failed add records it
                 strategy = Strategy.KEYWORD
         # See engine.search.gate: the Python part, one search at a time. A keyword search
         # holds the gate from its index search to its passages, so two threads of one

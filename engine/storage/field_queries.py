@@ -66,15 +66,17 @@ def public_filtered_ids(
 
 def keyword_values(conn: sqlite3.Connection, field: str, value: str, limit: int) -> list[str]:
     """See ``DocumentStore.keyword_values``: exact (ASCII case-insensitive) matches if
-    there are any, else values containing ``value``."""
+    there are any, else values containing ``value`` — among public documents' values
+    only (a value only non-public documents carry must not be revealed, nor confirmed)."""
     for condition, pattern in (
-        ("value_text = ? COLLATE NOCASE", value),
-        ("value_text LIKE ? ESCAPE '\\'", f"%{like_escape(value)}%"),
+        ("f.value_text = ? COLLATE NOCASE", value),
+        ("f.value_text LIKE ? ESCAPE '\\'", f"%{like_escape(value)}%"),
     ):
         rows = conn.execute(
-            "SELECT value_text, COUNT(*) AS n FROM document_fields "
-            f"WHERE name = ? AND value_text IS NOT NULL AND {condition} "
-            "GROUP BY value_text ORDER BY n DESC, value_text LIMIT ?",
+            "SELECT f.value_text, COUNT(*) AS n FROM document_fields AS f "
+            "JOIN documents AS d ON d.source_id = f.source_id AND d.is_public = 1 "
+            f"WHERE f.name = ? AND f.value_text IS NOT NULL AND {condition} "
+            "GROUP BY f.value_text ORDER BY n DESC, f.value_text LIMIT ?",
             (field, pattern, limit),
         ).fetchall()
         if rows:

@@ -482,8 +482,8 @@ class DocumentStore:
         )
 
     def keyword_values(self, field: str, value: str, limit: int) -> list[str]:
-        """Stored values of keyword ``field`` equal to ``value`` ignoring ASCII case, or
-        else containing it; at most ``limit``, most frequent first."""
+        """Public documents' values of keyword ``field`` equal to ``value`` ignoring ASCII
+        case, or else containing it; at most ``limit``, most frequent first."""
         return field_queries.keyword_values(self._reader(), field, value, limit)
 
     def iter_documents(self, *, since_seq: int = 0, batch: int = 1000) -> Iterator[StoredDocument]:

@@ -212,3 +212,11 @@ def test_config_declares_fields_with_a_name_grammar() -> None:
             CorpusConfig(name="c", fields=bad)
     with pytest.raises(ValueError, match="cap"):
         CorpusConfig(name="c", fields={f"f{i}": FieldType.KEYWORD for i in range(33)})
+
+
+def test_filter_lists_nested_past_the_cap_are_an_argument_error() -> None:
+    shallow = "[" * 3 + '{"a": 1}' + "]" * 3
+    assert parse_filter(shallow) == Eq("a", 1)
+    deep = "[" * 200 + '{"a": 1}' + "]" * 200  # within the JSON length cap
+    with pytest.raises(InvalidArgument, match="nest deeper"):
+        parse_filter(deep)

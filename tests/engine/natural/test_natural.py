@@ -153,6 +153,29 @@ def test_unresolved_values_fall_back_to_keyword_text(
     assert answer.passages[0].source_id == "z"
 
 
+def test_a_value_only_non_public_documents_carry_is_neither_revealed_nor_applied(
+    engine: SearchEngine, chat_standin: ChatStandIn
+) -> None:
+    corpus = _corpus(engine, chat_standin)
+    corpus.add(
+        [
+            Document(
+                id="memo",
+                text="classified memo about the war",
+                fields={"author": "Agent Smith (informant 42)"},
+                access_groups=frozenset({"secret"}),
+            )
+        ]
+    )
+    chat_standin.content = _answer(["war"], {"author": ["Smith"]})
+    answer = corpus.ask("anything by smith about the war?")
+    value = answer.interpretation.values[0]
+    assert value.resolved == () and value.applied is False
+    assert "Agent" not in json.dumps(answer.interpretation.to_dict())
+    assert answer.interpretation.query == "war Smith"
+    assert "memo" not in {p.source_id for p in answer.passages}
+
+
 def test_ambiguous_values_are_not_guessed(engine: SearchEngine, chat_standin: ChatStandIn) -> None:
     corpus = _corpus(engine, chat_standin)
     chat_standin.content = _answer(["war"], {"author": ["n"]})  # in Benjamin, Goldman, Neurath

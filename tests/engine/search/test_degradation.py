@@ -181,6 +181,7 @@ def test_embed_errors_at_query_time_fall_back_with_their_own_reason(
     reason = "embedder_error"
     assert value(samples, "tandem_search_fallbacks_total", corpus="docs", reason=reason) == 1
     assert value(samples, "tandem_searches_total", corpus="docs", strategy="keyword") == 1
+    assert value(samples, "tandem_embedder_up", corpus="docs") == 0  # as a failed add says
 
 
 def test_deleting_degraded_documents_lowers_the_gauge(

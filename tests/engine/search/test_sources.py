@@ -5,15 +5,18 @@ from __future__ import annotations
 import pytest
 
 from engine import (
+    ArmRanks,
     Corpus,
     CorpusConfig,
     Document,
     GrepTimeout,
     InvalidArgument,
+    Passage,
     SearchEngine,
     SourceNotFound,
 )
 from engine.limits import GREP_TIMEOUT_S, MAX_FETCH_CHARS, MAX_GREP_PATTERN
+from engine.search.sources import MAX_GREP_COPIES, counted_copies, evidence_text
 
 
 @pytest.fixture
@@ -86,6 +89,46 @@ def test_grep_validation(corpus: Corpus) -> None:
     for bad in ("", "(", "x" * (MAX_GREP_PATTERN + 1), "a\x00"):
         with pytest.raises(InvalidArgument):
             corpus.grep(bad)
+
+
+@pytest.mark.timeout(60)  # compiled, the first pattern takes seconds and 650 MB
+@pytest.mark.parametrize(
+    "pattern", [r"(?:a{1500}){1500}", r"(?:(?:(?:a{999}){999}){999}){999}", r"a{100000}"]
+)
+def test_counted_repetitions_that_would_expand_past_the_cap_are_refused(
+    corpus: Corpus, pattern: str
+) -> None:
+    with pytest.raises(InvalidArgument, match="counted repetitions"):
+        corpus.grep(pattern)
+
+
+def test_counted_repetitions_are_counted_nested_and_in_sequence() -> None:
+    assert counted_copies(r"\d{3}-\d{4}") == 8
+    assert counted_copies(r"(?:\w{1,20}\s){1,50}") == 50 * (20 + 1)
+    assert counted_copies(r"(?P<word>\w{4})(?<=a{2})(?i:b{3})") == 4 + 2 + 3
+    assert counted_copies(r"[{}]{3}\p{L}{5}x{,5}{") == 3 + 5 + 5 + 1
+    assert counted_copies(r"(?:a{100}){100}") <= MAX_GREP_COPIES  # still allowed
+
+
+def test_a_match_line_is_bounded_and_its_offsets_exact(fast_engine: SearchEngine) -> None:
+    corpus = fast_engine.create_corpus(CorpusConfig(name="one-line", embedder=None))
+    corpus.add([Document(id="blob", text="x" * 50_000)])
+    (match,) = corpus.grep(r"x+")
+    assert (match.start, match.end) == (0, 50_000)
+    assert match.line == "x" * 1_000
+
+
+def test_evidence_headers_keep_every_character_of_an_id_and_title() -> None:
+    passage = Passage(
+        source_id="chapter·",
+        title="Notes ·",
+        url="",
+        excerpt="text",
+        language_id=0,
+        score=1.0,
+        ranks=ArmRanks(sparse=1, dense=None),
+    )
+    assert evidence_text([passage]).splitlines()[0] == "[1] chapter· · Notes ·"
 
 
 @pytest.mark.timeout(60)  # without the engine's budget this pattern runs for ages
