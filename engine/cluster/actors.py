@@ -27,7 +27,11 @@ logger = logging.getLogger(__name__)
 
 
 def actor_name(manifest: ClusterManifest, index: int) -> str:
-    return f"{manifest.config.name}-shard-{index:03d}"
+    """The detached actor's name: the corpus's and its manifest's uid (unique to its
+    root), so a corpus of the same name elsewhere never finds this one's shards."""
+    if manifest.uid is None:  # a manifest from before uids
+        return f"{manifest.config.name}-shard-{index:03d}"
+    return f"{manifest.config.name}-{manifest.uid}-shard-{index:03d}"
 
 
 def start_shard(

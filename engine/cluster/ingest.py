@@ -50,7 +50,7 @@ from engine.cluster.wire import to_row
 from engine.config import FieldType
 from engine.embedders import default_embedder_factory
 from engine.errors import InvalidArgument
-from engine.write.ingest import embedding_text
+from engine.write.ingest import content_hash, embedding_text
 from engine.write.vector_model import check_embedding_model
 
 logger = logging.getLogger(__name__)
@@ -61,12 +61,15 @@ _PAYLOAD = "payload"  # a pickled wire row (plain dict)
 _ID = "id"
 _TEXT = "embed_text"
 _VECTOR = "vector"
-_KIND = "kind"  # "doc", "rejected", "skipped"
+_KIND = "kind"  # "doc", "rejected", "skipped" (stored with this content and a vector)
 
 
 @dataclass(frozen=True, slots=True)
 class IngestReport:
-    """What one ingest run did. ``written`` documents were acknowledged by their shards."""
+    """What one ingest run did. ``written`` documents were embedded (or brought their
+    vectors) and acknowledged by their shards; ``skipped`` ones were already stored with
+    the same title and text and a vector: they are sent without one, so a change of
+    URL, fields or access groups still lands, and keep their stored vector."""
 
     written: int
     skipped: int
@@ -207,11 +210,13 @@ def _prepare(
     timeout_s: float,
     jsonl: bool,
 ) -> pa.Table:
-    """Rows → documents (or rejections); marks ids already stored with a vector skipped."""
+    """Rows → documents (or rejections); marks those stored with the same content and a
+    vector skipped (not embedded again)."""
     from engine.surfaces.loaders import LineError, document_from_json
 
     kinds: list[str] = []
     ids: list[str] = []
+    digests: list[str] = []
     payloads: list[bytes] = []
     texts: list[str] = []
     vectors: list[list[float] | None] = []
@@ -225,12 +230,14 @@ def _prepare(
         except LineError:
             kinds.append("rejected")
             ids.append("")
+            digests.append("")
             payloads.append(b"")
             texts.append("")
             vectors.append(None)
             continue
         kinds.append("doc")
         ids.append(doc.id)
+        digests.append(content_hash(doc))
         payloads.append(pickle.dumps(to_row(doc), protocol=pickle.HIGHEST_PROTOCOL))
         texts.append(embedding_text(doc.title, doc.text))
         vectors.append(None if vector is None else [float(x) for x in vector])
@@ -238,7 +245,8 @@ def _prepare(
         wanted = [i for i, k in zip(ids, kinds, strict=True) if k == "doc"]
         stored = _stored_with_vectors(handles, shards, wanted, timeout_s)
         kinds = [
-            "skipped" if k == "doc" and i in stored else k for i, k in zip(ids, kinds, strict=True)
+            "skipped" if k == "doc" and stored.get(i) == digest else k
+            for i, k, digest in zip(ids, kinds, digests, strict=True)
         ]
     columns: dict[str, Any] = {
         _KIND: kinds,
@@ -277,13 +285,14 @@ def _without_nulls(raw: dict[str, Any]) -> dict[str, Any]:
 
 def _stored_with_vectors(
     handles: Sequence[Handle], shards: int, ids: Sequence[str], timeout_s: float
-) -> set[str]:
-    stored: set[str] = set()
+) -> dict[str, str]:
+    """Stored id -> content hash, for the ids stored with a vector."""
+    stored: dict[str, str] = {}
     for index, positions in group_by_shard(ids, shards).items():
         state: dict[str, tuple[str, bool]] = _call_with_retry(
             handles[index], index, "content_state", ([ids[p] for p in positions],), timeout_s
         )
-        stored.update(sid for sid, (_, has_vector) in state.items() if has_vector)
+        stored.update((sid, digest) for sid, (digest, has_vector) in state.items() if has_vector)
     return stored
 
 
@@ -314,6 +323,14 @@ def _write(
     kinds = batch.column(_KIND).to_pylist()
     keep = [i for i, k in enumerate(kinds) if k == "doc"]
     written = 0
+    unchanged = [i for i, k in enumerate(kinds) if k == "skipped"]
+    if unchanged:  # no vectors: each shard keeps the stored one and applies the rest
+        rows = [
+            pickle.loads(p) for p in batch.take(pa.array(unchanged)).column(_PAYLOAD).to_pylist()
+        ]
+        for index, positions in group_by_shard([r["id"] for r in rows], shards).items():
+            payload = ray.put([rows[p] for p in positions])
+            _call_with_retry(handles[index], index, "add", (payload, None, None), timeout_s)
     if keep:
         kept = batch.take(pa.array(keep))
         rows = [pickle.loads(payload) for payload in kept.column(_PAYLOAD).to_pylist()]

@@ -34,6 +34,10 @@ class ClusterManifest(BaseModel):
     config: CorpusConfig
     shards: Annotated[int, Field(ge=1, le=MAX_SHARDS)]
     placement: tuple[str, ...] | None = None
+    uid: Annotated[str, Field(pattern=r"^[0-9a-f]{1,32}$")] | None = None
+    """Made once at creation; names this corpus's detached shard actors, so two sharded
+    corpora of one name (other roots) never share them. (Manifests written before it
+    existed have none, and keep the name-only actor names they started with.)"""
 
     @field_validator("placement")
     @classmethod

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -153,6 +154,7 @@ class ShardedCorpus:
                 config=config,
                 shards=shards,
                 placement=None if placement is None else tuple(placement),
+                uid=uuid.uuid4().hex,
             )
         except ValueError as exc:
             raise InvalidArgument(f"invalid sharded corpus: {exc}") from exc
@@ -279,10 +281,13 @@ class ShardedCorpus:
         return found
 
     def grep(self, pattern: str, limit: int = 20, *, fixed: bool = False) -> list[GrepMatch]:
-        """Regex (or fixed-text) matches in public sources' text — as ``Corpus.grep``,
-        ordered by source id then position. Every shard is read (a down shard is waited
-        for, then ``ShardUnavailable``); a shard out of time budget raises ``GrepTimeout``
-        with the matches found."""
+        """Regex (or fixed-text) matches in public sources' text, as ``Corpus.grep``: like
+        it, not ranked, and at most ``limit`` of them — each shard's first ``limit`` in its
+        own insertion order, pooled, ordered by source id then position and cut at
+        ``limit`` (so not necessarily the ``limit`` smallest ids of the whole corpus, nor
+        the same ``limit`` a single corpus would stop at). Every shard is read (a down
+        shard is waited for, then ``ShardUnavailable``); a shard out of time budget raises
+        ``GrepTimeout`` with the matches found."""
         compile_pattern(pattern, fixed=fixed)  # InvalidArgument before any shard is asked
         cap = clamp_int(limit, 1, MAX_GREP_MATCHES, 20)
         results = self._on_every_shard("grep", pattern, cap, fixed)

@@ -165,7 +165,20 @@ class ShardWriter:
         assert embedder is not None
         states = self._content_state([d.id for d in docs])
         todo = [i for i, d in enumerate(docs) if states.get(d.id) != (content_hash(d), True)]
-        out = np.full((len(docs), embedder.dimension if todo else 1), np.nan, dtype=np.float32)
+        width = 1
+        if todo:
+            up = False
+            try:  # the dimension may need the provider (Ollama learns it by asking)
+                up = embedder.is_available()
+                width = embedder.dimension if up else 1
+            except EmbedderUnavailable as exc:
+                up = False
+                logger.warning(
+                    "embedder down (%s); shards store documents degraded", type(exc).__name__
+                )
+            if not up:
+                todo = []  # rows of NaN: sent without vectors, stored degraded
+        out = np.full((len(docs), width), np.nan, dtype=np.float32)
         for start in range(0, len(todo), _EMBED_CHUNK):
             chunk = todo[start : start + _EMBED_CHUNK]
             try:

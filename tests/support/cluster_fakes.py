@@ -11,7 +11,7 @@ import datetime as dt
 import os
 import time
 
-from dense import Embedder
+from dense import Embedder, EmbedderUnavailable
 from engine import Document
 from engine.config import EmbedderSpec
 from tests.support.fakes import HashEmbedder
@@ -31,6 +31,28 @@ def hash_factory(spec: EmbedderSpec) -> HashEmbedder:
     """The same deterministic 64-dimension fake for every spec, in every process."""
     del spec
     return HashEmbedder()
+
+
+class DownEmbedder:
+    """A provider that cannot be reached, and does not know its dimension either (as an
+    Ollama model never asked)."""
+
+    name = "down"
+
+    def is_available(self) -> bool:
+        return False
+
+    @property
+    def dimension(self) -> int:
+        raise EmbedderUnavailable("the provider cannot be reached")
+
+    def embed(self, texts: object) -> object:
+        raise EmbedderUnavailable("the provider cannot be reached")
+
+
+def down_factory(spec: EmbedderSpec) -> Embedder:
+    del spec
+    return DownEmbedder()  # type: ignore[return-value]
 
 
 def sample_documents(count: int = 120) -> list[Document]:

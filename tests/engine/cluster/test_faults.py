@@ -13,7 +13,13 @@ from pathlib import Path
 import pytest
 
 from engine import CorpusConfig, Document
-from tests.support.cluster_fakes import FIELDS, GatedHashFactory, hash_factory, sample_documents
+from tests.support.cluster_fakes import (
+    FIELDS,
+    GatedHashFactory,
+    down_factory,
+    hash_factory,
+    sample_documents,
+)
 
 pytest.importorskip("ray")
 
@@ -150,5 +156,22 @@ def test_a_write_to_a_shard_that_stays_dead_fails_clearly(
                 assert corpus.fetch_source(doc.id).text == "new"
         with pytest.raises(ShardUnavailable):
             len(corpus)
+    finally:
+        corpus.close()
+
+
+def test_an_add_while_the_embedder_is_down_stores_documents_degraded(
+    ray_cluster: None, tmp_path: Path
+) -> None:
+    """As ``Corpus.add``: never an error, the documents keyword-searchable and counted."""
+    corpus = ShardedCorpus.create(
+        tmp_path / "down", CorpusConfig(name="down"), 2, embedder_factory=down_factory
+    )
+    try:
+        docs = [Document(id=f"d{i}", text=f"parcel locker number {i}") for i in range(4)]
+        result = corpus.add(docs)
+        assert (result.added, result.degraded) == (4, 4)
+        assert len(corpus) == 4
+        assert {hit.source_id for hit in corpus.search("parcel locker")} == {d.id for d in docs}
     finally:
         corpus.close()

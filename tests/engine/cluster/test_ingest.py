@@ -61,5 +61,22 @@ def test_ingest_embeds_writes_and_resumes(ray_cluster: None, tmp_path: Path) -> 
         )
         assert (again.written, again.skipped, again.rejected) == (0, len(DOCS), 1)
         assert len(corpus) == len(DOCS)
+        # The next export rewords one document and makes another non-public: a resumed
+        # run embeds only the reworded one, and both changes land.
+        reworded, hidden = DOCS[0].id, DOCS[1].id
+        rows = [json.loads(line) for line in source.read_text("utf-8").splitlines()]
+        for row in rows:
+            if row["id"] == reworded:
+                row["text"] = "an entirely new wording about orchids"
+            if row["id"] == hidden:
+                row["access_groups"] = ["staff"]
+        source.write_text("".join(json.dumps(row) + "\n" for row in rows), "utf-8")
+        third = ingest(
+            corpus, source, embed_actors=1, embedder_factory=hash_factory, progress=False
+        )
+        assert (third.written, third.skipped, third.rejected) == (1, len(DOCS) - 1, 1)
+        assert corpus.fetch_source(reworded).text == "an entirely new wording about orchids"
+        assert hidden not in {hit.source_id for hit in corpus.search(DOCS[1].text, top_k=50)}
+        assert corpus.stats()["vectors"] == len(DOCS)
     finally:
         corpus.close()

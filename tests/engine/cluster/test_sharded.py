@@ -312,3 +312,30 @@ def test_global_term_statistics_rank_shards_as_one_corpus(
     assert order[True] == expected
     shard_local = order[False]
     assert shard_local.index(basil_doc) < shard_local.index(amber_doc)
+
+
+def test_detached_corpora_of_one_name_keep_their_own_shards(
+    ray_cluster: None, tmp_path: Path
+) -> None:
+    """Detached shard actors are found again by name: two roots holding a corpus of the
+    same name must not be handed each other's shards."""
+    from engine.cluster import ClusterOptions, stop_detached
+
+    detached = ClusterOptions(detached=True)
+    cfg = CorpusConfig(name="docs", embedder=None)
+    roots = (tmp_path / "project-a", tmp_path / "project-b")
+    try:
+        a = ShardedCorpus.create(roots[0], cfg, 2, options=detached)
+        a.add([Document(id="a1", text="alpha plans of project a")])
+        b = ShardedCorpus.create(roots[1], cfg, 2, options=detached)
+        assert len(b) == 0 and b.search("alpha plans") == []
+        b.add([Document(id="b1", text="bravo")])
+        assert len(a) == 1 and (roots[1] / "shards").is_dir()
+        a.close()
+        b.close()
+        reopened = ShardedCorpus.open(roots[0], options=detached)  # finds its own again
+        assert [hit.source_id for hit in reopened.search("alpha plans")] == ["a1"]
+        reopened.close()
+    finally:
+        for root in roots:
+            stop_detached(root)
