@@ -24,12 +24,15 @@ import dataclasses
 import gzip
 import hashlib
 import json
-from collections.abc import Callable, Iterator, Sequence
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol
 
 from bench.errors import DatasetError
+
+logger = logging.getLogger(__name__)
 
 CORPUS_NAMES = ("corpus.jsonl", "corpus.jsonl.gz")
 QUERIES_NAME = "queries.jsonl"
@@ -139,7 +142,18 @@ def load_beir(folder: str | Path, split: str | None = None) -> BeirDataset:
     split = _checked_split(split) if split is not None else _default_split(root)
     qrels = read_qrels(root / "qrels" / f"{split}.tsv")
     all_queries = _read_queries(root / QUERIES_NAME)
-    queries = tuple(q for q in all_queries if qrels.get(q.query_id))
+    # Timed and scored alike: a query with no text (a system may refuse it) or no
+    # document judged relevant (graded 0 only: nothing to find, and ir-measures leaves
+    # it out of every mean) is left out of both, and said so.
+    queries = tuple(q for q in all_queries if q.text.strip() and _relevant(qrels.get(q.query_id)))
+    kept = {q.query_id for q in queries}
+    unjudged = [q for q in all_queries if q.query_id in qrels and q.query_id not in kept]
+    if unjudged:
+        logger.warning(
+            "%s: %d judged queries left out (no text, or no document judged relevant)",
+            root.name,
+            len(unjudged),
+        )
     if not queries:
         raise DatasetError(f"no query in {root / QUERIES_NAME} has a judgment")
     return BeirDataset(
@@ -300,6 +314,10 @@ def _storable(value: object) -> str:
         except UnicodeEncodeError:
             text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
     return text
+
+
+def _relevant(judgements: Mapping[str, int] | None) -> bool:
+    return judgements is not None and any(grade > 0 for grade in judgements.values())
 
 
 def _read_queries(path: Path) -> list[BenchQuery]:

@@ -91,10 +91,14 @@ class SentenceEncoder:
 
     @cached_property
     def _onnx(self) -> Any:
-        from bench.onnx_runtime import load_or_export
+        from bench.onnx_runtime import MANIFEST, OnnxRunner, load_or_export
 
         directory = self._onnx_cache / self.model.replace("/", "__")
         try:
+            if (directory / MANIFEST).is_file():
+                # Exported before: open it without torch, so a system that only embeds
+                # queries does not carry a torch model in its peak RSS.
+                return OnnxRunner(directory)
             return load_or_export(self._model, directory)
         except ImportError as exc:
             raise BenchError(f"ONNX runtime unavailable: {exc}") from exc
@@ -106,6 +110,8 @@ class SentenceEncoder:
 
     @property
     def dimension(self) -> int:
+        if self.backend is EncoderBackend.ONNX:
+            return int(self._onnx.dimension)
         dim = embedding_dimension(self._model)
         if not isinstance(dim, int):
             raise BenchError(f"{self.model} reports no embedding dimension")

@@ -183,6 +183,8 @@ def _ratio_lines(ratios: CorpusRatios) -> list[str]:
 
 def render_markdown(report: RunReport, header: dict[str, Any]) -> str:
     machine = header["machine"]
+    config = header.get("config") or {}
+    k_latency, k_quality = config.get("k_latency", 10), config.get("k_quality", 100)
     lines = [
         "# Benchmark results",
         "",
@@ -190,9 +192,10 @@ def render_markdown(report: RunReport, header: dict[str, Any]) -> str:
         f"{machine['cpu']} ({machine['cores']} cores), Python {machine['python']}, "
         f"load average at the end {machine.get('load_average', '?')}",
         "",
-        "Latency: one query at a time, top-10, p50/p95 over every judged query. "
+        f"Latency: one query at a time, top-{k_latency}, p50/p95 over every judged query. "
         "Peak RSS: high-water mark of the process that ran only that system "
-        "(interpreter, libraries and model included). Quality: ir-measures, top-100 run.",
+        f"(interpreter, libraries and model included). Quality: ir-measures, top-{k_quality} "
+        "run. Every hybrid system fuses 100 candidates per arm whatever it is asked for.",
         "",
         "Ingest: the headline includes embedding the documents - Tandem hybrid through its "
         "own `Corpus.add` on a sample of documents spread over the corpus, every other "

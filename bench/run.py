@@ -58,6 +58,8 @@ class RunConfig:
             raise ValueError("at least one system is required")
         if self.k_quality < 1 or self.k_latency < 1 or self.encode_subset < 1:
             raise ValueError("k_quality, k_latency and encode_subset must be >= 1")
+        if self.k_quality < 100:
+            raise ValueError("k_quality must be >= 100: Recall@100 is scored on that run")
 
 
 def run_benchmark(config: RunConfig) -> RunReport:

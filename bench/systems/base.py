@@ -11,6 +11,12 @@ from typing import Protocol, runtime_checkable
 from bench.dataset import BenchDocument
 from bench.encoder import SentenceEncoder, Vectors
 
+FUSION_WINDOW = 100
+"""Candidates per arm every hybrid system fuses, whatever ``k`` the caller asks for:
+Tandem's default window, the glue's, and what LanceDB and txtai are given (their
+windows follow the limit they are called with, so their top 10 would otherwise depend on
+whether the run asked for 10 or 100)."""
+
 
 class SystemName(enum.StrEnum):
     """Every system the benchmark knows, in report order."""

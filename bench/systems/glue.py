@@ -14,11 +14,11 @@ from typing import Any
 
 from bench.dataset import BenchDocument
 from bench.encoder import Vectors
-from bench.systems.base import SystemContext, SystemName
+from bench.systems.base import FUSION_WINDOW, SystemContext, SystemName
 from bench.systems.bm25s_raw import Bm25sSystem
 from bench.timing import dir_size_bytes
 
-WINDOW = 100
+WINDOW = FUSION_WINDOW
 RRF_K = 60
 
 

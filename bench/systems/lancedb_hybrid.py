@@ -13,7 +13,7 @@ from typing import Any
 
 from bench.dataset import BenchDocument
 from bench.encoder import Vectors
-from bench.systems.base import SystemContext, SystemName
+from bench.systems.base import FUSION_WINDOW, SystemContext, SystemName
 from bench.timing import dir_size_bytes
 
 TABLE = "bench"
@@ -67,10 +67,10 @@ class LanceDbHybridSystem:
             .text(query)
             .rerank(reranker=self._reranker)
             .select(["doc_id"])
-            .limit(k)
+            .limit(max(k, FUSION_WINDOW))  # the limit is each arm's window too
             .to_list()
         )
-        return [str(row["doc_id"]) for row in rows]
+        return [str(row["doc_id"]) for row in rows[:k]]
 
     def disk_bytes(self) -> int:
         return dir_size_bytes(self._path)

@@ -12,7 +12,7 @@ import numpy as np
 
 from bench.dataset import BenchDocument
 from bench.encoder import Vectors
-from bench.systems.base import SystemContext, SystemName
+from bench.systems.base import FUSION_WINDOW, SystemContext, SystemName
 from bench.timing import dir_size_bytes
 
 
@@ -35,6 +35,8 @@ class TxtaiHybridSystem:
             # Indexing: every input is a corpus text with a cached vector. Search: a query.
             if lookup and all(text in lookup for text in inputs):
                 return np.stack([lookup[text] for text in inputs])
+            if len(inputs) == 1:  # a query: the backend every other system embeds with
+                return encoder().encode_query(inputs[0])
             return encoder().encode(inputs)
 
         return transform
@@ -57,8 +59,8 @@ class TxtaiHybridSystem:
     def search(self, query: str, k: int) -> list[str]:
         if self._embeddings is None:
             raise RuntimeError("search before index")
-        hits = self._embeddings.search(query, k)
-        return [self._ids[int(uid)] for uid, _score in hits]
+        hits = self._embeddings.search(query, max(k, FUSION_WINDOW))  # also each arm's window
+        return [self._ids[int(uid)] for uid, _score in hits[:k]]
 
     def disk_bytes(self) -> int:
         return dir_size_bytes(self._path)

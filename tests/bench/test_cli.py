@@ -53,7 +53,7 @@ def test_python_m_bench_isolated_cheap_systems(tiny_beir: Path, tmp_path: Path) 
     ]
     for line in lines:
         assert isinstance(line["revision"], str) and line["revision"]
-        assert line["n_queries"] == 5 and line["n_docs"] == 6
+        assert line["n_queries"] == 4 and line["n_docs"] == 6
         assert 0.0 < float(line["ndcg_at_10"]) <= 1.0
         assert float(line["peak_rss_mib"]) > 10
         assert float(line["p95_ms"]) >= float(line["p50_ms"]) > 0

@@ -22,10 +22,21 @@ def test_loads_documents_queries_and_graded_qrels(tiny_beir: Path) -> None:
     assert data.qrels["q4"] == {"t4": 1}
 
 
-def test_keeps_only_queries_with_judgments(tiny_beir: Path) -> None:
+def test_keeps_only_queries_with_a_relevant_judgment(tiny_beir: Path) -> None:
     ids = [q.query_id for q in load_beir(tiny_beir).queries]
     assert "q9" not in ids  # in queries.jsonl, never judged
-    assert ids == ["q1", "q2", "q3", "q4", "q5"]
+    assert "q5" not in ids  # judged, but nothing relevant: ir-measures leaves it out too
+    assert ids == ["q1", "q2", "q3", "q4"]
+
+
+def test_a_judged_query_without_text_is_left_out_not_timed(tmp_path: Path) -> None:
+    root = write_beir(tmp_path / "b")
+    with (root / "queries.jsonl").open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps({"_id": "q10", "text": "  "}) + "\n")
+        handle.write(json.dumps({"_id": "q11"}) + "\n")
+    with (root / "qrels" / "test.tsv").open("a", encoding="utf-8") as handle:
+        handle.write("q10\tt1\t1\nq11\tt2\t1\n")
+    assert [q.query_id for q in load_beir(root).queries] == ["q1", "q2", "q3", "q4"]
 
 
 def test_gzipped_corpus_gives_same_documents_and_fingerprint_differs(tmp_path: Path) -> None:

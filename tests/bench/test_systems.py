@@ -6,6 +6,7 @@ Tandem adapters skip only while the engine's public API does not import.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 from bench.dataset import BeirDataset, load_beir
 from bench.encoder import SentenceEncoder, Vectors
 from bench.errors import SystemUnavailable
+from bench.run import FIXTURE_DIR
 from bench.systems.base import BenchSystem, SystemContext, SystemName
 from bench.systems.registry import SPECS, build, missing_requirements
 from bench.systems.tandem import engine_api
@@ -102,3 +104,38 @@ def test_tandem_unavailable_is_reported_not_raised_elsewhere(tmp_path: Path) -> 
         assert "engine" in str(exc)
     else:
         assert built.name is SystemName.TANDEM_KEYWORD
+
+
+class _HashQueries:
+    """Stands in for the encoder where only the window logic is under test."""
+
+    model = "hash"
+
+    def load(self) -> _HashQueries:
+        return self
+
+    def encode_query(self, text: str) -> Vectors:
+        seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+        row = np.random.default_rng(seed).standard_normal((1, 384)).astype(np.float32)
+        return row / np.linalg.norm(row)
+
+
+@pytest.mark.parametrize("name", [SystemName.LANCEDB_HYBRID, SystemName.TXTAI_HYBRID])
+def test_a_peer_s_top_10_is_the_head_of_its_top_100(tmp_path: Path, name: SystemName) -> None:
+    """Quality is scored on a top-100 run and latency timed at top 10: every hybrid
+    system must fuse the same candidates either way (the peers' windows followed k)."""
+    missing = missing_requirements(name)
+    if missing:
+        pytest.skip(f"{name.value}: not installed: {', '.join(missing)}")
+    fixture = load_beir(FIXTURE_DIR)
+    rng = np.random.default_rng(0)
+    vectors = rng.standard_normal((len(fixture.documents), 384)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    encoder = _HashQueries()
+    built = build(name, SystemContext(tmp_path, "hash", lambda: encoder))  # type: ignore[arg-type,return-value]
+    try:
+        built.index(fixture.documents, vectors)
+        for query in fixture.queries[:15]:
+            assert built.search(query.text, 10) == built.search(query.text, 100)[:10]
+    finally:
+        built.close()
