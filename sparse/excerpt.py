@@ -81,12 +81,11 @@ def _first_match(lowered: str, terms: Sequence[str]) -> int | None:
     for term in terms:
         if not term:
             continue
-        anywhere = _unspaced(term[0])
         position = lowered.find(term)
         for _ in range(_MAX_OCCURRENCES):
             if position == -1:
                 break
-            if anywhere or position == 0 or not lowered[position - 1].isalnum():
+            if position == 0 or not lowered[position - 1].isalnum() or _unspaced(term[0]):
                 return position
             position = lowered.find(term, position + 1)
     return None
@@ -111,7 +110,7 @@ def _unspaced(character: str) -> bool:
     """A character of a script written without spaces between words: the CJK analyzer
     indexes such text character by character, so a term matches anywhere in it."""
     code = ord(character)
-    return any(low <= code <= high for low, high in _UNSPACED)
+    return code >= _UNSPACED[0][0] and any(low <= code <= high for low, high in _UNSPACED)
 
 
 def _cut(text: str, start: int, max_length: int) -> str:
