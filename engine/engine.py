@@ -143,6 +143,7 @@ class SearchEngine:
         self._corpora: dict[str, Corpus] = {}
         self._lock = threading.RLock()
         self._closed = False
+        self._closing = False
         self._servers: list[MetricsServer] = []
         self._repairer: BackgroundRepairer | None = None
         self.metrics.set_refresher(self._refresh_metrics)
@@ -228,6 +229,8 @@ class SearchEngine:
                     known.close()
             config_path = directory / "config.json"
             if not config_path.is_file():
+                if known is not None:  # dropped by another engine: its series go too
+                    self.metrics.forget(name)
                 raise CorpusNotFound(f"no corpus named {name!r}")
             config = CorpusConfig.model_validate(json.loads(config_path.read_text("utf-8")))
             return self._open(config, directory)
@@ -327,6 +330,9 @@ class SearchEngine:
 
         server = serve_metrics(self.registry, host, port, healthy=lambda: not self._closed)
         with self._lock:
+            if self._closing:  # close() began meanwhile: it will not see this server
+                server.stop()
+                raise InvalidArgument("this SearchEngine is closing")
             self._servers.append(server)
         return server
 
@@ -342,6 +348,8 @@ class SearchEngine:
         if self._read_only:
             raise EngineReadOnly("a read-only engine repairs nothing")
         with self._lock:
+            if self._closing:
+                raise InvalidArgument("this SearchEngine is closing")
             if self._repairer is not None and self._repairer.running:
                 raise InvalidArgument("a background repairer is running already")
             self._repairer = BackgroundRepairer(
@@ -372,6 +380,7 @@ class SearchEngine:
     def close(self) -> None:
         """Flush indexes, close every corpus and release the directory lock."""
         with self._lock:
+            self._closing = True  # no repairer or metrics server may start from here on
             repairer, self._repairer = self._repairer, None
             servers, self._servers = self._servers, []
         # Outside the lock: these threads may be waiting for it.

@@ -111,15 +111,23 @@ class CorpusSync:
         if self.exclusive and not holder:
             return  # a write of this process is under way and updates the indexes itself
         if self._indexes.follows(state):
+            # A writer checks the config even so: a switch elsewhere commits its new
+            # epoch before it saves the config, and a search that followed the epoch in
+            # between left this process with the old model to heal and add with.
+            if holder:
+                self._adopt_changed_config()
             return
         with self._follow_lock:
             self._store.invalidate_caches()
             self._on_change()
-            stamp = file_stamp(self._dir / "config.json")
-            if stamp != self.config_stamp:
-                self.config_stamp = stamp
-                self._on_config_change()
+            self._adopt_changed_config()
             self._indexes.follow(state)
+
+    def _adopt_changed_config(self) -> None:
+        stamp = file_stamp(self._dir / "config.json")
+        if stamp != self.config_stamp:
+            self.config_stamp = stamp
+            self._on_config_change()
 
     # -- writes ---------------------------------------------------------------------------
 

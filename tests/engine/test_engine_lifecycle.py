@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,26 @@ def test_a_create_that_crashed_before_its_config_starts_clean(tmp_path: Path) ->
         assert engine.list_corpora() == []
         fresh = engine.create_corpus(CorpusConfig(name="c", embedder=None))
         assert len(fresh) == 0 and fresh.search("left behind") == []
+
+
+def test_nothing_starts_while_the_engine_closes(tmp_path: Path) -> None:
+    """close() stops the repairer and the metrics servers, then waits: a start in that
+    window would outlive the engine."""
+    engine = SearchEngine(tmp_path)
+    refused: list[str] = []
+    real_close = engine.metrics.close
+
+    def close_metrics() -> None:  # runs inside close(), after it took the threads out
+        for start in (engine.start_repairer, lambda: engine.serve_metrics(port=0)):
+            try:
+                start()
+            except InvalidArgument as exc:
+                refused.append(str(exc))
+        real_close()
+
+    engine.metrics.close = close_metrics  # type: ignore[method-assign]
+    engine.close()
+    assert refused == ["this SearchEngine is closing"] * 2
+    assert not any(
+        t.name.startswith(("tandem-repairer", "tandem-metrics")) for t in threading.enumerate()
+    )

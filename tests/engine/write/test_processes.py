@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -34,7 +36,7 @@ from engine import (
     SearchEngine,
     SentenceTransformerEmbedding,
 )
-from tests.support.fakes import WordHashEmbedder, factory_for
+from tests.support.fakes import SwitchableEmbedder, WordHashEmbedder, factory_for
 from tests.support.reliability_support import stored_rows
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -273,6 +275,8 @@ def test_a_corpus_dropped_elsewhere_stops_answering_and_can_be_recreated(
             stale.search("old corpus")
         with pytest.raises(CorpusNotFound):
             second.corpus("c")
+        # Its series go with it here too, not only in the engine that dropped it.
+        assert second.registry.get_sample_value("tandem_documents", {"corpus": "c"}) is None
         first.create_corpus(CorpusConfig(name="c", embedder=None)).add(
             [Document(id="new", text="the new corpus")]
         )
@@ -281,3 +285,41 @@ def test_a_corpus_dropped_elsewhere_stops_answering_and_can_be_recreated(
         assert [h.source_id for h in fresh.search("corpus")] == ["new"]
         with pytest.raises(CorpusNotFound):
             stale.add([Document(id="lost", text="must not land anywhere")])
+
+
+def test_a_writer_that_followed_a_switch_mid_way_heals_with_the_new_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A switch commits its new epoch before it saves the new config; a process that
+    searched in between must not heal (or add) with the old model once it writes."""
+    import engine.corpus
+
+    down = SwitchableEmbedder(WordHashEmbedder(dimension=48, name="word-hash-b"))
+
+    def first_factory(spec: object) -> Any:
+        return down if getattr(spec, "model", "a") == "b" else _two_dims(spec)
+
+    with (
+        SearchEngine(tmp_path, embedder_factory=first_factory) as first,
+        SearchEngine(tmp_path, embedder_factory=_two_dims) as second,
+    ):
+        first.create_corpus(
+            CorpusConfig(name="c", embedder=SentenceTransformerEmbedding(model="a"))
+        ).add([Document(id=f"d{i}", text=f"printer paper {i}") for i in range(4)])
+        other = second.corpus("c")
+        other.search("printer")
+        real_save = engine.corpus.save_config
+
+        def save_after_a_search_elsewhere(path: Path, config: CorpusConfig) -> None:
+            other.search("printer paper")  # the epoch is committed, the config not yet
+            real_save(path, config)
+
+        monkeypatch.setattr(engine.corpus, "save_config", save_after_a_search_elsewhere)
+        down.down = True  # the new model fails the whole re-embedding pass
+        first.switch_embedder("c", SentenceTransformerEmbedding(model="b"))
+        monkeypatch.undo()
+        assert other.repair() == 4
+        store = tmp_path / "corpora" / "c" / "store.sqlite3"
+        with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
+            models = {row[0] for row in db.execute("SELECT embedding_model FROM documents")}
+        assert models == {"word-hash-b"}
