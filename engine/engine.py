@@ -232,8 +232,15 @@ class SearchEngine:
                 if known is not None:  # dropped by another engine: its series go too
                     self.metrics.forget(name)
                 raise CorpusNotFound(f"no corpus named {name!r}")
-            config = CorpusConfig.model_validate(json.loads(config_path.read_text("utf-8")))
-            return self._open(config, directory)
+            try:
+                config = CorpusConfig.model_validate(json.loads(config_path.read_text("utf-8")))
+                return self._open(config, directory)
+            except (OSError, sqlite3.Error):
+                # Another process dropped it between the check and the open (its
+                # directory renamed away under us): absent, not a storage failure.
+                if not config_path.is_file():
+                    raise CorpusNotFound(f"no corpus named {name!r}") from None
+                raise
 
     def _opened(self, name: str) -> Corpus | None:
         """The corpus ``name`` if it is open here and current, else None — without taking

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -157,3 +158,30 @@ def test_nothing_starts_while_the_engine_closes(tmp_path: Path) -> None:
     assert not any(
         t.name.startswith(("tandem-repairer", "tandem-metrics")) for t in threading.enumerate()
     )
+
+
+def test_a_corpus_dropped_while_it_opens_is_not_found_not_a_storage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process's drop may rename the directory away between this engine's check
+    for the corpus and its open: that corpus is absent (404 over HTTP), not a failed disk
+    (507, with the server's file paths in the message)."""
+    with SearchEngine(tmp_path) as first, SearchEngine(tmp_path) as second:
+        first.create_corpus(CorpusConfig(name="c", embedder=None))
+        real_open = SearchEngine._open
+
+        def open_after_a_drop_elsewhere(self: SearchEngine, config: Any, directory: Path) -> Any:
+            first.drop_corpus("c")
+            return real_open(self, config, directory)
+
+        monkeypatch.setattr(SearchEngine, "_open", open_after_a_drop_elsewhere)
+        with pytest.raises(CorpusNotFound):
+            second.corpus("c")
+
+
+def test_a_storage_error_answer_names_no_server_path() -> None:
+    from engine import StorageError
+    from engine.surfaces.http.errors import engine_error
+
+    answer = engine_error(StorageError("storage I/O failed: /srv/data/corpora/c/write.lock"))
+    assert answer.status_code == 507 and "/srv" not in answer.message

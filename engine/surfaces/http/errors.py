@@ -96,6 +96,10 @@ def engine_error(exc: EngineError) -> ApiError:
                 headers["Retry-After"] = "1"
             elif isinstance(exc, SourceNotFound):
                 message = "no public source with this id"  # absent and non-public look alike
+            elif isinstance(exc, StorageError):
+                # Its text names the server's files; the log has it, the client need not.
+                logger.warning("storage error answered as 507: %s", exc)
+                message = "the server's storage failed (disk full or files unreadable)"
             return ApiError(status, code, message, headers)
     logger.warning("engine error answered as 500: %s", type(exc).__name__)
     return ApiError(500, "engine_error", "the search engine could not complete this request")

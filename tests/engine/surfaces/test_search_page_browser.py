@@ -202,6 +202,10 @@ def test_a_person_searches_pages_and_stays_safe(server: str, browser: Any, tmp_p
     assert driver.find_element(By.ID, "next").get_attribute("disabled") is not None
     driver.back()
     _wait(driver, lambda d: _status(d).startswith("Results 11–20"))
+    # An address past the last page the API reaches is read as that page, not labelled
+    # "Page 500" over page 101's answer.
+    driver.get(server + "?q=paging+articles&corpus=help&page=500")
+    _wait(driver, lambda d: d.find_element(By.ID, "page-label").text == "Page 101")
 
     # The other corpus, and a plain message when nothing matches.
     picker = Select(driver.find_element(By.ID, "corpus"))

@@ -7,6 +7,7 @@
 (function () {
   const PAGE_SIZE = 10;
   const MAX_OFFSET = 1000;
+  const MAX_PAGE = Math.floor(MAX_OFFSET / PAGE_SIZE) + 1; // the last page the API reaches
 
   const form = document.getElementById("search-form");
   const input = document.getElementById("q");
@@ -124,7 +125,8 @@
 
   function readLocation() {
     const params = new URLSearchParams(window.location.search);
-    const page = Math.max(1, parseInt(params.get("page") || "1", 10) || 1);
+    const asked = parseInt(params.get("page") || "1", 10) || 1;
+    const page = Math.min(MAX_PAGE, Math.max(1, asked)); // ?page=500 shows page 101 as 101
     return { q: params.get("q") || "", corpus: params.get("corpus") || "", page: page };
   }
 
