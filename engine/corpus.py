@@ -301,11 +301,19 @@ class Corpus:
         return len(deleted)
 
     @sealed
-    def repair(self, batch_size: int = 256, *, max_documents: int | None = None) -> int:
+    def repair(
+        self,
+        batch_size: int = 256,
+        *,
+        max_documents: int | None = None,
+        lock_wait_s: float | None = None,
+    ) -> int:
         """Re-embed degraded documents while the embedder answers; returns how many healed.
 
         Works in batches of ``batch_size`` (one embedder call and one store transaction
-        each) and stops at the first batch that fails, or after ``max_documents``.
+        each) and stops at the first batch that fails, or after ``max_documents``. Waits
+        at most ``lock_wait_s`` (default: the engine's busy timeout) for another write to
+        finish, then raises ``EngineBusy``.
         """
         if not 1 <= batch_size <= 10_000:
             raise InvalidArgument("batch_size must be in 1..10000")
@@ -314,7 +322,7 @@ class Corpus:
         if not self.read_only and not self._store.count_status(EmbeddingStatus.DEGRADED):
             return 0  # nothing to heal: no need to wait for the write lock
         healed = 0
-        with self._sync.writing():
+        with self._sync.writing(lock_wait_s):
             try:
                 while max_documents is None or healed < max_documents:
                     size = (

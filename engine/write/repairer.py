@@ -15,11 +15,16 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from engine.errors import EngineError
+from engine.errors import EngineBusy, EngineError
 
 __all__ = ["BackgroundRepairer", "Repairable"]
 
 logger = logging.getLogger(__name__)
+
+LOCK_WAIT_S = 1.0
+"""How long a pass waits for another write to a corpus before it leaves that corpus to the
+next pass: never the engine's whole busy timeout, which ``stop`` (and so the engine's
+``close``) would have to sit out."""
 
 
 class Repairable(Protocol):
@@ -28,7 +33,13 @@ class Repairable(Protocol):
     @property
     def name(self) -> str: ...
 
-    def repair(self, batch_size: int = 256, *, max_documents: int | None = None) -> int: ...
+    def repair(
+        self,
+        batch_size: int = 256,
+        *,
+        max_documents: int | None = None,
+        lock_wait_s: float | None = None,
+    ) -> int: ...
 
 
 class BackgroundRepairer:
@@ -113,7 +124,12 @@ class BackgroundRepairer:
             if self._stop.is_set():
                 break
             try:
-                n = corpus.repair(self._batch_size, max_documents=self._batch_size)
+                n = corpus.repair(
+                    self._batch_size, max_documents=self._batch_size, lock_wait_s=LOCK_WAIT_S
+                )
+            except EngineBusy:  # another write holds the corpus: the next pass tries again
+                logger.debug("repair of corpus %s skipped: a write is under way", corpus.name)
+                continue
             except (EngineError, sqlite3.Error) as exc:  # e.g. the corpus closed meanwhile
                 logger.warning("repair of corpus %s failed (%s)", corpus.name, type(exc).__name__)
                 continue
