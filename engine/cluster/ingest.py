@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import ray
 import ray.data
@@ -321,37 +322,21 @@ def _write(
 ) -> pa.Table:
     """Send the batch's documents to their shards; one summary row per batch."""
     kinds = batch.column(_KIND).to_pylist()
+    # Stored with this content and a vector: sent without one, so each shard keeps the
+    # stored vector and applies the rest of the row.
+    unchanged = [i for i, k in enumerate(kinds) if k == "skipped"]
+    if unchanged:
+        _send(batch.take(pa.array(unchanged)), None, handles, shards, None, timeout_s)
     keep = [i for i, k in enumerate(kinds) if k == "doc"]
     written = 0
-    unchanged = [i for i, k in enumerate(kinds) if k == "skipped"]
-    if unchanged:  # no vectors: each shard keeps the stored one and applies the rest
-        rows = [
-            pickle.loads(p) for p in batch.take(pa.array(unchanged)).column(_PAYLOAD).to_pylist()
-        ]
-        for index, positions in group_by_shard([r["id"] for r in rows], shards).items():
-            payload = ray.put([rows[p] for p in positions])
-            _call_with_retry(handles[index], index, "add", (payload, None, None), timeout_s)
     if keep:
         kept = batch.take(pa.array(keep))
-        rows = [pickle.loads(payload) for payload in kept.column(_PAYLOAD).to_pylist()]
         vectors = None
         if _VECTOR in kept.column_names:
             column = kept.column(_VECTOR).combine_chunks()
             flat = column.flatten().to_numpy(zero_copy_only=False)
             vectors = np.asarray(flat, dtype=np.float32).reshape(len(keep), -1)
-        groups = group_by_shard([r["id"] for r in rows], shards)
-        pending = {
-            index: (
-                [rows[p] for p in positions],
-                None if vectors is None else vectors[positions],
-            )
-            for index, positions in groups.items()
-        }
-        for index, (part_rows, part_vectors) in pending.items():
-            payload = ray.put(part_rows)  # sent again as is if the shard has to be retried
-            args = (payload, part_vectors, None if part_vectors is None else model)
-            _call_with_retry(handles[index], index, "add", args, timeout_s)
-            written += len(part_rows)
+        written = _send(kept, vectors, handles, shards, model, timeout_s)
     return pa.table(
         {
             "written": [written],
@@ -359,6 +344,24 @@ def _write(
             "rejected": [kinds.count("rejected")],
         }
     )
+
+
+def _send(
+    part: pa.Table,
+    vectors: npt.NDArray[np.float32] | None,
+    handles: Sequence[Handle],
+    shards: int,
+    model: str | None,
+    timeout_s: float,
+) -> int:
+    """Add ``part``'s rows (with ``vectors``, or without) on their shards; returns how many."""
+    rows = [pickle.loads(payload) for payload in part.column(_PAYLOAD).to_pylist()]
+    for index, positions in group_by_shard([r["id"] for r in rows], shards).items():
+        payload = ray.put([rows[p] for p in positions])  # sent again as is on a retry
+        part_vectors = None if vectors is None else vectors[positions]
+        args = (payload, part_vectors, None if part_vectors is None else model)
+        _call_with_retry(handles[index], index, "add", args, timeout_s)
+    return len(rows)
 
 
 def _call_with_retry(

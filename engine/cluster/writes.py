@@ -165,19 +165,9 @@ class ShardWriter:
         assert embedder is not None
         states = self._content_state([d.id for d in docs])
         todo = [i for i, d in enumerate(docs) if states.get(d.id) != (content_hash(d), True)]
-        width = 1
-        if todo:
-            up = False
-            try:  # the dimension may need the provider (Ollama learns it by asking)
-                up = embedder.is_available()
-                width = embedder.dimension if up else 1
-            except EmbedderUnavailable as exc:
-                up = False
-                logger.warning(
-                    "embedder down (%s); shards store documents degraded", type(exc).__name__
-                )
-            if not up:
-                todo = []  # rows of NaN: sent without vectors, stored degraded
+        width = _dimension_if_up(embedder) if todo else None
+        if width is None:
+            todo, width = [], 1  # rows of NaN: sent without vectors, stored degraded
         out = np.full((len(docs), width), np.nan, dtype=np.float32)
         for start in range(0, len(todo), _EMBED_CHUNK):
             chunk = todo[start : start + _EMBED_CHUNK]
@@ -208,6 +198,16 @@ class ShardWriter:
         for part in on_each(sorted(groups), ask):
             merged.update(part)
         return merged
+
+
+def _dimension_if_up(embedder: Embedder) -> int | None:
+    """The embedder's dimension, or None while it is down (asking may need the provider:
+    Ollama learns its dimension by embedding a probe)."""
+    try:
+        return embedder.dimension if embedder.is_available() else None
+    except EmbedderUnavailable as exc:
+        logger.warning("embedder down (%s); shards store documents degraded", type(exc).__name__)
+        return None
 
 
 def _plus(a: Counts, b: Counts) -> Counts:
