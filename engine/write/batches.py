@@ -35,7 +35,7 @@ def checked_documents(
     if embeddings is not None:
         if not vectors_enabled:
             raise InvalidArgument("embeddings given, but this corpus has vectors off")
-        supplied = checked_vectors(embeddings, len(docs), None)
+        supplied = checked_vectors(embeddings, len(docs))
     # Last occurrence of a repeated id wins, as it would across separate calls.
     last = {d.id: i for i, d in enumerate(docs)}
     keep = sorted(last.values())

@@ -39,18 +39,15 @@ def embedding_text(title: str, text: str) -> str:
     return f"{title}\n{text}".strip() if title else text
 
 
-def checked_vectors(vectors: object, rows: int, dimension: int | None) -> Vectors:
-    """Caller-supplied vectors: right shape, finite, returned L2-normalised float32."""
+def checked_vectors(vectors: object, rows: int) -> Vectors:
+    """Caller-supplied vectors: one row each, finite, returned L2-normalised float32
+    (their length against the corpus's: ``vector_model.check_vector_dimension``)."""
     try:
         array = np.asarray(vectors, dtype=np.float32)
     except (TypeError, ValueError) as exc:
         raise InvalidArgument(f"embeddings must be a numeric array: {exc}") from exc
     if array.ndim != 2 or array.shape[0] != rows:
         raise InvalidArgument(f"embeddings must have shape ({rows}, dim), got {array.shape}")
-    if dimension is not None and array.shape[1] != dimension:
-        raise InvalidArgument(
-            f"embeddings have dimension {array.shape[1]}; the corpus uses {dimension}"
-        )
     if not np.isfinite(array).all():
         raise InvalidArgument("embeddings contain NaN or infinite values")
     norms = np.linalg.norm(array.astype(np.float64), axis=1, keepdims=True)  # 3e19**2 fits
