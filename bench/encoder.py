@@ -91,15 +91,13 @@ class SentenceEncoder:
 
     @cached_property
     def _onnx(self) -> Any:
-        from bench.onnx_runtime import MANIFEST, OnnxRunner, load_or_export
+        from bench.onnx_runtime import load_or_export
 
         directory = self._onnx_cache / self.model.replace("/", "__")
         try:
-            if (directory / MANIFEST).is_file():
-                # Exported before: open it without torch, so a system that only embeds
-                # queries does not carry a torch model in its peak RSS.
-                return OnnxRunner(directory)
-            return load_or_export(self._model, directory)
+            # torch only to export: a system that only embeds queries must not carry a
+            # torch model in its peak RSS.
+            return load_or_export(lambda: self._model, directory)
         except ImportError as exc:
             raise BenchError(f"ONNX runtime unavailable: {exc}") from exc
 

@@ -14,6 +14,7 @@ import os
 import shutil
 import tempfile
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,11 +71,13 @@ def _unit(rows: npt.NDArray[Any]) -> npt.NDArray[np.float32]:
     return np.ascontiguousarray(rows / np.maximum(norms, 1e-12), dtype=np.float32)
 
 
-def load_or_export(torch_model: Any, directory: Path) -> OnnxRunner:
-    """Open the export in ``directory``, creating it from the loaded sentence-transformers
-    model first if needed (written to a temporary directory, verified, then renamed)."""
+def load_or_export(torch_model: Callable[[], Any], directory: Path) -> OnnxRunner:
+    """Open the export in ``directory``; without one, first create it from the
+    sentence-transformers model ``torch_model()`` returns (written to a temporary
+    directory, verified, then renamed). The model is asked for only then: a process that
+    only opens an export never loads torch."""
     if not (directory / MANIFEST).is_file():
-        _export(torch_model, directory)
+        _export(torch_model(), directory)
     return OnnxRunner(directory)
 
 

@@ -13,7 +13,7 @@ def test_an_existing_export_answers_queries_without_loading_torch(
 ) -> None:
     """A system that only embeds queries must not carry a torch model in its peak RSS
     (every vector peer did, ~470 MiB)."""
-    load_or_export(encoder._model, tmp_path / encoder.model.replace("/", "__"))
+    load_or_export(lambda: encoder._model, tmp_path / encoder.model.replace("/", "__"))
     onnx = SentenceEncoder(backend=EncoderBackend.ONNX, onnx_cache=tmp_path).load()
     row = onnx.encode_query("how do I reset my password")
     assert "_model" not in vars(onnx)  # the torch model was never loaded
