@@ -133,6 +133,15 @@ class BackgroundRepairer:
             except (EngineError, sqlite3.Error) as exc:  # e.g. the corpus closed meanwhile
                 logger.warning("repair of corpus %s failed (%s)", corpus.name, type(exc).__name__)
                 continue
+            except Exception as exc:  # a bug in a custom embedder, say
+                # The thread is the only healer: it must outlive a failing pass, and the
+                # message may carry document text, so only the type is logged.
+                logger.error(
+                    "repair of corpus %s failed (%s); the next pass tries again",
+                    corpus.name,
+                    type(exc).__name__,
+                )
+                continue
             if n:
                 logger.info("repaired %d degraded documents in corpus %s", n, corpus.name)
             healed += n
