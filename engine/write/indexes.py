@@ -488,6 +488,7 @@ class DerivedIndexes:
             self._keyword_failed(exc, "write failed")
 
     def apply_vectors(self, ids: Sequence[str], vectors: np.ndarray, seq: int) -> None:
+        """A vector-only write at ``seq`` (a repair): the keyword index is unchanged."""
         with self._lock:
             if ids:
                 self._faiss_upsert(ids, vectors)
@@ -495,14 +496,34 @@ class DerivedIndexes:
             self._unsaved += len(ids)
             if self._save_due():
                 self.save_vectors(seq)
+            self._keyword_unchanged_at(seq)
 
     def drop_vectors(self, seq: int) -> None:
-        """Forget every vector (an embedder switch)."""
+        """Forget every vector (an embedder switch, a vector-only write at ``seq``)."""
         with self._lock:
             self.faiss = None
             self._applied = seq
             self._epoch = self._store.state().epoch
             self.save_vectors(seq)
+            self._keyword_unchanged_at(seq)
+
+    def _keyword_unchanged_at(self, seq: int) -> None:
+        """The store's write ``seq`` changed no keyword content: a keyword index current at
+        the write before (each write is one ``seq``) is current at this one too. Without
+        the marker moving, the next write-lock holder took the index for lagging and
+        replayed every document the write touched — all of them after a switch — while
+        this process's searches, told the index was not current, went without their
+        keyword arm."""
+        if (
+            self._tantivy_seen == seq - 1
+            and not self._pending_keyword
+            and not self._tantivy_behind
+            and not self._keyword_flagged
+        ):
+            try:
+                self._mark_tantivy(seq)
+            except OSError:  # the marker only lags: the next holder replays, as before
+                logger.debug("could not move the keyword marker past a vector-only write")
 
     def _save_due(self) -> bool:
         held = 0 if self.faiss is None else len(self.faiss)

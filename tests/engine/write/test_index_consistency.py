@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
-from engine import CorpusConfig, Document, SearchEngine
-from tests.support.fakes import SwitchableEmbedder
+from dense import Embedder
+from engine import Corpus, CorpusConfig, Document, SearchEngine
+from engine.config import EmbedderSpec, SentenceTransformerEmbedding
+from sparse import SparseDocument
+from tests.support.fakes import HashEmbedder, SwitchableEmbedder
 
 DOCS = [Document(id=f"d{i}", title=f"Topic {i}", text=f"alpha{i} shared words") for i in range(30)]
 
@@ -58,3 +62,50 @@ def test_damaged_indexes_are_rebuilt_without_re_embedding(
         assert hash_embedder.embed_calls == calls  # rebuilt from stored vectors
         hit = corpus.search("alpha7")[0]
         assert (hit.source_id, hit.ranks.sparse) == ("d7", 1)
+
+
+def _count_keyword_upserts(corpus: Corpus) -> list[int]:
+    """Wraps the corpus's tantivy index so that each upsert records how many documents
+    it wrote."""
+    counts: list[int] = []
+    index = corpus._indexes.tantivy
+    upsert = index.upsert
+
+    def counting(docs: Sequence[SparseDocument]) -> None:
+        counts.append(len(docs))
+        upsert(docs)
+
+    index.upsert = counting  # type: ignore[method-assign]
+    return counts
+
+
+def test_vector_only_writes_leave_the_keyword_index_current(tmp_path: Path) -> None:
+    """Regression: healing vectors or switching the embedder changes no keyword content,
+    but left the keyword marker behind the store, so the next writer re-indexed every
+    document those writes touched (a whole corpus after a switch) — and this process's
+    searches meanwhile went without their keyword arm."""
+    models = {"model-a": HashEmbedder(dimension=16), "model-b": HashEmbedder(dimension=24)}
+    switchable = SwitchableEmbedder(models["model-a"])
+
+    def factory(spec: EmbedderSpec) -> Embedder:
+        assert isinstance(spec, SentenceTransformerEmbedding)
+        return switchable if spec.model == "model-a" else models[spec.model]
+
+    with SearchEngine(tmp_path, embedder_factory=factory) as eng:
+        corpus = eng.create_corpus(
+            CorpusConfig(name="c", embedder=SentenceTransformerEmbedding(model="model-a"))
+        )
+        switchable.down = True
+        corpus.add(DOCS[:20])  # stored degraded
+        switchable.down = False
+        counts = _count_keyword_upserts(corpus)
+        assert corpus.repair() == 20
+        corpus.add(DOCS[20:21])
+        assert counts == [1]  # the new document only, not the 20 healed ones again
+        directory = tmp_path / "corpora" / "c"
+        assert eng.switch_embedder("c", "model-b") == 21
+        assert int((directory / "tantivy.seq").read_text()) == corpus._store.seq
+        corpus.add(DOCS[21:22])
+        assert counts == [1, 1]
+        hits = corpus.search("alpha3 shared", top_k=3)
+        assert hits[0].source_id == "d3" and hits[0].ranks.sparse == 1
