@@ -197,11 +197,12 @@ def render_markdown(report: RunReport, header: dict[str, Any]) -> str:
         f"(interpreter, libraries and model included). Quality: ir-measures, top-{k_quality} "
         "run. Every hybrid system fuses 100 candidates per arm whatever it is asked for.",
         "",
-        "Ingest: the headline includes embedding the documents - Tandem hybrid through its "
-        "own `Corpus.add` on a sample of documents spread over the corpus, every other "
-        "vector system as its index time plus the corpus's embedding time at the raw "
-        "encoder's rate on that sample (same model); index-only: the systems that take "
-        "vectors are handed the cached ones.",
+        "Ingest: the headline includes embedding the documents, every vector system charged "
+        "the raw encoder's rate (same model) measured once on a sample spread over the "
+        "corpus - a peer as its index time plus the corpus's embedding time at that rate, "
+        "Tandem hybrid as that rate times its own `Corpus.add` over the raw encoder, the two "
+        "timed interleaved on the same sample; index-only: the systems that take vectors "
+        "are handed the cached ones.",
     ]
     ratios = {r.corpus: r for r in report.ratios()}
     floors = {f.corpus: f for f in report.floors}

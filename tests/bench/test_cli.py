@@ -96,6 +96,23 @@ def test_in_process_run_with_vectors_and_floor(
     assert "query-embedding floor p50" in capsys.readouterr().out
 
 
+def test_tandem_hybrid_ingest_is_charged_the_same_encoder_rate_as_the_peers(
+    tiny_beir: Path, tmp_path: Path
+) -> None:
+    out = run_in_process(tiny_beir, tmp_path, "tandem-hybrid", "--backend", "torch")
+    line = {x["system"]: x for x in read_lines(out)}["tandem-hybrid"]
+    assert line["status"] == "ok"
+    extra = line["extra"]
+    # its own add over the raw encoder, both timed in its process on the same documents
+    assert extra["ingest_over_encoder"] == pytest.approx(
+        extra["own_encoding_ingest_docs_per_s"] / extra["raw_encoder_docs_per_s"]
+    )
+    # the headline: that ratio at the parent's encoder rate, which the peers are charged
+    assert line["ingest_e2e_docs_per_s"] == pytest.approx(
+        line["encoder_docs_per_s"] * extra["ingest_over_encoder"]
+    )
+
+
 def test_bad_arguments_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--data", str(tmp_path / "missing"), "--systems", "tantivy"]) == 2
     assert "not a directory" in capsys.readouterr().err
