@@ -53,8 +53,27 @@ def listening_socket(config: uvicorn.Config) -> socket.socket:
     that connected as soon as the address was announced was refused; listening here, a
     connection made after the announcement waits in the backlog until a worker accepts it.
     """
-    sock = _without_nagle(config.bind_socket())
+    sock = _without_nagle(_bound(config))
     sock.listen(config.backlog)
+    return sock
+
+
+def _bound(config: uvicorn.Config) -> socket.socket:
+    """A TCP socket bound to the config's address, as uvicorn's ``bind_socket`` makes it,
+    but an address in use is an ``InvalidArgument`` (uvicorn logs it and exits 3)."""
+    if config.uds is not None or config.fd is not None:
+        return config.bind_socket()
+    family = socket.AF_INET6 if config.host and ":" in config.host else socket.AF_INET
+    sock = socket.socket(family=family)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((config.host, config.port))
+    except OSError as exc:
+        sock.close()
+        raise InvalidArgument(
+            f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}"
+        ) from None
+    sock.set_inheritable(True)  # the workers of a multi-process server inherit it
     return sock
 
 
@@ -105,11 +124,6 @@ def serve_http(
     if workers > 1:
         check_many_processes(settings)
     settings = settings.model_copy(update={"multiprocess_metrics": workers > 1})
-    metrics_dir = tempfile.mkdtemp(prefix="tandem-metrics-") if workers > 1 else None
-    saved = {name: os.environ.get(name) for name in (SETTINGS_ENV, MULTIPROC_ENV)}
-    os.environ[SETTINGS_ENV] = settings.to_env()
-    if metrics_dir is not None:
-        os.environ[MULTIPROC_ENV] = metrics_dir
     config = uvicorn.Config(
         APP_FACTORY,
         factory=True,
@@ -124,8 +138,13 @@ def serve_http(
         timeout_worker_healthcheck=60,  # a busy machine can take seconds to start a worker
         lifespan="on",
     )
-    sock = listening_socket(config)
+    sock = listening_socket(config)  # before anything is changed that must be undone
+    metrics_dir = tempfile.mkdtemp(prefix="tandem-metrics-") if workers > 1 else None
+    saved = {name: os.environ.get(name) for name in (SETTINGS_ENV, MULTIPROC_ENV)}
     try:
+        os.environ[SETTINGS_ENV] = settings.to_env()
+        if metrics_dir is not None:
+            os.environ[MULTIPROC_ENV] = metrics_dir
         bound_host, bound_port = sock.getsockname()[:2]
         shown = f"[{bound_host}]" if ":" in str(bound_host) else bound_host
         plural = "worker" if workers == 1 else "workers"

@@ -167,3 +167,28 @@ def test_the_announced_address_accepts_connections_before_the_server_loop_runs()
             pass  # no server loop has run: the connection waits in the backlog
     finally:
         sock.close()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_port_in_use_is_one_clear_error_and_nothing_is_left_behind(
+    tmp_path: Path, workers: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: uvicorn logged the bind error and exited 3; with workers a temporary
+    metrics directory and the process's environment changes were left behind."""
+    import os
+    import socket
+    import tempfile
+
+    from engine import InvalidArgument
+    from engine.surfaces.http.serve import MULTIPROC_ENV, serve_http
+    from engine.surfaces.http.settings import SETTINGS_ENV, ServerSettings
+
+    home = build(tmp_path / "engine")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where mkdtemp would leave one
+    before = {name: os.environ.get(name) for name in (SETTINGS_ENV, MULTIPROC_ENV)}
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        with pytest.raises(InvalidArgument, match=f"cannot listen on 127.0.0.1:{port}"):
+            serve_http(ServerSettings(home=home), port=port, workers=workers)
+    assert not list(tmp_path.glob("tandem-metrics-*"))
+    assert {name: os.environ.get(name) for name in before} == before
