@@ -32,7 +32,6 @@ from engine.surfaces import render
 from engine.surfaces.bulk import BulkReport, add_all
 from engine.surfaces.cli_args import DEFAULT_HOME as DEFAULT_HOME  # still importable here
 from engine.surfaces.cli_args import (
-    HOME_ENV,
     AnalyzerOpt,
     CommandError,
     CorpusArg,
@@ -49,7 +48,7 @@ from engine.surfaces.cli_args import (
     check_model_name,
     check_source_id,
     console,
-    engine_home,
+    existing_engine_home,
     field_declarations,
     language_analyzers,
     ollama_spec,
@@ -419,9 +418,7 @@ def serve(
     from engine.surfaces.http.serve import serve_http  # lazy: uvicorn and FastAPI
     from engine.surfaces.http.settings import ServerSettings
 
-    home = engine_home(ctx, path)
-    if not home.is_dir():
-        raise CommandError(f"no Tandem engine at {home} (use --path or ${HOME_ENV})")
+    home = existing_engine_home(ctx, path)
     settings = ServerSettings(
         home=home.resolve(), token_file=None if token_file is None else token_file.resolve()
     )
@@ -444,9 +441,7 @@ def mcp(ctx: typer.Context, path: PathOpt = None) -> None:
     """Serve the corpora to an agent over MCP (stdio)."""
     from engine.surfaces.mcp_server import serve_stdio  # lazy: the SDK is heavy
 
-    home = engine_home(ctx, path)
-    if not home.is_dir():
-        raise CommandError(f"no Tandem engine at {home} (use --path or ${HOME_ENV})")
+    home = existing_engine_home(ctx, path)
     serve_stdio(home)
 
 

@@ -129,15 +129,23 @@ def engine_home(ctx: typer.Context, path: Path | None) -> Path:
     return Path(chosen)
 
 
+def existing_engine_home(ctx: typer.Context, path: Path | None) -> Path:
+    """The engine directory a command that never makes one works in: it must hold an
+    engine already (a ``corpora`` folder), so that a mistyped ``--path`` (``.``, ``~``)
+    is an error, not an empty engine written into someone's folder."""
+    home = engine_home(ctx, path)
+    if not (home / "corpora").is_dir():
+        raise CommandError(
+            f"no Tandem engine at {home} (use --path or ${HOME_ENV}; 'tandem create' makes one)"
+        )
+    return home
+
+
 @contextmanager
 def open_engine(
     ctx: typer.Context, path: Path | None, *, create: bool = False
 ) -> Iterator[SearchEngine]:
-    home = engine_home(ctx, path)
-    if not create and not home.is_dir():
-        raise CommandError(
-            f"no Tandem engine at {home} (use --path or ${HOME_ENV}; 'tandem create' makes one)"
-        )
+    home = engine_home(ctx, path) if create else existing_engine_home(ctx, path)
     engine = SearchEngine(home)
     try:
         yield engine

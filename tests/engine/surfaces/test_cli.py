@@ -336,6 +336,13 @@ def test_path_option_beats_tandem_home_and_missing_dirs_are_not_created(tmp_path
     assert "no Tandem engine" in one_line_error(tandem("search", "x", "query", home=ghost))
     assert not ghost.exists()
     assert "no corpus named" in one_line_error(tandem("search", "nope", "query", home=flag_home))
+    # a folder that is not an engine (a mistyped --path .) is refused, not written into
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "notes.txt").write_text("hi", encoding="utf-8")
+    for command in (("list",), ("stats", "x"), ("search", "x", "query")):
+        assert "no Tandem engine" in one_line_error(tandem(*command, home=plain))
+    assert [p.name for p in plain.iterdir()] == ["notes.txt"]
 
 
 def test_a_directory_open_in_another_process_is_shared(tmp_path: Path) -> None:
