@@ -213,6 +213,13 @@ def add(
         )
 
 
+def stored_and_embedded(report: BulkReport) -> tuple[int, int]:
+    """What the progress line counts: documents stored, and of those the ones holding a
+    vector. ``unchanged`` documents (vector re-used) are among the ``updated`` already."""
+    stored = report.added + report.updated
+    return stored, stored - report.degraded
+
+
 def _add_with_progress(
     target: Corpus, source: DocumentFile, name: str, *, quiet: bool
 ) -> BulkReport:
@@ -224,9 +231,7 @@ def _add_with_progress(
     bar.update(0, 0, 0, force=True)
 
     def draw(report: BulkReport, *, final: bool = False) -> None:
-        stored = report.added + report.updated + report.unchanged
-        embedded = stored - report.degraded
-        (bar.finish if final else bar.update)(source.progress(), stored, embedded)
+        (bar.finish if final else bar.update)(source.progress(), *stored_and_embedded(report))
 
     report = add_all(target, source, on_batch=draw)
     draw(report, final=True)

@@ -209,3 +209,21 @@ def test_stats_says_na_for_a_keyword_corpus_and_ask_names_the_cli_flag(letters: 
     )
     message = one_line_error(tandem("ask", "letters", "what did Walter write?", home=letters))
     assert "--ask-model" in message and "CorpusConfig" not in message
+
+
+def test_the_progress_line_counts_a_re_added_document_once(tmp_path: Path) -> None:
+    """Regression: a document whose vector was re-used (``unchanged``) is also counted
+    ``updated``, and the line showed 20 stored after adding the same 10 twice."""
+    from engine import CorpusConfig, Document, SearchEngine
+    from engine.surfaces.bulk import add_all
+    from engine.surfaces.cli import stored_and_embedded
+    from engine.surfaces.loaders import Loaded
+    from tests.support.fakes import HashEmbedder
+
+    lines = [Loaded(i + 1, Document(id=f"d{i}", title="", text=f"word{i}")) for i in range(10)]
+    with SearchEngine(tmp_path, embedder_factory=lambda spec: HashEmbedder()) as engine:
+        corpus = engine.create_corpus(CorpusConfig(name="c"))
+        assert stored_and_embedded(add_all(corpus, lines)) == (10, 10)
+        again = add_all(corpus, lines)
+        assert again.unchanged == 10
+        assert stored_and_embedded(again) == (10, 10)
