@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
 
 from tqdm import tqdm
 
@@ -16,9 +18,10 @@ from engine.config import CorpusConfig, EmbedderSpec, save_config
 from engine.dimension_guard import DimensionGuard
 from engine.documents import AddResult, Document, GrepMatch, Passage, SourceText
 from engine.embedders import build_embedder
-from engine.errors import InvalidArgument, sealed
+from engine.errors import CorpusNotFound, InvalidArgument, StorageError, sealed
 from engine.fields import sparse_kinds
 from engine.filters import Filter, compile_filter
+from engine.lifetime import Lifetime
 from engine.metrics import EngineMetrics
 from engine.natural import Answer
 from engine.natural.questions import CorpusQuestions
@@ -39,7 +42,22 @@ from sparse import KeywordSearchFacade, SearchBackend, TantivyBackend
 logger = logging.getLogger(__name__)
 
 _CHUNK = 512  # documents per store transaction / embedding call
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 _PROGRESS_MIN = 2_000  # show a progress bar from this many documents up
+
+
+def _in_lifetime(
+    method: Callable[Concatenate[Corpus, _P], _R],
+) -> Callable[Concatenate[Corpus, _P], _R]:
+    """A public call: counted in the corpus's ``Lifetime``, refused once it is closed."""
+
+    def call(self: Corpus, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with self._lifetime.call():
+            return method(self, *args, **kwargs)
+
+    functools.update_wrapper(call, method)
+    return call
 
 
 class Corpus:
@@ -68,6 +86,9 @@ class Corpus:
         embedder_for: Callable[[EmbedderSpec], Embedder] | None = None,
     ) -> None:
         self._dir = directory
+        self._dropped_here = False
+        self._close_wait_s = busy_timeout
+        self._lifetime = Lifetime(self._closed_error)
         self._gate = gate if gate is not None else contextlib.nullcontext()
         self._config = config
         self._metrics = metrics
@@ -138,6 +159,7 @@ class Corpus:
         return self._config
 
     @sealed
+    @_in_lifetime
     def __len__(self) -> int:
         return self._store.count()
 
@@ -157,6 +179,7 @@ class Corpus:
     # -- reads ----------------------------------------------------------------------------
 
     @sealed
+    @_in_lifetime
     def search(
         self,
         query: str,
@@ -185,6 +208,7 @@ class Corpus:
         return self._searcher.search(query, top_k, offset, language_id, compiled)
 
     @sealed
+    @_in_lifetime
     def ask(
         self,
         question: str,
@@ -210,11 +234,13 @@ class Corpus:
         return self._questions.ask(self._config, question, user, top_k, language_id)
 
     @sealed
+    @_in_lifetime
     def evidence(self, question: str, top_k: int = 5) -> str:
         """A text package of the best sources for an LLM prompt (empty string: none)."""
         return evidence_text(self.search(question, top_k=top_k))
 
     @sealed
+    @_in_lifetime
     def fetch_source(self, source_id: str) -> SourceText:
         """The full text of one public source, capped at ``MAX_FETCH_CHARS``.
 
@@ -224,6 +250,7 @@ class Corpus:
         return fetch_source(self._store, source_id)
 
     @sealed
+    @_in_lifetime
     def grep(self, pattern: str, limit: int = 20, *, fixed: bool = False) -> list[GrepMatch]:
         """Regex (or, with ``fixed=True``, exact) matches in public sources' text.
 
@@ -236,6 +263,7 @@ class Corpus:
     # -- writes ---------------------------------------------------------------------------
 
     @sealed
+    @_in_lifetime
     def add(
         self,
         documents: Iterable[Document],
@@ -289,6 +317,7 @@ class Corpus:
         return AddResult(*totals)
 
     @sealed
+    @_in_lifetime
     def delete(self, ids: Iterable[str]) -> int:
         """Delete documents by id; returns how many existed. Unknown ids are ignored."""
         wanted = checked_ids(ids)
@@ -301,6 +330,7 @@ class Corpus:
         return len(deleted)
 
     @sealed
+    @_in_lifetime
     def repair(
         self,
         batch_size: int = 256,
@@ -342,6 +372,7 @@ class Corpus:
         return healed
 
     @sealed
+    @_in_lifetime
     def switch_embedder(
         self,
         config: CorpusConfig,
@@ -449,6 +480,7 @@ class Corpus:
         calls with (``Searcher.keyword_window`` and the rest; ``engine.cluster.shard``)."""
         return self._searcher
 
+    @_in_lifetime
     def _content_state(self, ids: Sequence[str]) -> dict[str, tuple[str, bool]]:
         """For stored ids: (content hash, has a vector) — what need not be embedded again."""
         return self._store.content_state(ids)
@@ -501,6 +533,7 @@ class Corpus:
     # -- housekeeping ---------------------------------------------------------------------
 
     @sealed
+    @_in_lifetime
     def stats(self) -> dict[str, int | bool]:
         self._sync.follow()
         faiss = self._indexes.faiss
@@ -514,6 +547,7 @@ class Corpus:
             "index_bytes": self._indexes.size_on_disk(),
         }
 
+    @_in_lifetime
     def refresh_metrics(self) -> None:
         """Re-read the corpus-state gauges from the store (the engine does it per scrape)."""
         self._refresh_gauges()
@@ -525,6 +559,7 @@ class Corpus:
         )
 
     @sealed
+    @_in_lifetime
     def flush(self) -> None:
         """Commit pending index writes and save the vector index file (waits for the
         write lock; nothing to do on a read-only engine)."""
@@ -536,8 +571,24 @@ class Corpus:
     @sealed
     def close(self) -> None:
         """Release everything; saves this process's vector index first when the write
-        lock is free (closing never waits for another process's write)."""
-        with self._sync.closing() as holder:
+        lock is free (closing never waits for another process's write). New calls are
+        refused at once; calls in flight finish first (see ``engine.lifetime``)."""
+        self._lifetime.end(self._release, self._close_wait_s)
+
+    def _discard(self) -> None:
+        """Close for a drop: nothing is saved (the directory is about to go, and a
+        corpus of the same name may be created there next), and later calls are told
+        the corpus was dropped."""
+        self._dropped_here = True
+        self._lifetime.end(lambda: self._release(save=False), self._close_wait_s)
+
+    def _closed_error(self) -> Exception:
+        if self._dropped_here or self._sync.dropped:
+            return CorpusNotFound(f"corpus {self.name!r} was dropped")
+        return StorageError(f"corpus {self.name!r} is closed")
+
+    def _release(self, *, save: bool = True) -> None:
+        with self._sync.closing() if save else contextlib.nullcontext(False) as holder:
             self._questions.reset()
             self._searcher.close()
             try:

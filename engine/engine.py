@@ -57,6 +57,23 @@ logger = logging.getLogger(__name__)
 _TOMBSTONE = ".dropped-"  # a dropped corpus's directory, renamed, until it is deleted
 
 
+def _marked_dropped(directory: Path) -> bool:
+    """True when the corpus's store records a drop: one that died after marking the
+    store and before moving the directory away left it looking like a live corpus."""
+    store = directory / "store.sqlite3"
+    if not store.is_file():
+        return False
+    try:
+        conn = sqlite3.connect(f"{store.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            row = conn.execute("SELECT value FROM meta WHERE key = 'dropped'").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return False
+    return row is not None and row[0] == "1"
+
+
 def _checked_search_threads(threads: object) -> int | None:
     if threads is None:
         return None
@@ -193,7 +210,10 @@ class SearchEngine:
         return sorted(
             p.name
             for p in base.iterdir()
-            if p.is_dir() and (p / "config.json").is_file() and is_valid_corpus_name(p.name)
+            if p.is_dir()
+            and (p / "config.json").is_file()
+            and is_valid_corpus_name(p.name)
+            and not _marked_dropped(p)
         )
 
     @sealed
@@ -205,7 +225,9 @@ class SearchEngine:
         with self._lock, self._engine_writing():
             directory = self._corpus_dir(config.name)
             if (directory / "config.json").exists():
-                raise CorpusExists(f"corpus {config.name!r} already exists")
+                if not _marked_dropped(directory):
+                    raise CorpusExists(f"corpus {config.name!r} already exists")
+                self._remove(config.name, directory)  # a drop that died part-way
             if directory.exists():
                 # No config: a create that crashed before writing it. Nothing there was
                 # ever a corpus; start clean rather than reopen what it left.
@@ -226,8 +248,14 @@ class SearchEngine:
             if known is not None:  # dropped (and maybe re-created) by another engine
                 del self._corpora[name]
                 with contextlib.suppress(EngineError, sqlite3.Error, OSError):
-                    known.close()
+                    known._discard()  # saves nothing: the directory may be a new corpus's
             config_path = directory / "config.json"
+            if config_path.is_file() and _marked_dropped(directory):
+                # A drop that died between marking the store and moving it away: finish it.
+                if not self._read_only:
+                    with self._engine_writing(), contextlib.suppress(OSError):
+                        self._remove(name, directory)
+                raise CorpusNotFound(f"no corpus named {name!r}")
             if not config_path.is_file():
                 if known is not None:  # dropped by another engine: its series go too
                     self.metrics.forget(name)
@@ -276,18 +304,21 @@ class SearchEngine:
                 raise CorpusNotFound(f"no corpus named {name!r}")
             corpus = self._corpora.pop(name, None)
             if corpus is not None:
-                corpus.close()
+                corpus._discard()  # waits for this process's calls in flight on it
             # Waits for a write in progress; other processes learn of the drop from the
             # store and stop answering for this corpus.
             mark_dropped(directory, self._busy_timeout)
-            # Out of the way in one rename, then deleted: a crash part-way leaves a
-            # tombstone (swept by the next drop), never a half-deleted corpus directory
-            # that a create of the same name would reopen.
-            tombstone = directory.with_name(f"{_TOMBSTONE}{name}-{uuid.uuid4().hex}")
-            os.rename(directory, tombstone)
-            for leftover in directory.parent.glob(f"{_TOMBSTONE}*"):
-                shutil.rmtree(leftover, ignore_errors=True)
-            self.metrics.forget(name)
+            self._remove(name, directory)
+
+    def _remove(self, name: str, directory: Path) -> None:
+        """The last step of a drop (engine lock held). Out of the way in one rename, then
+        deleted: a crash part-way leaves a tombstone (swept by the next drop), never a
+        half-deleted corpus directory that a create of the same name would reopen."""
+        tombstone = directory.with_name(f"{_TOMBSTONE}{name}-{uuid.uuid4().hex}")
+        os.rename(directory, tombstone)
+        for leftover in directory.parent.glob(f"{_TOMBSTONE}*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+        self.metrics.forget(name)
 
     @sealed
     def switch_embedder(

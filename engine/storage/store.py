@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 import threading
 import weakref
@@ -28,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from engine.errors import StorageError
+from engine.errors import CorpusNotFound, StorageError
 from engine.storage import field_queries
 from engine.storage.change_counter import ChangeCounter
 from engine.storage.header_cache import HeaderCache
@@ -62,9 +63,11 @@ class DocumentStore:
         self._readers_lock = threading.Lock()
         self._writer_conn: sqlite3.Connection | None = None
         self._closed = False
+        self._identity: tuple[int, int] | None = None  # set once the file surely exists
         self._changes: ChangeCounter | None = None
         changes_path = path.with_name(path.name + ".changes")
         if read_only:
+            self._identity = _identity(path)
             self.state()  # fails now, clearly, if there is no readable store
             with contextlib.suppress(OSError):
                 self._changes = ChangeCounter(changes_path, writable=False)
@@ -81,6 +84,7 @@ class DocumentStore:
             self._changes = ChangeCounter(changes_path, writable=True)
         except OSError:  # e.g. no room left: fall back to asking SQLite on every search
             self._changes = None
+        self._identity = _identity(path)
 
     @property
     def read_only(self) -> bool:
@@ -126,16 +130,29 @@ class DocumentStore:
         if conn is None:
             if self._closed:
                 raise StorageError(f"{self._path} is closed")
+            self._check_same_file()
             if self._read_only:
                 conn = self._connect_read_only()
             else:
                 conn = self._connect()
                 conn.execute("PRAGMA query_only=1")
+            try:
+                self._check_same_file()  # a re-create between the check and the connect
+            except CorpusNotFound:
+                conn.close()
+                raise
             handle = ReaderHandle(conn)
             self._local.reader = handle
             with self._readers_lock:
                 self._all_readers.add(handle)
         return conn
+
+    def _check_same_file(self) -> None:
+        """A thread's first connection opens the store by path: once another process
+        dropped the corpus (and perhaps created another of the same name), the path
+        names another file or none, and this store must not read it."""
+        if self._identity is not None and _identity(self._path) != self._identity:
+            raise CorpusNotFound(f"corpus {self._path.parent.name!r} was dropped")
 
     def close(self) -> None:
         self._closed = True
@@ -531,3 +548,12 @@ class DocumentStore:
     def connection(self) -> sqlite3.Connection:
         """This thread's read-only connection (for the LIKE fallback and grep)."""
         return self._reader()
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """The file's (device, inode), or None when there is none at ``path``."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino

@@ -21,6 +21,7 @@ from engine import (
     SearchEngine,
     SentenceTransformerEmbedding,
 )
+from tests.support.fakes import HashEmbedder
 
 
 def test_create_list_reopen_drop(tmp_path: Path) -> None:
@@ -185,3 +186,118 @@ def test_a_storage_error_answer_names_no_server_path() -> None:
 
     answer = engine_error(StorageError("storage I/O failed: /srv/data/corpora/c/write.lock"))
     assert answer.status_code == 507 and "/srv" not in answer.message
+
+
+class _ParkedHealth(HashEmbedder):
+    """Its health check parks while ``park`` is set: a search in flight, held there."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.park = False
+        self.parked = threading.Event()
+        self.let_go = threading.Event()
+
+    def is_available(self) -> bool:
+        if self.park:
+            self.parked.set()
+            self.let_go.wait(60)
+        return True
+
+
+def test_a_drop_waits_for_the_searches_in_flight_then_refuses_new_ones(tmp_path: Path) -> None:
+    """Regression: a drop closed the corpus's SQLite connections under searches running in
+    other threads (a segfault in a server); later calls failed as storage errors (507)."""
+    embedder = _ParkedHealth()
+    with SearchEngine(tmp_path, embedder_factory=lambda spec: embedder) as engine:
+        corpus = engine.create_corpus(CorpusConfig(name="c"))
+        corpus.add([Document(id=f"d{i}", text=f"alpha beta {i}") for i in range(5)])
+        answers: list[object] = []
+        embedder.park = True
+        search = threading.Thread(target=lambda: answers.append(corpus.search("alpha")))
+        search.start()
+        assert embedder.parked.wait(60)
+        drop = threading.Thread(target=engine.drop_corpus, args=("c",))
+        drop.start()
+        drop.join(0.2)
+        assert drop.is_alive()  # waiting for the search in flight
+        embedder.let_go.set()
+        search.join(60)
+        drop.join(60)
+        assert not drop.is_alive()
+        assert len(answers) == 1 and isinstance(answers[0], list) and len(answers[0]) == 5
+        for call in (lambda: corpus.search("alpha"), lambda: len(corpus), corpus.stats):
+            with pytest.raises(CorpusNotFound, match="dropped"):
+                call()
+        assert engine.list_corpora() == []
+
+
+def test_a_corpus_object_dropped_and_recreated_elsewhere_touches_nothing_new(
+    tmp_path: Path,
+) -> None:
+    """Regression: a thread that had not used a corpus object yet opened the store by
+    path — after a drop and re-create elsewhere, the new corpus's: it answered with its
+    documents, acknowledged a write it then lost, and closing the old object saved the
+    old vectors over the new corpus's."""
+    embedder = HashEmbedder()
+    with (
+        SearchEngine(tmp_path, embedder_factory=lambda spec: embedder) as mine,
+        SearchEngine(tmp_path, embedder_factory=lambda spec: embedder) as other,
+    ):
+        old = mine.create_corpus(CorpusConfig(name="c"))
+        old.add([Document(id="old", text="zebra in the old corpus")])
+        other.drop_corpus("c")
+        new = other.create_corpus(CorpusConfig(name="c"))
+        new.add([Document(id="new", text="zebra in the new corpus")])
+        new.flush()
+        marker = tmp_path / "corpora" / "c" / "vectors.seq"
+        saved = marker.read_text()
+        results: list[object] = []
+
+        def from_a_new_thread() -> None:
+            for call in (
+                lambda: old.search("zebra"),
+                lambda: old.add([Document(id="lost", text="zebra acknowledged")]),
+                lambda: len(old),
+            ):
+                try:
+                    results.append(call())
+                except CorpusNotFound as exc:
+                    results.append(exc)
+
+        thread = threading.Thread(target=from_a_new_thread)
+        thread.start()
+        thread.join(60)
+        assert len(results) == 3 and all(isinstance(r, CorpusNotFound) for r in results)
+        closer = threading.Thread(target=old.close)
+        closer.start()
+        closer.join(60)
+        assert marker.read_text() == saved  # the old object saved nothing over the new
+        assert [h.source_id for h in new.search("zebra")] == ["new"]
+        assert [h.ranks.dense for h in new.search("zebra")] == [1]
+    with SearchEngine(tmp_path, embedder_factory=lambda spec: embedder) as fresh:
+        hits = fresh.corpus("c").search("zebra")
+        assert [(h.source_id, h.ranks.dense) for h in hits] == [("new", 1)]
+
+
+def test_a_drop_that_died_after_marking_the_store_is_finished_not_half_alive(
+    tmp_path: Path,
+) -> None:
+    """A drop that died between marking the store and moving the directory away left a
+    corpus that was listed and opened but answered 'dropped', and could not be created."""
+    from engine.write.sync import mark_dropped
+
+    with SearchEngine(tmp_path) as engine:
+        engine.create_corpus(CorpusConfig(name="c", embedder=None)).add(
+            [Document(id="old", text="left behind")]
+        )
+        engine.create_corpus(CorpusConfig(name="d", embedder=None))
+    mark_dropped(tmp_path / "corpora" / "c", 10)  # and then the dropping process died
+    mark_dropped(tmp_path / "corpora" / "d", 10)
+    with SearchEngine(tmp_path) as engine:
+        assert engine.list_corpora() == []
+        with pytest.raises(CorpusNotFound):
+            engine.corpus("c")
+        assert not (tmp_path / "corpora" / "c").exists()  # the drop finished
+        fresh = engine.create_corpus(CorpusConfig(name="d", embedder=None))
+        assert len(fresh) == 0 and fresh.search("left") == []
+        assert engine.list_corpora() == ["d"]
