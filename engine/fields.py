@@ -83,16 +83,39 @@ def encode_value(field: str, kind: FieldType, value: object) -> str | int:
         if not is_int64(value):
             raise InvalidArgument(
                 f"field {field!r} is an integer field: values must be 64-bit integers, "
-                f"got {type(value).__name__}"
+                f"got {described(value)}"
             )
         assert isinstance(value, int)
         return value
     if isinstance(value, dt.datetime) or not isinstance(value, dt.date):
         raise InvalidArgument(
-            f"field {field!r} is a date field: values must be datetime.date, "
-            f"got {type(value).__name__}"
+            f"field {field!r} is a date field: values must be dates (YYYY-MM-DD in JSON, "
+            f"datetime.date in Python), got {described(value)}"
         )
     return date_to_days(value)
+
+
+def described(value: object) -> str:
+    """What a refused value is, in words a JSON caller and a Python caller both read."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, int):
+        return "an integer" if is_int64(value) else "an integer outside the 64-bit range"
+    if isinstance(value, float):
+        return "a number with a fraction or exponent"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, dt.datetime):
+        return "a date with a time"
+    if isinstance(value, dt.date):
+        return "a date"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
 
 
 def _values(field: str, raw: object) -> list[object]:

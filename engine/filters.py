@@ -28,7 +28,7 @@ from typing import Any, TypeAlias
 
 from engine.config import FieldType
 from engine.errors import InvalidArgument
-from engine.fields import INT64_MAX, INT64_MIN, encode_value, is_int64
+from engine.fields import INT64_MAX, INT64_MIN, described, encode_value, is_int64
 from sparse import FieldFilter, RangeFilter, TermsFilter
 
 FilterValue: TypeAlias = str | int | dt.date
@@ -158,7 +158,9 @@ def _field_conditions(name: object, spec: object) -> list[Filter]:
         raise InvalidArgument(f"filter field names must be strings, got {type(name).__name__}")
     if isinstance(spec, Mapping):
         unknown = sorted(str(k) for k in spec if k not in _OPS)
-        if unknown or not spec:
+        if not spec:
+            raise InvalidArgument(f"filter on {name!r}: an empty condition; give {list(_OPS)}")
+        if unknown:
             raise InvalidArgument(
                 f"filter on {name!r}: unknown operator(s) {unknown}; valid: {list(_OPS)}"
             )
@@ -185,8 +187,7 @@ def _in(name: str, values: object) -> In:
 def _scalar(name: str, value: object) -> FilterValue:
     if isinstance(value, bool) or not isinstance(value, str | int | dt.date):
         raise InvalidArgument(
-            f"filter on {name!r}: values must be strings, integers or dates, "
-            f"got {type(value).__name__}"
+            f"filter on {name!r}: values must be strings, integers or dates, got {described(value)}"
         )
     return value
 
@@ -242,7 +243,10 @@ def _compile_one(clause: Eq | In | Range, declared: Mapping[str, FieldType]) -> 
         values = tuple(dict.fromkeys(_value(field, kind, v) for v in clause.values))
         return TermsFilter(field, values)
     if kind is FieldType.KEYWORD:
-        raise InvalidArgument(f"filter on {field!r}: a keyword field has no ranges; use Eq or In")
+        raise InvalidArgument(
+            f"filter on {field!r}: a keyword field has no ranges; give a value or a list "
+            "of values (eq / in; Eq / In in Python)"
+        )
     if clause.gt is not None and clause.gte is not None:
         raise InvalidArgument(f"filter on {field!r}: give gt or gte, not both")
     if clause.lt is not None and clause.lte is not None:

@@ -89,6 +89,10 @@ def _root(
     )
     for name in _OWN_LOGGERS:
         logging.getLogger(name).setLevel(logging.INFO if verbose else logging.ERROR)
+    if not verbose:
+        # transformers draws a "Loading weights" bar on stderr at every model load, even
+        # piped and with --quiet; it reads this when first imported (after this line).
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
 # -- corpora ------------------------------------------------------------------------------
@@ -142,7 +146,7 @@ def create(
         spec = SentenceTransformerEmbedding(model=embedder or SentenceTransformerEmbedding().model)
     natural = None
     if ask_model is not None:
-        chat = ollama_spec(ask_model)
+        chat = ollama_spec(ask_model, "--ask-model")
         natural = NaturalLanguage(model=chat.model, host=chat.host)
     config = CorpusConfig.model_validate(
         {
@@ -196,6 +200,8 @@ def add(
     On a terminal a progress line shows documents stored (and embedded), the rate and
     the time left; none is drawn when stderr is piped or with --quiet.
     """
+    if file.is_dir():
+        raise CommandError(f"{file} is a directory; give one .jsonl, .jsonl.gz or .json file")
     if not file.is_file():
         raise CommandError(f"no such file: {file}")
     with open_corpus(ctx, path, corpus) as target:
@@ -208,9 +214,15 @@ def add(
     if report.degraded:
         typer.echo(
             f"{report.degraded} documents are keyword-searchable only until the embedder "
-            f"answers; run 'tandem repair {corpus}' then",
+            f"answers ({_WHY_DOWN}); run 'tandem repair {corpus}' then",
             err=True,
         )
+    if report.rejected_total and not report.added + report.updated:
+        # Every line refused (a file of another format, say): a script must notice.
+        raise typer.Exit(1)
+
+
+_WHY_DOWN = "'tandem -v' shows why"
 
 
 def stored_and_embedded(report: BulkReport) -> tuple[int, int]:
@@ -359,8 +371,11 @@ def repair(ctx: typer.Context, corpus: CorpusArg, path: PathOpt = None) -> None:
     """Re-embed degraded documents (while the embedder answers)."""
     with open_corpus(ctx, path, corpus) as target:
         healed = target.repair()
-        left = target.stats().get("degraded", 0)
+        stats = target.stats()
+    left = stats.get("degraded", 0)
     typer.echo(f"re-embedded {healed} documents; {left} still degraded")
+    if left and not stats.get("embedder_up"):
+        typer.echo(f"the embedder is not answering ({_WHY_DOWN})", err=True)
 
 
 @app.command("serve-metrics")

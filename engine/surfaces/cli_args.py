@@ -229,14 +229,21 @@ def field_declarations(values: list[str]) -> dict[str, FieldType]:
     return declared
 
 
-def ollama_spec(value: str) -> OllamaEmbedding:
+def ollama_spec(value: str, option: str = "--ollama") -> OllamaEmbedding:
     """``HOST/MODEL`` (``http://h:11434/nomic-embed-text``, ``h:11434/m``) or just ``MODEL``."""
-    scheme, sep, rest = value.partition("://")
+    expected = "expected MODEL or HOST/MODEL, e.g. 127.0.0.1:11434/nomic-embed-text"
+    scheme, sep, rest = value.strip().partition("://")
     if not sep:
-        scheme, rest = "http", value
+        scheme, rest = "http", value.strip()
+    elif scheme.lower() not in ("http", "https"):
+        raise typer.BadParameter(
+            f"{value!r}: the scheme must be http or https; {expected}", param_hint=option
+        )
     host, slash, model = rest.partition("/")
     if not slash:
+        if not host or sep:  # "http://h" names a host and no model
+            raise typer.BadParameter(f"{value!r}: {expected}", param_hint=option)
         return OllamaEmbedding(model=host)
     if not host or not model:
-        raise typer.BadParameter("expected HOST/MODEL, e.g. 127.0.0.1:11434/nomic-embed-text")
+        raise typer.BadParameter(f"{value!r}: {expected}", param_hint=option)
     return OllamaEmbedding(model=model, host=f"{scheme}://{host}")

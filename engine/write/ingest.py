@@ -148,9 +148,10 @@ class Ingestor:
         except EmbedderUnavailable as exc:
             self._metrics.embedder_up.labels(self._corpus).set(0)
             logger.warning(
-                "embedding %d documents failed (%s); storing them degraded",
+                "embedding %d documents failed (%s: %.300s); storing them degraded",
                 len(texts),
                 type(exc).__name__,
+                exc,  # the provider's reason (model missing, server down), never their text
             )
             return None
         finally:

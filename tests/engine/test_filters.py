@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from typing import Any
 
 import pytest
@@ -116,6 +117,25 @@ def test_round_trip_through_json() -> None:
 def test_validation_errors_name_the_field(expr: object, field: str) -> None:
     with pytest.raises(InvalidArgument, match=repr(field)):
         compile_filter(expr, DECLARED)
+
+
+@pytest.mark.parametrize(
+    ("expr", "says"),
+    [
+        ({"sent": 19430201}, "got an integer"),
+        ({"sent": 19430201}, "YYYY-MM-DD"),
+        ({"year": 2**70}, "got an integer outside the 64-bit range"),
+        ({"year": "1943"}, "got a string"),
+        ({"year": 1.5}, "got a number with a fraction"),
+        ({"author": {"gte": "A"}}, "give a value or a list of values (eq / in"),
+        ({"year": {}}, "an empty condition"),
+    ],
+)
+def test_refusals_speak_json_as_well_as_python(expr: object, says: str) -> None:
+    """The messages reach HTTP and CLI callers: no Python type or class names."""
+    with pytest.raises(InvalidArgument, match=re.escape(says)) as refused:
+        compile_filter(expr, DECLARED)
+    assert not re.search(r"got (int|str|float|date|datetime)\b|\bEq or In\b", str(refused.value))
 
 
 @pytest.mark.parametrize("bad", ["[", "42", 42, {1: "x"}, [None], object()])

@@ -224,6 +224,42 @@ def test_ollama_corpus_with_the_provider_down_stores_documents_degraded(tmp_path
     assert [h["source_id"] for h in hits["passages"]] == ["reset"]  # keyword answers
     repaired = ok(tandem("repair", "oll", home=home))
     assert "re-embedded 0 documents; 2 still degraded" in repaired.stdout
+    assert "the embedder is not answering ('tandem -v' shows why)" in repaired.stderr
+
+
+def test_a_model_that_cannot_load_says_why_with_verbose(tmp_path: Path) -> None:
+    home = tmp_path / "engine"
+    ok(tandem("create", "ghost", "--embedder", str(tmp_path / "no-such-model"), home=home))
+    docs = str(write_jsonl(tmp_path / "d.jsonl", DOCS[:2]))
+    quiet = ok(tandem("add", "ghost", docs, home=home))
+    assert "'tandem -v' shows why" in quiet.stderr and "cannot load" not in quiet.stderr
+    loud = ok(tandem("-v", "add", "ghost", docs, home=home))
+    assert "cannot load model" in loud.stderr and "no-such-model" in loud.stderr
+
+
+@pytest.mark.parametrize("spec", ["://", "://nomic", "ftp://h:1/m", "http://h:1", "h:1/", "/m"])
+def test_a_malformed_ollama_spec_is_a_usage_error_naming_the_option(
+    tmp_path: Path, spec: str
+) -> None:
+    result = tandem("create", "o", "--ollama", spec, home=tmp_path / "engine")
+    assert result.returncode == 2, result.stderr
+    assert "--ollama" in result.stderr and "HOST/MODEL" in result.stderr
+
+
+def test_add_refuses_a_directory_and_fails_when_every_line_is_rejected(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "engine"
+    ok(tandem("create", "kb", "--no-vectors", home=home))
+    assert "is a directory" in one_line_error(tandem("add", "kb", str(tmp_path), home=home))
+    wrong = tmp_path / "array.jsonl"
+    wrong.write_text(json.dumps(DOCS), encoding="utf-8")  # one JSON array on one line
+    refused = tandem("add", "kb", str(wrong), home=home)
+    assert refused.returncode == 1 and "rejected 1" in refused.stdout
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(json.dumps(DOCS[0]) + "\nnot json\n", encoding="utf-8")
+    partly = ok(tandem("add", "kb", str(mixed), home=home))  # something stored: success
+    assert "added 1" in partly.stdout and "rejected 1" in partly.stdout
 
 
 # -- reading --------------------------------------------------------------------------------
@@ -364,6 +400,7 @@ def test_default_model_corpus_end_to_end(tmp_path: Path) -> None:
     assert "all-MiniLM-L6-v2" in ok(tandem("create", "sem", home=home)).stdout
     result = ok(tandem("add", "sem", str(write_jsonl(tmp_path / "d.jsonl", DOCS)), home=home))
     assert "added 4, updated 0, degraded 0, rejected 0" in result.stdout
+    assert "Loading weights" not in result.stderr  # transformers' bar, on a pipe
     # No shared keyword with the answer ("forgot my login" vs "reset your password").
     found = json.loads(ok(tandem("search", "sem", "forgot my login", "--json", home=home)).stdout)
     assert found["passages"][0]["source_id"] == "reset"
