@@ -6,11 +6,11 @@ each line is an object with ``id`` (or BEIR's ``_id``), and optionally ``title``
 filter fields come from a ``fields`` object (``{"fields": {"year": 1942}}``) or from
 top-level keys named like a declared field (``{"year": 1942}``); a date field takes
 ``YYYY-MM-DD`` text. A BEIR ``corpus.jsonl(.gz)`` is that format already; other keys
-(BEIR's ``metadata``) are ignored. Blank lines are skipped. A line that is not such an
-object becomes a ``Rejected`` with its line number and a reason — the rest of the file is
-still read. The documented caps
-(``engine.limits``) are checked here, so a bad line rarely costs a refused batch; the
-engine checks again at ``add`` (see ``engine.surfaces.bulk``).
+(BEIR's ``metadata``) are ignored. Blank lines are skipped, and so is a UTF-8 byte order
+mark at the start of the first line. A line that is not such an object becomes a
+``Rejected`` with its line number and a reason — the rest of the file is still read. The
+documented caps (``engine.limits``) are checked here, so a bad line rarely costs a
+refused batch; the engine checks again at ``add`` (see ``engine.surfaces.bulk``).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ MAX_LINE_BYTES = 16 * 1024 * 1024
 """A line longer than this is rejected unread (a document's text is capped far below it)."""
 
 _GZIP_MAGIC = b"\x1f\x8b"
+_UTF8_BOM = b"\xef\xbb\xbf"
 _STRING_CAPS = {"title": MAX_TITLE_CHARS, "text": MAX_DOCUMENT_CHARS, "url": MAX_URL_CHARS}
 _MAX_GROUP_CHARS = 128
 _DOCUMENT_KEYS = frozenset(
@@ -64,6 +65,23 @@ class Loaded:
 
 class LineError(ValueError):
     """Why one decoded JSON value is not a document (the message is the reason)."""
+
+
+def json_failure(exc: ValueError | RecursionError) -> str:
+    """Why ``json.load``/``json.loads`` refused a text, in words for the sender.
+
+    Besides ``JSONDecodeError`` it raises ``UnicodeDecodeError`` (bytes that are not
+    UTF-8), ``RecursionError`` (nesting past the interpreter's limit) and a plain
+    ``ValueError`` whose text says what is wrong (an integer over the 4,300-digit
+    conversion limit).
+    """
+    if isinstance(exc, json.JSONDecodeError):
+        return exc.msg
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8 (JSON text is UTF-8)"
+    if isinstance(exc, RecursionError):
+        return "too deeply nested"
+    return str(exc) or type(exc).__name__
 
 
 def document_from_json(value: object, fields: Mapping[str, FieldType] = _NO_FIELDS) -> Document:
@@ -251,6 +269,10 @@ def read_lines(
             _skip_rest_of_line(stream, max_line_bytes)
             yield Rejected(number, f"line is longer than {max_line_bytes} bytes")
             continue
+        if number == 1 and chunk.startswith(_UTF8_BOM):
+            # Windows editors write one; json.loads refuses it in a str, while a JSON
+            # array upload (decoded from bytes) accepts it, so a line file does too.
+            chunk = chunk[len(_UTF8_BOM) :]
         yield from _parse_line(number, chunk, fields)
 
 
@@ -274,8 +296,7 @@ def _parse_line(
     try:
         value = json.loads(text)
     except (ValueError, RecursionError) as exc:
-        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "too deeply nested"
-        yield Rejected(number, f"not valid JSON: {reason}")
+        yield Rejected(number, f"not valid JSON: {json_failure(exc)}")
         return
     try:
         yield Loaded(number, document_from_json(value, fields))

@@ -3,12 +3,14 @@
 The engine's exception hierarchy is mapped to a status and a code here and nowhere else
 (``engine_error``). Messages are the engine's own sentences (they name the field, the cap,
 the corpus); request validation errors list what is wrong where, without echoing the
-input back. Unexpected exceptions become a 500 with a fixed message and no traceback
+input back. A body that is not JSON gets one answer on every route, whoever parsed it
+(``invalid_json``). Unexpected exceptions become a 500 with a fixed message and no traceback
 (``ops.RequestGuard``); log lines name exception types only, never query or document text.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -31,8 +33,9 @@ from engine import (
     StorageError,
 )
 from engine.surfaces.http.responses import JsonAnswer
+from engine.surfaces.loaders import json_failure
 
-__all__ = ["ApiError", "engine_error", "error_body", "install_error_handlers"]
+__all__ = ["ApiError", "engine_error", "error_body", "install_error_handlers", "invalid_json"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +59,11 @@ class ApiError(HTTPException):
         super().__init__(status_code=status, detail=message, headers=dict(headers or {}))
         self.code = code
         self.message = message
+
+
+def invalid_json(exc: ValueError | RecursionError) -> ApiError:
+    """The one answer to a body that ``json`` cannot parse, on every route."""
+    return ApiError(422, "invalid_json", f"the body is not valid JSON: {json_failure(exc)}")
 
 
 def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
@@ -137,6 +145,12 @@ async def _on_api_error(request: Request, exc: Exception) -> JsonAnswer:
 
 async def _on_http_error(request: Request, exc: Exception) -> JsonAnswer:
     assert isinstance(exc, HTTPException)
+    cause = exc.__cause__
+    if exc.status_code == 400 and isinstance(cause, ValueError | RecursionError):
+        # FastAPI answers a body that ``json.loads`` refuses with anything but a
+        # JSONDecodeError (not UTF-8, nested too deep, an over-long integer) with a bare
+        # 400 raised from the parse error; answer it like every other unparseable body.
+        return await _on_api_error(request, invalid_json(cause))
     code = _HTTP_CODES.get(exc.status_code, "http_error")
     message = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
     if exc.status_code == 404:
@@ -146,6 +160,8 @@ async def _on_http_error(request: Request, exc: Exception) -> JsonAnswer:
 
 async def _on_validation_error(request: Request, exc: Exception) -> JsonAnswer:
     assert isinstance(exc, RequestValidationError)
+    if isinstance(exc.__cause__, json.JSONDecodeError):  # FastAPI could not parse the body
+        return await _on_api_error(request, invalid_json(exc.__cause__))
     return _json(422, "invalid_request", _validation_message(exc.errors()))
 
 

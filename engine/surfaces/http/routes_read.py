@@ -34,6 +34,7 @@ from engine.surfaces.http.schemas import (
     SearchRequest,
     SearchResponse,
     SourceResponse,
+    error_responses,
     grep_body,
     passage_body,
     recalled_body,
@@ -54,9 +55,7 @@ CorpusName = Annotated[
     ),
 ]
 
-_ERRORS: dict[int | str, dict[str, object]] = {
-    code: {"model": ErrorResponse} for code in (404, 413, 422, 503)
-}
+_ERRORS = error_responses(404, 413, 422, 503)
 
 router = APIRouter(prefix="/v1", tags=["read"], responses=_ERRORS)
 

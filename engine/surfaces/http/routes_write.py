@@ -29,6 +29,7 @@ from engine.surfaces.http.schemas import (
     RememberRequest,
     RememberResponse,
     UploadResponse,
+    error_responses,
 )
 from engine.surfaces.http.settings import ServerSettings
 from engine.surfaces.http.uploads import is_ndjson, parse_upload, report_body, spool
@@ -36,9 +37,7 @@ from engine.surfaces.memory import Memory
 
 __all__ = ["router"]
 
-_ERRORS: dict[int | str, dict[str, object]] = {
-    code: {"model": ErrorResponse} for code in (401, 403, 404, 413, 415, 422, 503)
-}
+_ERRORS = error_responses(401, 403, 404, 413, 415, 422, 503)
 
 router = APIRouter(
     prefix="/v1",

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from engine import FieldType, GrepMatch, Passage, SourceText
 from engine.config import DEFAULT_MODEL
-from engine.limits import CORPUS_NAME_PATTERN, MAX_TITLE_CHARS
+from engine.limits import CORPUS_NAME_PATTERN, MAX_GREP_PATTERN, MAX_TITLE_CHARS
 from engine.surfaces.memory import MAX_MEMORY_CHARS, Recalled
 from sparse import DEFAULT_TITLE_WEIGHT, MAX_QUERY_LENGTH, MAX_TITLE_WEIGHT, Analyzer
 
@@ -29,6 +29,7 @@ __all__ = [
     "RecallRequest",
     "RememberRequest",
     "SearchRequest",
+    "error_responses",
     "grep_body",
     "passage_body",
     "recalled_body",
@@ -75,7 +76,10 @@ class EvidenceRequest(_Request):
 
 
 class GrepRequest(_Request):
-    pattern: str = Field(description="A regular expression (or text, with fixed); ≤ 256 chars.")
+    pattern: str = Field(
+        max_length=MAX_GREP_PATTERN,
+        description="A regular expression (or text, with fixed).",
+    )
     limit: int = Field(20, description="At most this many matches; clamped to 1..200.")
     fixed: bool = Field(False, description="The pattern is plain text.")
 
@@ -288,3 +292,21 @@ class ErrorDetail(_Out):
 
 class ErrorResponse(_Out):
     error: ErrorDetail
+
+
+_UNPROCESSABLE = (
+    "The request cannot be answered as sent. error.code is invalid_json (the body is not "
+    "valid JSON), invalid_request (the body or path is not what this route takes), "
+    "invalid_argument (the engine refused a value; the message names it) or, for grep, "
+    "grep_timeout."
+)
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, object]]:
+    """OpenAPI ``responses`` for these error statuses, each in the one error shape."""
+    responses: dict[int | str, dict[str, object]] = {}
+    for status in statuses:
+        responses[status] = {"model": ErrorResponse}
+        if status == 422:
+            responses[status]["description"] = _UNPROCESSABLE
+    return responses

@@ -17,7 +17,7 @@ from typing import IO
 from engine import FieldType
 from engine.surfaces.bulk import BulkReport
 from engine.surfaces.http.caps import human_bytes, too_large
-from engine.surfaces.http.errors import ApiError
+from engine.surfaces.http.errors import ApiError, invalid_json
 from engine.surfaces.loaders import (
     LineError,
     Loaded,
@@ -123,15 +123,7 @@ def parse_upload(upload: Upload, fields: Mapping[str, FieldType]) -> Iterator[Lo
     try:
         value = json.load(upload.file)
     except (ValueError, RecursionError) as exc:
-        if isinstance(exc, json.JSONDecodeError):
-            reason = exc.msg
-        elif isinstance(exc, UnicodeDecodeError):
-            reason = "not UTF-8 (JSON text is UTF-8)"
-        elif isinstance(exc, RecursionError):
-            reason = "too deeply nested"
-        else:
-            reason = type(exc).__name__
-        raise ApiError(422, "invalid_json", f"the body is not valid JSON: {reason}") from None
+        raise invalid_json(exc) from None
     if not isinstance(value, list):
         raise ApiError(
             422,

@@ -184,9 +184,72 @@ def test_request_errors_share_one_shape_and_name_the_problem(client: TestClient)
         content=b"{not json",
         headers={"content-type": "application/json"},
     )
-    assert error_of(broken, 422)["code"] == "invalid_request"
+    assert error_of(broken, 422)["code"] == "invalid_json"
     assert error_of(client.get("/v2/anything"), 404)["code"] == "not_found"
     assert error_of(client.put("/v1/corpora/help/search"), 405)["code"] == "method_not_allowed"
+
+
+# Bodies neither orjson (the search lane) nor json (FastAPI, uploads) can read, and why.
+NOT_JSON = {
+    "truncated": (b'{"query": "pass"', "Expecting ',' delimiter"),
+    "not UTF-8": (b'{"query": "pass\xffword"}', "not UTF-8"),
+    "too deep": (b"[" * 10_000 + b"]" * 10_000, "too deeply nested"),
+    "over-long integer": (b'{"query": "pass", "top_k": ' + b"9" * 5_000 + b"}", "4300 digits"),
+}
+ROUTES_WITH_A_BODY = [
+    "/v1/corpora/kw/search",
+    "/v1/corpora/kw/evidence",
+    "/v1/corpora/kw/grep",
+    "/v1/corpora/kw/ask",
+    "/v1/recall",
+    "/v1/corpora",
+    "/v1/memories",
+    "/v1/corpora/kw/documents",
+]
+
+
+@pytest.mark.parametrize("route", ROUTES_WITH_A_BODY)
+@pytest.mark.parametrize("kind", sorted(NOT_JSON))
+def test_a_body_that_is_not_json_gets_one_answer_on_every_route(
+    client: TestClient, route: str, kind: str
+) -> None:
+    body, reason = NOT_JSON[kind]
+    answer = client.post(route, content=body, headers={**AUTH, "content-type": "application/json"})
+    err = error_of(answer, 422)
+    assert err["code"] == "invalid_json", err
+    assert err["message"].startswith("the body is not valid JSON: ") and reason in err["message"]
+    if kind != "too deep":
+        assert "nested" not in err["message"]
+
+
+def test_the_schema_documents_the_answer_to_a_body_that_is_not_json(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    with_body = [
+        (path, method, op)
+        for path, ops in spec["paths"].items()
+        for method, op in ops.items()
+        if "requestBody" in op
+    ]
+    assert len(with_body) == len(ROUTES_WITH_A_BODY)
+    for path, method, op in with_body:
+        assert "400" not in op["responses"], (method, path)
+        unprocessable = op["responses"]["422"]
+        assert "invalid_json" in unprocessable["description"], (method, path)
+        assert unprocessable["content"]["application/json"]["schema"] == {
+            "$ref": "#/components/schemas/ErrorResponse"
+        }
+
+
+def test_the_schema_declares_the_grep_pattern_cap(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    pattern = spec["components"]["schemas"]["GrepRequest"]["properties"]["pattern"]
+    assert pattern["maxLength"] == MAX_GREP_PATTERN
+    at_cap = client.post("/v1/corpora/kw/grep", json={"pattern": "x" * MAX_GREP_PATTERN})
+    assert at_cap.status_code == 200
+    over = client.post("/v1/corpora/kw/grep", json={"pattern": "x" * (MAX_GREP_PATTERN + 1)})
+    err = error_of(over, 422)
+    assert err["code"] == "invalid_request" and err["message"].startswith("pattern: ")
+    assert str(MAX_GREP_PATTERN) in err["message"]
 
 
 def test_sources_absent_and_non_public_get_the_same_404(client: TestClient) -> None:
@@ -396,6 +459,43 @@ def test_an_upload_that_is_not_utf8_or_too_deep_says_which(home: Path) -> None:
             )
             err = error_of(answer, 422)
             assert err["code"] == "invalid_json" and reason in err["message"]
+
+
+def test_an_over_long_integer_in_an_upload_is_named_not_called_too_deep(
+    client: TestClient,
+) -> None:
+    document = b'{"id": "n1", "text": "t", "language_id": ' + b"9" * 5_000 + b"}"
+    ndjson = client.post(
+        "/v1/corpora/kw/documents",
+        content=document + b"\n",
+        headers={**AUTH, "content-type": "application/x-ndjson"},
+    ).json()
+    [rejected] = ndjson["rejected"]
+    assert rejected["line"] == 1 and rejected["reason"].startswith("not valid JSON: ")
+    assert "4300 digits" in rejected["reason"] and "nested" not in rejected["reason"]
+    array = client.post(
+        "/v1/corpora/kw/documents",
+        content=b"[" + document + b"]",
+        headers={**AUTH, "content-type": "application/json"},
+    )
+    err = error_of(array, 422)
+    assert err["code"] == "invalid_json" and "4300 digits" in err["message"]
+    assert "ValueError" not in err["message"]
+
+
+def test_an_ndjson_upload_may_start_with_a_utf8_bom(client: TestClient) -> None:
+    engine: SearchEngine = client.app.state.engine  # type: ignore[attr-defined]
+    engine.create_corpus(CorpusConfig(name="bom", embedder=None))
+    bom = b"\xef\xbb\xbf"
+    lines = [bom + b'{"id": "b1", "text": "first"}', b'{"id": "b2", "text": "second"}']
+    added = client.post(
+        "/v1/corpora/bom/documents",
+        content=b"\n".join(lines) + b"\n" + bom + b'{"id": "b3"}\n',
+        headers={**AUTH, "content-type": "application/x-ndjson"},
+    ).json()
+    assert added["added"] == 2 and len(engine.corpus("bom")) == 2
+    [rejected] = added["rejected"]  # a BOM marks the start of a file, not of any line
+    assert rejected["line"] == 3 and "BOM" in rejected["reason"]
 
 
 def test_upload_caps_refuse_the_whole_body_and_write_nothing(home: Path) -> None:

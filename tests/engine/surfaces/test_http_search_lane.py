@@ -65,6 +65,10 @@ REQUESTS: list[tuple[str, bytes, bool]] = [
     ("kw", b'{"query": "password", "filters": [{"author": "ops"}, {"year": 2021}]}', True),
     ("kw", b'{"query": "password", "filters": {"nope": 1}}', True),  # engine: 422 naming it
     ("kw", b'{"query": "password", "filters": {"year": "soon"}}', True),
+    ("kw", b'{"query": "password", "filters": {"year": 9223372036854775807}}', True),
+    # Past 64 bits orjson reads a float where json keeps an int: the route answers.
+    ("kw", b'{"query": "password", "filters": {"year": 100000000000000000000}}', False),
+    ("kw", b'{"query": "password", "filters": {"year": -18446744073709551617}}', False),
     ("kw", b'{"query": "x"}', True),  # too short: no passages
     ("kw", b'{"query": "vault password"}', True),  # the private document stays out
     ("absent", b'{"query": "password"}', True),  # 404 corpus_not_found
@@ -72,6 +76,8 @@ REQUESTS: list[tuple[str, bytes, bool]] = [
     ("kw", b'{"query": "password", "bogus": 1}', False),
     ("kw", b'{"top_k": 3}', False),
     ("kw", b'{"query": "password"', False),  # not JSON
+    ("kw", b'{"query": "pass\xffword"}', False),  # not UTF-8
+    ("kw", b"[" * 5_000 + b"]" * 5_000, False),  # deeper than either parser goes
     ("kw", b'{"query": NaN}', False),
     ("kw", b"[1, 2]", False),
     ("kw", b"", False),
