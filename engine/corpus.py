@@ -7,7 +7,7 @@ import dataclasses
 import functools
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
@@ -474,11 +474,13 @@ class Corpus:
 
     # -- internal: for engine.cluster (a shard is a corpus) ----------------------------
 
-    @property
-    def _shard_reads(self) -> Searcher:
+    @contextlib.contextmanager
+    def _shard_reads(self) -> Iterator[Searcher]:
         """The searcher a shard answers its coordinator's window, completion and passage
-        calls with (``Searcher.keyword_window`` and the rest; ``engine.cluster.shard``)."""
-        return self._searcher
+        calls with (``Searcher.keyword_window`` and the rest; ``engine.cluster.shard``),
+        for one call counted in the corpus's lifetime like any public one."""
+        with self._lifetime.call():
+            yield self._searcher
 
     @_in_lifetime
     def _content_state(self, ids: Sequence[str]) -> dict[str, tuple[str, bool]]:

@@ -120,12 +120,14 @@ class ShardActor:
         need: int,
         statistics: TermStatistics | None = None,
     ) -> ArmWindow:
-        return self._corpus._shard_reads.keyword_window(
-            text, limit, language, filters, index_backed, need, statistics
-        )
+        with self._corpus._shard_reads() as reads:
+            return reads.keyword_window(
+                text, limit, language, filters, index_backed, need, statistics
+            )
 
     def term_statistics(self, text: str, language: int | None) -> TermStatistics | None:
-        return self._corpus._shard_reads.term_statistics(text, language)
+        with self._corpus._shard_reads() as reads:
+            return reads.term_statistics(text, language)
 
     def vector_window(
         self,
@@ -137,9 +139,10 @@ class ShardActor:
         need: int,
         covered: Sequence[str],
     ) -> ArmWindow:
-        return self._corpus._shard_reads.vector_window(
-            text, vector, limit, language, filters, need, frozenset(covered)
-        )
+        with self._corpus._shard_reads() as reads:
+            return reads.vector_window(
+                text, vector, limit, language, filters, need, frozenset(covered)
+            )
 
     def vector_round(
         self,
@@ -164,9 +167,10 @@ class ShardActor:
         if keyword_ids is None:
             return window, ArmWindow(), ArmWindow()
         for_keyword, for_vector = shard_extras(window.ids, keyword_ids)
-        keyword, scored = self._corpus._shard_reads.completion_windows(
-            text, vector, for_keyword, for_vector, language, filters, statistics
-        )
+        with self._corpus._shard_reads() as reads:
+            keyword, scored = reads.completion_windows(
+                text, vector, for_keyword, for_vector, language, filters, statistics
+            )
         return window, keyword, scored
 
     def passages(
@@ -176,7 +180,8 @@ class ShardActor:
         language: int | None,
         filters: tuple[FieldFilter, ...],
     ) -> tuple[Passage, ...]:
-        return tuple(self._corpus._shard_reads.passages_for(ids, text, language, filters))
+        with self._corpus._shard_reads() as reads:
+            return tuple(reads.passages_for(ids, text, language, filters))
 
     def fetch(self, source_id: str) -> SourceText | None:
         try:

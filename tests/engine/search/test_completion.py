@@ -150,8 +150,9 @@ def make(engine: SearchEngine, name: str, **config: object) -> Corpus:
 def full_rankings(corpus: Corpus, text: str) -> tuple[list[tuple[str, float]], ...]:
     """Each arm's ranking of the whole corpus (a window larger than the corpus)."""
     vector = corpus._searcher.state.embedder.embed([text])[0]  # type: ignore[union-attr]
-    keyword = corpus._shard_reads.keyword_window(text, 100, None, (), True, 0).hits()
-    vectors = corpus._shard_reads.vector_window(text, vector, 100, None, (), 0, ()).hits()
+    with corpus._shard_reads() as reads:
+        keyword = reads.keyword_window(text, 100, None, (), True, 0).hits()
+        vectors = reads.vector_window(text, vector, 100, None, (), 0, ()).hits()
     return [(h.id, h.score or 0.0) for h in keyword], [(h.id, h.score or 0.0) for h in vectors]
 
 
@@ -236,5 +237,6 @@ def test_completion_never_brings_in_a_private_document(engine: SearchEngine) -> 
         hits = corpus.search(text, top_k=WINDOW)
         assert hits and not any(h.source_id.startswith("secret-") for h in hits)
         # the arms' extended rankings themselves never hold one either
-        keyword = corpus._shard_reads.keyword_window(text, 100, None, (), True, 0).ids
+        with corpus._shard_reads() as reads:
+            keyword = reads.keyword_window(text, 100, None, (), True, 0).ids
         assert not any(i.startswith("secret-") for i in keyword)

@@ -41,8 +41,9 @@ def expected(corpus: Corpus, embedder: SwitchableEmbedder, text: str) -> list[Fu
     """The corpus's own scored windows, fused by the pure function its config names."""
     vector = embedder.embed([text])[0]
     window = corpus.config.window
-    keyword = corpus._shard_reads.keyword_window(text, window, None, (), True, 10)
-    vectors = corpus._shard_reads.vector_window(text, vector, window, None, (), 10, ())
+    with corpus._shard_reads() as reads:
+        keyword = reads.keyword_window(text, window, None, (), True, 10)
+        vectors = reads.vector_window(text, vector, window, None, (), 10, ())
     sparse = [(h.id, h.score or 0.0) for h in keyword.hits()]
     dense = [(h.id, h.score or 0.0) for h in vectors.hits()]
     spec = corpus.config.fusion

@@ -58,10 +58,10 @@ def test_numpy_integers_are_taken_as_their_values(many: Corpus) -> None:
 
 
 def test_browsing_an_impossible_language_is_empty(many: Corpus) -> None:
-    searcher = many._shard_reads
-    assert searcher.browse(10, 0, MAX_LANGUAGE_ID + 1, ()) == []
-    assert searcher.browse(10, 0, 10**30, ()) == []
-    assert len(searcher.browse(10, 0, 0, ())) == 10
+    with many._shard_reads() as searcher:
+        assert searcher.browse(10, 0, MAX_LANGUAGE_ID + 1, ()) == []
+        assert searcher.browse(10, 0, 10**30, ()) == []
+        assert len(searcher.browse(10, 0, 0, ())) == 10
 
 
 @pytest.mark.parametrize("vectors", [False, True], ids=["keyword", "hybrid"])
