@@ -25,6 +25,7 @@ from engine.limits import (
     is_valid_corpus_name,
     is_valid_source_id,
 )
+from engine.surfaces.loaders import DOCUMENT_KEYS
 from sparse import MAX_TITLE_WEIGHT, Analyzer
 from sparse.contracts import is_field_name
 
@@ -221,6 +222,14 @@ def field_declarations(values: list[str]) -> dict[str, FieldType]:
             raise typer.BadParameter(
                 f"field name {name!r} must be 1-64 characters of a-z, 0-9 or '_', starting "
                 "with a letter",
+                param_hint="--field",
+            )
+        if name in DOCUMENT_KEYS:
+            # A line's top-level "title" is the document's title: such a field could only
+            # be filled from a "fields" object, which no one would guess.
+            raise typer.BadParameter(
+                f"{name!r} is a document key in the files 'tandem add' reads; name the "
+                f"field otherwise (e.g. doc_{name})",
                 param_hint="--field",
             )
         if name in declared:

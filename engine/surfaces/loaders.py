@@ -41,9 +41,10 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _UTF8_BOM = b"\xef\xbb\xbf"
 _STRING_CAPS = {"title": MAX_TITLE_CHARS, "text": MAX_DOCUMENT_CHARS, "url": MAX_URL_CHARS}
 _MAX_GROUP_CHARS = 128
-_DOCUMENT_KEYS = frozenset(
+DOCUMENT_KEYS = frozenset(
     {"id", "_id", "title", "text", "url", "language_id", "access_groups", "fields", "metadata"}
 )
+"""The keys of a line that are the document itself, never a filter field's value."""
 _NO_FIELDS: Mapping[str, FieldType] = {}
 
 
@@ -125,7 +126,7 @@ def _field_values(value: dict[str, object], declared: Mapping[str, FieldType]) -
         raise LineError(f"fields must be a JSON object, got {_json_type(nested)}")
     out: dict[str, Any] = dict(nested)  # values are type-checked by the engine at add
     for name in declared:
-        if name in value and name not in _DOCUMENT_KEYS:
+        if name in value and name not in DOCUMENT_KEYS:
             if name in out:
                 raise LineError(f"field {name!r} is given twice (top level and in fields)")
             out[name] = value[name]

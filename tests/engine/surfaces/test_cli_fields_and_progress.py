@@ -100,6 +100,8 @@ def test_create_refuses_a_malformed_field_declaration(tmp_path: Path) -> None:
         ("year", "NAME:TYPE"),
         ("year:float", "unknown type"),
         ("Year:integer", "field name"),
+        ("title:keyword", "document key"),  # a line's "title" is the document's
+        ("metadata:keyword", "doc_metadata"),
     ]:
         result = tandem("create", "c", "--no-vectors", "--field", spec, home=tmp_path / "e")
         assert result.returncode == 2 and needle in result.stderr, result.stderr  # usage error
