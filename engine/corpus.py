@@ -42,9 +42,10 @@ from sparse import KeywordSearchFacade, SearchBackend, TantivyBackend
 logger = logging.getLogger(__name__)
 
 _CHUNK = 512  # documents per store transaction / embedding call
+_PROGRESS_MIN = 2_000  # show a progress bar from this many documents up
+
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
-_PROGRESS_MIN = 2_000  # show a progress bar from this many documents up
 
 
 def _in_lifetime(
