@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Concatenate, ParamSpec, TypeVar
 
 from tqdm import tqdm
 
@@ -21,7 +19,8 @@ from engine.embedders import build_embedder
 from engine.errors import CorpusNotFound, InvalidArgument, StorageError, sealed
 from engine.fields import sparse_kinds
 from engine.filters import Filter, compile_filter
-from engine.lifetime import Lifetime
+from engine.lifetime import Lifetime, in_lifetime
+from engine.limits import is_wait_seconds
 from engine.metrics import EngineMetrics
 from engine.natural import Answer
 from engine.natural.questions import CorpusQuestions
@@ -44,21 +43,9 @@ logger = logging.getLogger(__name__)
 _CHUNK = 512  # documents per store transaction / embedding call
 _PROGRESS_MIN = 2_000  # show a progress bar from this many documents up
 
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
 
-
-def _in_lifetime(
-    method: Callable[Concatenate[Corpus, _P], _R],
-) -> Callable[Concatenate[Corpus, _P], _R]:
-    """A public call: counted in the corpus's ``Lifetime``, refused once it is closed."""
-
-    def call(self: Corpus, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        with self._lifetime.call():
-            return method(self, *args, **kwargs)
-
-    functools.update_wrapper(call, method)
-    return call
+def _is_int_in(value: object, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
 class Corpus:
@@ -160,7 +147,7 @@ class Corpus:
         return self._config
 
     @sealed
-    @_in_lifetime
+    @in_lifetime
     def __len__(self) -> int:
         return self._store.count()
 
@@ -180,7 +167,7 @@ class Corpus:
     # -- reads ----------------------------------------------------------------------------
 
     @sealed
-    @_in_lifetime
+    @in_lifetime
     def search(
         self,
         query: str,
@@ -195,8 +182,10 @@ class Corpus:
         Inputs are clamped, never rejected: the query is trimmed and cut to
         ``sparse.MAX_QUERY_LENGTH`` (shorter than ``sparse.MIN_QUERY_LENGTH`` → ``[]``),
         ``top_k`` to ``1..MAX_TOP_K``, ``offset`` to ``0..MAX_OFFSET``, a negative
-        ``language_id`` to 0 (``None``: any language). Pages are consistent with each
-        other while ``offset + top_k`` stays within the fusion window (default 100).
+        ``language_id`` to 0 (``None``: any language). Every page is cut from one order,
+        so paging neither repeats nor skips a document: the fusion window's ranking
+        (default 100), then — for pages past it — the ranking of the deepest window
+        (``MAX_SOURCES`` per arm) without those documents.
 
         ``filters`` restricts the search to documents whose declared fields match (see
         ``engine.filters``: ``Eq``/``In``/``Range`` combined with ``&``, or the dict/JSON
@@ -209,7 +198,7 @@ class Corpus:
         return self._searcher.search(query, top_k, offset, language_id, compiled)
 
     @sealed
-    @_in_lifetime
+    @in_lifetime
     def ask(
         self,
         question: str,
@@ -235,13 +224,13 @@ class Corpus:
         return self._questions.ask(self._config, question, user, top_k, language_id)
 
     @sealed
-    @_in_lifetime
+    @in_lifetime
     def evidence(self, question: str, top_k: int = 5) -> str:
         """A text package of the best sources for an LLM prompt (empty string: none)."""
         return evidence_text(self.search(question, top_k=top_k))
 
     @sealed
-    @_in_lifetime
+    @in_lifetime
     def fetch_source(self, source_id: str) -> SourceText:
         """The full text of one public source, capped at ``MAX_FETCH_CHARS``.
 
@@ -251,7 +240,7 @@ class Corpus:
         return fetch_source(self._store, source_id)
 
     @sealed
-    @_in_lifetime
+    @in_lifetime
     def grep(self, pattern: str, limit: int = 20, *, fixed: bool = False) -> list[GrepMatch]:
         """Regex (or, with ``fixed=True``, exact) matches in public sources' text.
 
@@ -264,7 +253,7 @@ class Corpus:
     # -- writes ---------------------------------------------------------------------------
 
     @sealed
-    @_in_lifetime
+    @in_lifetime
     def add(
         self,
         documents: Iterable[Document],
@@ -318,7 +307,7 @@ class Corpus:
         return AddResult(*totals)
 
     @sealed
-    @_in_lifetime
+    @in_lifetime
     def delete(self, ids: Iterable[str]) -> int:
         """Delete documents by id; returns how many existed. Unknown ids are ignored."""
         wanted = checked_ids(ids)
@@ -331,7 +320,7 @@ class Corpus:
         return len(deleted)
 
     @sealed
-    @_in_lifetime
+    @in_lifetime
     def repair(
         self,
         batch_size: int = 256,
@@ -346,10 +335,12 @@ class Corpus:
         at most ``lock_wait_s`` (default: the engine's busy timeout) for another write to
         finish, then raises ``EngineBusy``.
         """
-        if not 1 <= batch_size <= 10_000:
-            raise InvalidArgument("batch_size must be in 1..10000")
-        if max_documents is not None and max_documents < 1:
-            raise InvalidArgument("max_documents must be >= 1 or None")
+        if not _is_int_in(batch_size, 1, 10_000):
+            raise InvalidArgument("batch_size must be an integer in 1..10000")
+        if max_documents is not None and not _is_int_in(max_documents, 1, 2**63 - 1):
+            raise InvalidArgument("max_documents must be an integer >= 1 or None")
+        if lock_wait_s is not None and not is_wait_seconds(lock_wait_s):
+            raise InvalidArgument("lock_wait_s must be a finite number of seconds >= 0 or None")
         if not self.read_only and not self._store.count_status(EmbeddingStatus.DEGRADED):
             return 0  # nothing to heal: no need to wait for the write lock
         healed = 0
@@ -373,7 +364,7 @@ class Corpus:
         return healed
 
     @sealed
-    @_in_lifetime
+    @in_lifetime
     def switch_embedder(
         self,
         config: CorpusConfig,
@@ -483,7 +474,7 @@ class Corpus:
         with self._lifetime.call():
             yield self._searcher
 
-    @_in_lifetime
+    @in_lifetime
     def _content_state(self, ids: Sequence[str]) -> dict[str, tuple[str, bool]]:
         """For stored ids: (content hash, has a vector) — what need not be embedded again."""
         return self._store.content_state(ids)
@@ -536,7 +527,7 @@ class Corpus:
     # -- housekeeping ---------------------------------------------------------------------
 
     @sealed
-    @_in_lifetime
+    @in_lifetime
     def stats(self) -> dict[str, int | bool]:
         self._sync.follow()
         faiss = self._indexes.faiss
@@ -550,7 +541,7 @@ class Corpus:
             "index_bytes": self._indexes.size_on_disk(),
         }
 
-    @_in_lifetime
+    @in_lifetime
     def refresh_metrics(self) -> None:
         """Re-read the corpus-state gauges from the store (the engine does it per scrape)."""
         self._refresh_gauges()
@@ -562,7 +553,7 @@ class Corpus:
         )
 
     @sealed
-    @_in_lifetime
+    @in_lifetime
     def flush(self) -> None:
         """Commit pending index writes and save the vector index file (waits for the
         write lock; nothing to do on a read-only engine)."""

@@ -39,10 +39,11 @@ from engine.cluster.routing import group_by_shard
 from engine.config import CorpusConfig
 from engine.documents import ArmRanks, Passage
 from engine.limits import MAX_LANGUAGE_ID, MAX_OFFSET, MAX_TOP_K
+from engine.search.fusing import hybrid_window, paged_ranking
 from engine.search.searcher import clamp_int
 from engine.search.windows import ArmWindow, ScoredHit
 from fusion import FusedHit
-from sparse import MAX_SOURCES, FieldFilter, TermStatistics
+from sparse import FieldFilter, TermStatistics
 from sparse.clamp import clamp_language, clamp_text
 
 
@@ -122,7 +123,7 @@ class ShardedSearcher:
         if embedder is not None and embedder.is_available():
             # Hybrid: the keyword windows need no vector, so the shards compute them (and
             # before them the term statistics) while the query is embedded here, once.
-            window = min(max(config.window, need), MAX_SOURCES)
+            window = hybrid_window(config, need)
             request = _KeywordRequest(targets, text, window, language, compiled, True, ahead)
             collect: Callable[[], tuple[dict[int, ArmWindow], TermStatistics | None]]
             if self._rounds is not None and self._statistics_round(targets):
@@ -137,6 +138,42 @@ class ShardedSearcher:
             keyword, statistics = self._keyword_round(
                 _KeywordRequest(targets, text, need, language, compiled, False, ahead)
             )
+        fused, windows, answered = self._fused(
+            text, vector, window, need, language, compiled, ahead, keyword, statistics
+        )
+        if len(answered) < self._shards:
+            self._metrics.partial_searches.labels(config.name).inc()
+        if vector is not None and window > config.window:  # a page past the fusion window
+            small = config.window
+            head_keyword, head_statistics = self._keyword_round(
+                _KeywordRequest(targets, text, small, language, compiled, True, ahead)
+            )
+            head, head_windows, head_answered = self._fused(
+                text, vector, small, small, language, compiled, ahead, head_keyword, head_statistics
+            )
+            fused = paged_ranking(head, fused, need)
+            windows += head_windows
+            answered = sorted(set(answered) | set(head_answered))
+        passages = self._page(fused[skip:need], windows, answered, text, language, compiled)
+        self._metrics.search_duration.labels(config.name).observe(time.perf_counter() - started)
+        return passages
+
+    def _fused(
+        self,
+        text: str,
+        vector: npt.NDArray[np.float32] | None,
+        window: int,
+        need: int,
+        language: int | None,
+        compiled: tuple[FieldFilter, ...],
+        ahead: int,
+        keyword: dict[int, ArmWindow],
+        statistics: TermStatistics | None,
+    ) -> tuple[list[FusedHit], list[ArmWindow], list[int]]:
+        """The global arms from the shards' keyword windows and (with ``vector``) one
+        vector round, completed when the corpus says so, fused ``need`` deep; with the
+        windows the shards sent and the shards that answered every round."""
+        config = self._config
         ranked = sorted(keyword)
         sparse = _keyword_ranking(keyword, ranked, window)
         rounds: dict[int, tuple[ArmWindow, ArmWindow, ArmWindow]] = {}
@@ -167,8 +204,6 @@ class ShardedSearcher:
                 self._timeout_s,
             )
         answered = [i for i in ranked if vector is None or i in rounds]
-        if len(answered) < self._shards:
-            self._metrics.partial_searches.labels(config.name).inc()
         if len(answered) < len(ranked):
             # A shard failed the vector round: the keyword window is cut again without it
             # (documents moving up into it stay unranked by the vector arm; the answer is
@@ -182,9 +217,7 @@ class ShardedSearcher:
                 sparse, dense = completed(sparse, dense, window, [rounds[i] for i in answered])
         fused = fuse(config, sparse, dense, need)
         windows = [keyword[i] for i in answered] + vectors
-        passages = self._page(fused[skip:need], windows, answered, text, language, compiled)
-        self._metrics.search_duration.labels(config.name).observe(time.perf_counter() - started)
-        return passages
+        return fused, windows, answered
 
     def _keyword_round(
         self, request: _KeywordRequest

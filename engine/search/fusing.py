@@ -17,10 +17,27 @@ from types import MappingProxyType
 
 from engine.config import CorpusConfig, RRFFusion, ZScoreFusion
 from fusion import FusedHit, rrf, zscore_fusion
-from sparse import KeywordHit
+from sparse import MAX_SOURCES, KeywordHit
 
 DenseWindow = Sequence[tuple[str, float]]
 """The vector arm's window: ``(source id, cosine similarity)``, best first."""
+
+
+def hybrid_window(config: CorpusConfig, need: int) -> int:
+    """How many candidates each arm contributes to a hybrid search ``need`` places deep:
+    the corpus's window, or — for pages past it — the most any page can reach. Not
+    ``need`` itself: a window that grew with the page fused every page differently, and
+    paging past the window repeated some documents and never showed others."""
+    return config.window if need <= config.window else MAX_SOURCES
+
+
+def paged_ranking(head: Sequence[FusedHit], deep: Sequence[FusedHit], limit: int) -> list[FusedHit]:
+    """The order pages past the fusion window are cut from: the window's own ranking
+    (``head``, what every page within the window is cut from), then the deep ranking
+    without those documents — one order for every page, so paging neither repeats nor
+    skips a document."""
+    seen = {hit.id for hit in head}
+    return [*head, *(hit for hit in deep if hit.id not in seen)][:limit]
 
 
 def fuse_arms(

@@ -26,7 +26,7 @@ from engine.documents import Passage
 from engine.limits import MAX_LANGUAGE_ID, MAX_OFFSET, MAX_TOP_K
 from engine.metrics import EngineMetrics
 from engine.search.completion import complete_windows
-from engine.search.fusing import fuse_arms
+from engine.search.fusing import fuse_arms, hybrid_window, paged_ranking
 from engine.search.passages import build_passages
 from engine.search.router import resolve_strategy
 from engine.search.strategy import Arm, FallbackReason, Strategy
@@ -42,7 +42,7 @@ from engine.search.windows import (
 from engine.storage import DocumentStore
 from engine.write.indexes import DerivedIndexes
 from fusion import FusedHit
-from sparse import MAX_SOURCES, FieldFilter, KeywordHit, KeywordSearchFacade, TermStatistics
+from sparse import FieldFilter, KeywordHit, KeywordSearchFacade, TermStatistics
 from sparse.clamp import clamp_language, clamp_text
 
 logger = logging.getLogger(__name__)
@@ -288,7 +288,7 @@ class Searcher:
         language: int | None,
         filters: tuple[FieldFilter, ...],
     ) -> tuple[list[FusedHit], list[KeywordHit]]:
-        window = min(max(p.config.window, need), MAX_SOURCES)
+        window = hybrid_window(p.config, need)
         sparse_arm: list[Future[list[KeywordHit]]] = []
 
         def start_sparse_arm() -> None:
@@ -303,15 +303,12 @@ class Searcher:
             vector = embed_query(embedder, text, before_model=start_sparse_arm)
             t1 = time.perf_counter()
             p.metrics.embed_duration.labels(p.corpus, "query").observe(t1 - t0)
-            dense: list[tuple[str, float]] = []
             index = p.indexes.faiss
             if index is not None and vector.shape[-1] != index.dimension:
                 # The provider changed under us (a model switch in progress): this query
                 # is answered from keywords rather than failing.
                 raise EmbedderUnavailable("query vector dimension differs from the index")
-            if index is not None and len(index) > 0:
-                allow = p.visibility.allow_list(index, language, filters)
-                dense = index.search(vector, window, allow=allow)
+            dense = self._dense_arm(p, vector, window, language, filters)
             p.metrics.arm_duration.labels(p.corpus, Arm.DENSE.value).observe(
                 time.perf_counter() - t1
             )
@@ -322,11 +319,54 @@ class Searcher:
         sparse_hits = done[0] if done else self._sparse_arm(p, text, window, language, filters)
         if not sparse_hits and p.store.has_public_documents():
             p.metrics.sparse_arm_empty.labels(p.corpus).inc()
+        fused = self._fused(p, vector, text, window, need, language, filters, sparse_hits, dense)
+        if window > p.config.window:  # a page past the fusion window
+            small = p.config.window
+            head = self._fused(
+                p,
+                vector,
+                text,
+                small,
+                small,
+                language,
+                filters,
+                self._sparse_arm(p, text, small, language, filters),
+                self._dense_arm(p, vector, small, language, filters),
+            )
+            fused = paged_ranking(head, fused, need)
+        return fused, sparse_hits
+
+    @staticmethod
+    def _dense_arm(
+        p: SearchState,
+        vector: npt.NDArray[np.float32],
+        window: int,
+        language: int | None,
+        filters: tuple[FieldFilter, ...],
+    ) -> list[tuple[str, float]]:
+        index = p.indexes.faiss
+        if index is None or len(index) == 0:
+            return []
+        return index.search(vector, window, allow=p.visibility.allow_list(index, language, filters))
+
+    def _fused(
+        self,
+        p: SearchState,
+        vector: npt.NDArray[np.float32],
+        text: str,
+        window: int,
+        need: int,
+        language: int | None,
+        filters: tuple[FieldFilter, ...],
+        sparse_hits: list[KeywordHit],
+        dense: list[tuple[str, float]],
+    ) -> list[FusedHit]:
+        """The arms' windows (completed, when the corpus says so) fused, ``need`` deep."""
         if p.config.complete_windows:
             sparse_hits, dense = self._complete(
                 p, vector, text, window, language, filters, sparse_hits, dense
             )
-        return fuse_arms(p.config, sparse_hits, dense, need), sparse_hits
+        return fuse_arms(p.config, sparse_hits, dense, need)
 
     def _complete(
         self,

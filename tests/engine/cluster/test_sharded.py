@@ -126,6 +126,26 @@ def test_completion_across_shards_answers_like_one_corpus(
     assert (past_window > 0) is (kind == "narrow")
 
 
+@pytest.mark.parametrize("kind", ["narrow", "bare"])
+def test_pages_past_the_window_page_one_ranking_as_one_corpus_does(
+    single: dict[str, Corpus], sharded: dict[str, ShardedCorpus], kind: str
+) -> None:
+    """Past the fusion window (5 here) every page is cut from one order — the window's
+    ranking, then the deep one without those documents — on one node and sharded alike."""
+    one, many = single[kind], sharded[f"{kind}1"]
+    for query in QUERIES:
+        pages = [
+            as_tuples(many.search(query, top_k=3, offset=offset)) for offset in range(0, 30, 3)
+        ]
+        ids = [row[0] for page in pages for row in page]
+        assert len(ids) == len(set(ids)), query  # no document twice
+        whole = many.search(query, top_k=30)
+        assert ids == [p.source_id for p in whole], query  # the pages are the whole, cut
+        assert pages == [
+            as_tuples(one.search(query, top_k=3, offset=offset)) for offset in range(0, 30, 3)
+        ], query
+
+
 def test_ranks_are_global_ranks_across_shards(
     single: dict[str, Corpus], sharded: dict[str, ShardedCorpus]
 ) -> None:

@@ -90,3 +90,29 @@ def test_documents_sharing_a_url_are_each_answered_whatever_the_strategy(
     assert sorted(pages) == sorted([f"s{i}" for i in range(4)] + [f"w{i}" for i in range(6)])
     first = corpus.search("password", top_k=10)
     assert all(hit.ranks.sparse is not None for hit in first)
+
+
+def test_hybrid_pages_past_the_fusion_window_neither_repeat_nor_skip(
+    fast_engine: SearchEngine,
+) -> None:
+    """Regression: a hybrid search fused a window that grew with ``offset + top_k``, so
+    every page past the window came from another ranking — paging 1,000 matches 50 at a
+    time repeated 42 documents and never showed 42 others."""
+    corpus = fast_engine.create_corpus(CorpusConfig(name="hybrid"))
+    corpus.add(
+        Document(id=f"d{i:03d}", text=f"apple word{i % 7} " + "filler " * (i % 13))
+        for i in range(350)
+    )
+    window = corpus.config.window
+    pages = [
+        hit.source_id
+        for offset in range(0, 350, 50)
+        for hit in corpus.search("apple word3", top_k=50, offset=offset)
+    ]
+    assert len(pages) == len(set(pages)) == 350  # every match once
+    first = [hit.source_id for hit in corpus.search("apple word3", top_k=window)]
+    assert pages[:window] == first  # the window's own ranking leads
+    deep = corpus.search("apple word3", top_k=MAX_TOP_K, offset=window)
+    assert [hit.source_id for hit in deep] == pages[window : window + MAX_TOP_K]
+    # and ranks say where each arm put the document, in the ranking it was cut from
+    assert all(hit.ranks.sparse is not None or hit.ranks.dense is not None for hit in deep)
