@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import os
 import shutil
 import sqlite3
@@ -42,7 +41,7 @@ from engine.errors import (
     InvalidArgument,
     sealed,
 )
-from engine.limits import is_valid_corpus_name
+from engine.limits import is_valid_corpus_name, is_wait_seconds
 from engine.metrics import EngineMetrics
 from engine.search.gate import SearchGate
 from engine.write.lock import WriteLock, network_filesystem
@@ -83,13 +82,9 @@ def _checked_search_threads(threads: object) -> int | None:
 
 
 def _checked_busy_timeout(seconds: object) -> float:
-    if (
-        isinstance(seconds, bool)
-        or not isinstance(seconds, (int, float))
-        or not math.isfinite(seconds)
-        or seconds < 0
-    ):
+    if not is_wait_seconds(seconds):
         raise InvalidArgument("busy_timeout must be a finite number of seconds >= 0")
+    assert isinstance(seconds, int | float)
     return float(seconds)
 
 

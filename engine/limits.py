@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import re
+import threading
 
 MAX_TOP_K = 200
 """``top_k`` is clamped to ``1..MAX_TOP_K``."""
@@ -57,3 +59,14 @@ def is_valid_source_id(value: object) -> bool:
 
 def is_valid_corpus_name(value: object) -> bool:
     return isinstance(value, str) and CORPUS_NAME_PATTERN.fullmatch(value) is not None
+
+
+def is_wait_seconds(value: object) -> bool:
+    """A wait a caller may ask for (``busy_timeout``, ``lock_wait_s``): a finite number of
+    seconds from 0 up to what a lock's timeout can take (``threading.TIMEOUT_MAX``)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and 0 <= value <= threading.TIMEOUT_MAX
+    )

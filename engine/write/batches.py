@@ -7,6 +7,7 @@ A batch is refused whole: if one document or id is invalid, nothing is written, 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from engine.config import FieldType
 from engine.documents import Document, is_utf8_encodable, validate_document
@@ -25,7 +26,9 @@ def checked_documents(
 ) -> tuple[list[Document], Vectors | None]:
     """The batch's validated documents, one per id, and the supplied vectors (if any)
     for those documents in the same order."""
-    docs = list(documents)
+    if isinstance(documents, Document):
+        raise InvalidArgument("add takes a list of Documents, not a single Document")
+    docs = _as_list(documents, "add takes an iterable of Documents")
     if len(docs) > MAX_BATCH_SIZE:
         raise InvalidArgument(f"{len(docs)} documents in one add; the cap is {MAX_BATCH_SIZE}")
     docs = [validate_document(d) for d in docs]
@@ -50,10 +53,20 @@ def checked_ids(ids: Iterable[str]) -> list[str]:
     character)."""
     if isinstance(ids, str | bytes):
         raise InvalidArgument("delete takes a collection of ids, not a single string")
-    wanted = list(ids)
+    wanted = _as_list(ids, "delete takes a collection of ids")
     if len(wanted) > MAX_BATCH_SIZE:
         raise InvalidArgument(f"{len(wanted)} ids in one delete; the cap is {MAX_BATCH_SIZE}")
     for sid in wanted:
         if not isinstance(sid, str) or len(sid) > MAX_SOURCE_ID_CHARS or not is_utf8_encodable(sid):
             raise InvalidArgument("ids must be UTF-8 strings of at most 256 characters")
     return wanted
+
+
+def _as_list(values: object, refusal: str) -> list[Any]:
+    """``values`` as a list; something that is not iterable (``None``, a number) is the
+    caller's mistake, said in the engine's words rather than Python's ``TypeError``."""
+    try:
+        items = iter(values)  # type: ignore[call-overload]
+    except TypeError:
+        raise InvalidArgument(f"{refusal}, got {type(values).__name__}") from None
+    return list(items)

@@ -584,8 +584,14 @@ class DerivedIndexes:
             self._unsaved += 1
 
     def size_on_disk(self) -> int:
+        """Bytes of the corpus's files: an estimate taken while tantivy merges and saves
+        swap files in and out, so one that vanishes between listing and ``stat`` is
+        skipped rather than failing ``stats``."""
         total = 0
         for path in self._dir.rglob("*"):
-            if path.is_file():
-                total += path.stat().st_size
+            try:
+                if path.is_file():
+                    total += path.stat().st_size
+            except FileNotFoundError:
+                continue
         return total

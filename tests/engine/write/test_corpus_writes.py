@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from engine import CorpusConfig, Document, InvalidArgument, SearchEngine
+from engine import Corpus, CorpusConfig, Document, InvalidArgument, SearchEngine
 from engine.limits import MAX_DOCUMENT_CHARS
 from tests.support.fakes import SwitchableEmbedder
 
@@ -140,3 +143,46 @@ def test_updates_to_visibility_and_titles_are_seen_by_the_next_search(
     assert corpus.search("marker") == []
     corpus.add([Document(id="a", title="Public again", text="shared marker words")])
     assert [h.title for h in corpus.search("marker")] == ["Public again"]
+
+
+@pytest.mark.parametrize(
+    ("call", "says"),
+    [
+        (lambda c: c.add(Document(id="a", text="x")), "not a single Document"),
+        (lambda c: c.add(None), "iterable of Documents, got NoneType"),
+        (lambda c: c.add(42), "iterable of Documents, got int"),
+        (lambda c: c.delete(None), "collection of ids, got NoneType"),
+        (lambda c: c.repair(batch_size="5"), "batch_size"),
+        (lambda c: c.repair(batch_size=True), "batch_size"),
+        (lambda c: c.repair(batch_size=2.5), "batch_size"),
+        (lambda c: c.repair(max_documents=1.5), "max_documents"),
+        (lambda c: c.repair(lock_wait_s=float("inf")), "lock_wait_s"),
+        (lambda c: c.repair(lock_wait_s=1e12), "lock_wait_s"),
+        (lambda c: c.repair(lock_wait_s=-1), "lock_wait_s"),
+        (lambda c: c.repair(lock_wait_s=float("nan")), "lock_wait_s"),
+    ],
+)
+def test_wrong_argument_types_are_refused_in_the_engines_words(
+    fast_engine: SearchEngine, call: Callable[[Corpus], object], says: str
+) -> None:
+    """Regression: raw TypeError / OverflowError escaped (``add(doc)``, ``delete(None)``,
+    ``repair(lock_wait_s=inf)``), and a negative or NaN wait passed as no wait at all."""
+    corpus = fast_engine.create_corpus(CorpusConfig(name="c"))
+    with pytest.raises(InvalidArgument, match=says):
+        call(corpus)
+    corpus.add([Document(id="after", text="still writable")])  # nothing held
+    assert len(corpus) == 1
+
+
+def test_the_size_on_disk_skips_a_file_that_vanishes_while_it_counts(
+    fast_engine: SearchEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: ``stats`` raised StorageError when tantivy's merge or a vector save
+    removed a file between the listing and its ``stat``."""
+    corpus = fast_engine.create_corpus(CorpusConfig(name="c"))
+    corpus.add([Document(id="a", text="alpha")])
+    listed = list(corpus._indexes._dir.rglob("*"))
+    gone = corpus._indexes._dir / "tantivy" / "merged-away.store"
+    monkeypatch.setattr(Path, "rglob", lambda self, pattern: iter([gone, *listed]))
+    monkeypatch.setattr(Path, "is_file", lambda self: True)
+    assert corpus.stats()["index_bytes"] > 0
