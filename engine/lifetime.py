@@ -11,11 +11,13 @@ never a thread other than the last user.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 from collections.abc import Callable, Iterator
+from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
-__all__ = ["Lifetime"]
+__all__ = ["Lifetime", "in_lifetime"]
 
 logger = logging.getLogger(__name__)
 
@@ -87,3 +89,24 @@ def _run(release: Callable[[], None]) -> None:
         release()
     except Exception as exc:  # the caller's call already returned: log, do not raise into it
         logger.warning("releasing a closed corpus failed (%s)", type(exc).__name__)
+
+
+class _Living(Protocol):
+    _lifetime: Lifetime
+
+
+_S = TypeVar("_S", bound=_Living)
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def in_lifetime(method: Callable[Concatenate[_S, _P], _R]) -> Callable[Concatenate[_S, _P], _R]:
+    """A public method: one call counted in its object's ``_lifetime``, refused once the
+    lifetime ended."""
+
+    def call(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with self._lifetime.call():
+            return method(self, *args, **kwargs)
+
+    functools.update_wrapper(call, method)
+    return call

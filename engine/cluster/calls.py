@@ -186,7 +186,17 @@ class ShardCalls:
                 ) from exc
             except RayActorError:
                 self._health.mark_down(index, operation)
-                self._health.wait_until_up(index, max(0.0, deadline - time.monotonic()))
+                if (
+                    not self._health.wait_until_up(index, max(0.0, deadline - time.monotonic()))
+                    and self._health.closed
+                ):
+                    # The corpus is closing: nothing will bring the shard back; waiting
+                    # out the deadline re-sent the call to a dead actor thousands of times.
+                    raise ShardUnavailable(
+                        f"shard {index} of corpus {self._corpus!r} is gone: the corpus was "
+                        f"closed; the {method} was not done there",
+                        (index,),
+                    ) from None
                 continue
             self._health.mark_up(index)
             return result

@@ -168,7 +168,7 @@ class ShardHealth:
                 self._up[index] = False
                 logger.warning("shard %d of %s is down", index, self._corpus)
                 self._publish()
-            if self._prober is None or not self._prober.is_alive():
+            if self._prober is None:  # the loop clears it, under this lock, as it ends
                 self._prober = threading.Thread(
                     target=self._probe_loop, name=f"tandem-probe-{self._corpus}", daemon=True
                 )
@@ -219,6 +219,10 @@ class ShardHealth:
                     return False
                 self._wake.wait(min(self._interval, max(0.0, deadline - time.monotonic())))
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
         with self._lock:
             self._closed = True
@@ -234,10 +238,12 @@ class ShardHealth:
     def _probe_loop(self) -> None:
         while True:
             with self._lock:
-                if self._closed:
-                    return
                 down = [i for i, up in enumerate(self._up) if not up]
-                if not down:
+                if self._closed or not down:
+                    # Decided under the lock: a mark_down from here on starts a new
+                    # prober (asking whether this thread was alive left a window where
+                    # it was, but about to return, and no shard was probed again).
+                    self._prober = None
                     return
             try:
                 answered = self._answers(down, self._timeout)
@@ -248,5 +254,6 @@ class ShardHealth:
                 self.mark_up(index)
             with self._lock:
                 if self._closed:
+                    self._prober = None
                     return
                 self._wake.wait(self._interval)

@@ -18,8 +18,10 @@ others, with no error and no flag, and the outage shows in ``tandem_shards_up``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import shutil
 import threading
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -29,12 +31,19 @@ from typing import Any
 
 import ray
 from prometheus_client import CollectorRegistry
+from ray.exceptions import RayError
 
 from dense import Embedder
 from engine.cluster.actors import start_shard
 from engine.cluster.calls import Handle, ShardCalls, probe
+from engine.cluster.errors import ClusterError
 from engine.cluster.health import ClusterMetrics, Operation, ShardHealth
-from engine.cluster.manifest import ClusterManifest, read_manifest, write_manifest
+from engine.cluster.manifest import (
+    MANIFEST_NAME,
+    ClusterManifest,
+    read_manifest,
+    write_manifest,
+)
 from engine.cluster.options import ClusterOptions
 from engine.cluster.routing import shard_for
 from engine.cluster.runtime import start_local_cluster
@@ -44,8 +53,9 @@ from engine.cluster.writes import ShardWriter, on_each
 from engine.config import CorpusConfig
 from engine.documents import AddResult, Document, GrepMatch, Passage, SourceText
 from engine.embedders import build_embedder
-from engine.errors import GrepTimeout, InvalidArgument, SourceNotFound
+from engine.errors import GrepTimeout, InvalidArgument, SourceNotFound, StorageError
 from engine.filters import Filter, compile_filter
+from engine.lifetime import Lifetime, in_lifetime
 from engine.limits import MAX_GREP_MATCHES
 from engine.search.searcher import clamp_int
 from engine.search.sources import compile_pattern, evidence_text
@@ -121,6 +131,9 @@ class ShardedCorpus:
         )
         self._closed = False
         self._lock = threading.Lock()
+        self._lifetime = Lifetime(
+            lambda: StorageError(f"sharded corpus {self._config.name!r} is closed")
+        )
         self._health.probe_all()  # each shard's incarnation, so later restarts are seen
 
     # -- opening --------------------------------------------------------------------------
@@ -159,8 +172,22 @@ class ShardedCorpus:
         except ValueError as exc:
             raise InvalidArgument(f"invalid sharded corpus: {exc}") from exc
         path = Path(root).absolute()  # shard actors have their own working directory
+        fresh = [
+            manifest.shard_directory(path, i)
+            for i in range(shards)
+            if not manifest.shard_directory(path, i).exists()
+        ]
         write_manifest(path, manifest)
-        return cls._start(path, manifest, embedder_factory, options, registry)
+        try:
+            return cls._start(path, manifest, embedder_factory, options, registry, new=True)
+        except BaseException:
+            # Nothing half-made stays behind: a retried create would be refused.
+            (path / MANIFEST_NAME).unlink(missing_ok=True)
+            for directory in fresh:
+                shutil.rmtree(directory, ignore_errors=True)
+                with contextlib.suppress(OSError):  # their parent, when nothing else is there
+                    directory.parent.rmdir()
+            raise
 
     @classmethod
     def open(
@@ -183,16 +210,31 @@ class ShardedCorpus:
         factory: EmbedderFactory | None,
         options: ClusterOptions | None,
         registry: CollectorRegistry | None,
+        *,
+        new: bool = False,
     ) -> ShardedCorpus:
+        """``new``: the shards were just created here, so a failed start stops them
+        (an ``open`` leaves running detached shards alone: others may be using them)."""
         opts = options or ClusterOptions()
         if not ray.is_initialized():
             start_local_cluster()
-        handles = [
-            start_shard(root, manifest, index, factory, opts) for index in range(manifest.shards)
-        ]
-        infos: list[ShardInfo] = ray.get(
-            [h.info.remote() for h in handles], timeout=opts.start_timeout_s
-        )
+        handles: list[Handle] = []
+        try:
+            for index in range(manifest.shards):
+                handles.append(start_shard(root, manifest, index, factory, opts))
+            infos: list[ShardInfo] = ray.get(
+                [h.info.remote() for h in handles], timeout=opts.start_timeout_s
+            )
+        except Exception as exc:
+            if new or not opts.detached:
+                for handle in handles:
+                    ray.kill(handle, no_restart=True)
+            if not isinstance(exc, RayError):
+                raise
+            raise ClusterError(
+                f"the shards of {manifest.config.name!r} did not start "
+                f"({type(exc).__name__}: {str(exc)[:300]})"
+            ) from exc
         logger.info(
             "sharded corpus %s: %d shards, %d documents",
             manifest.config.name,
@@ -225,6 +267,7 @@ class ShardedCorpus:
     def registry(self) -> CollectorRegistry:
         return self.metrics.registry
 
+    @in_lifetime
     def __len__(self) -> int:
         return sum(
             self._calls.call(
@@ -238,6 +281,7 @@ class ShardedCorpus:
 
     # -- reads ----------------------------------------------------------------------------
 
+    @in_lifetime
     def search(
         self,
         query: str,
@@ -254,10 +298,12 @@ class ShardedCorpus:
         compiled = compile_filter(filters, self._config.fields)
         return self._searcher.search(query, top_k, offset, language_id, compiled)
 
+    @in_lifetime
     def evidence(self, question: str, top_k: int = 5) -> str:
         """A text package of the best sources for an LLM prompt (empty string: none)."""
         return evidence_text(self.search(question, top_k=top_k))
 
+    @in_lifetime
     def fetch_source(self, source_id: str) -> SourceText:
         """The full text of one public source, capped — as ``Corpus.fetch_source``.
 
@@ -280,6 +326,7 @@ class ShardedCorpus:
             raise SourceNotFound(f"source {source_id!r} not found")
         return found
 
+    @in_lifetime
     def grep(self, pattern: str, limit: int = 20, *, fixed: bool = False) -> list[GrepMatch]:
         """Regex (or fixed-text) matches in public sources' text, as ``Corpus.grep``: like
         it, not ranked, and at most ``limit`` of them — each shard's first ``limit`` in its
@@ -304,6 +351,7 @@ class ShardedCorpus:
 
     # -- writes ---------------------------------------------------------------------------
 
+    @in_lifetime
     def add(
         self,
         documents: Iterable[Document],
@@ -320,7 +368,6 @@ class ShardedCorpus:
         shard already holds with the same title and text keep their vectors). A shard
         that stays down past ``write_timeout_s`` raises ``ShardUnavailable``.
         """
-        self._check_open()
         docs, supplied = checked_documents(
             documents,
             self._config.fields,
@@ -333,19 +380,21 @@ class ShardedCorpus:
         show = progress if progress is not None else len(docs) >= _PROGRESS_MIN
         return self._writer.add(docs, supplied, embedding_model, show)
 
+    @in_lifetime
     def delete(self, ids: Iterable[str]) -> int:
         """Delete documents by id; returns how many existed. Unknown ids are ignored."""
-        self._check_open()
         return self._writer.delete(checked_ids(ids))
 
     # -- operations -----------------------------------------------------------------------
 
+    @in_lifetime
     def health(self) -> list[bool]:
         """Probe every shard now; ``[True, False, ...]`` per shard (also updates metrics)."""
         self._health.probe_all()
         up = set(self._health.up())
         return [i in up for i in range(self.shards)]
 
+    @in_lifetime
     def shard_info(self) -> list[ShardInfo | None]:
         """Each shard's process id, node and document count (``None``: did not answer)."""
         answers = self._calls.fan_out(
@@ -357,6 +406,7 @@ class ShardedCorpus:
         )
         return [answers.get(i) for i in range(self.shards)]
 
+    @in_lifetime
     def stats(self) -> dict[str, Any]:
         per_shard = self._on_every_shard("stats")
         totals = {
@@ -365,10 +415,12 @@ class ShardedCorpus:
         }
         return {**totals, "shards": self.shards, "per_shard": per_shard}
 
+    @in_lifetime
     def repair(self, batch_size: int = 256) -> int:
         """Re-embed degraded documents on every shard (with each shard's embedder)."""
         return sum(self._on_every_shard("repair", batch_size))
 
+    @in_lifetime
     def flush(self) -> None:
         self._on_every_shard("flush")
 
@@ -400,16 +452,17 @@ class ShardedCorpus:
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise InvalidArgument("this ShardedCorpus is closed")
-
     def close(self) -> None:
-        """Flush and stop the shards (detached shards keep running), stop the prober."""
+        """Flush and stop the shards (detached shards keep running), stop the prober.
+        New calls are refused at once; calls in flight finish first (up to
+        ``read_timeout_s``; past it the last of them stops the shards as it returns)."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+        self._lifetime.end(self._release, self._options.read_timeout_s)
+
+    def _release(self) -> None:
         self._health.close()
         self._searcher.close()
         if not self._options.detached:

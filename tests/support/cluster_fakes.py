@@ -55,6 +55,11 @@ def down_factory(spec: EmbedderSpec) -> Embedder:
     return DownEmbedder()  # type: ignore[return-value]
 
 
+def broken_factory(spec: EmbedderSpec) -> Embedder:
+    """A factory whose every call fails: a shard built with it never starts."""
+    raise RuntimeError(f"no embedder for {spec.model!r} here")
+
+
 def sample_documents(count: int = 120) -> list[Document]:
     """Documents over a few topics with filter fields, two languages, some non-public
     ones (ids ``secret-*``) and a few sharing a URL."""

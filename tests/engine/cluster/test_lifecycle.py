@@ -1,0 +1,133 @@
+"""A sharded corpus's life: closing refuses new calls and waits for those in flight, a
+failed create leaves nothing behind, and a shard marked down is always probed again."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine import CorpusConfig, Document, StorageError
+from tests.support.cluster_fakes import broken_factory, hash_factory
+
+pytest.importorskip("ray")
+
+from engine.cluster import ClusterError, ShardedCorpus
+from engine.cluster.health import ClusterMetrics, Operation, ShardHealth
+
+GENEROUS_S = 60.0
+DOCS = [Document(id=f"d{i}", text=f"alpha bravo {i}") for i in range(12)]
+
+
+def test_a_closed_corpus_refuses_every_call_at_once(ray_cluster: None, tmp_path: Path) -> None:
+    """Regression: after close, search answered [] (or raised RuntimeError with global
+    statistics), health said every shard was up, and len or fetch_source re-sent their
+    call to the killed shards for the whole read timeout."""
+    corpus = ShardedCorpus.create(
+        tmp_path, CorpusConfig(name="c"), 2, embedder_factory=hash_factory
+    )
+    corpus.add(DOCS)
+    assert len(corpus.search("alpha")) == 10
+    corpus.close()
+    calls: list[Callable[[], object]] = [
+        lambda: corpus.search("alpha"),
+        lambda: len(corpus),
+        lambda: corpus.fetch_source("d1"),
+        lambda: corpus.grep("alpha"),
+        corpus.stats,
+        corpus.health,
+        lambda: corpus.add(DOCS[:1]),
+        lambda: corpus.delete(["d1"]),
+    ]
+    for call in calls:
+        with pytest.raises(StorageError, match="is closed"):
+            call()
+    corpus.close()  # a second close does nothing
+
+
+def test_close_waits_for_the_calls_in_flight(ray_cluster: None, tmp_path: Path) -> None:
+    """Regression: close killed the shards under searches and adds in flight, which then
+    answered [] or failed part-way."""
+    corpus = ShardedCorpus.create(
+        tmp_path, CorpusConfig(name="c"), 1, embedder_factory=hash_factory
+    )
+    corpus.add(DOCS)
+    inside, leave = threading.Event(), threading.Event()
+    searcher = corpus._searcher
+    real_search = searcher.search
+
+    def parked_search(*args: Any, **kwargs: Any) -> Any:
+        inside.set()
+        leave.wait(GENEROUS_S)
+        return real_search(*args, **kwargs)
+
+    searcher.search = parked_search  # type: ignore[method-assign]
+    answers: list[object] = []
+    search = threading.Thread(target=lambda: answers.append(corpus.search("alpha")))
+    search.start()
+    assert inside.wait(GENEROUS_S)
+    closing = threading.Thread(target=corpus.close)
+    closing.start()
+    closing.join(0.2)
+    assert closing.is_alive()  # waiting for the search in flight
+    leave.set()
+    search.join(GENEROUS_S)
+    closing.join(GENEROUS_S)
+    assert not closing.is_alive()
+    assert len(answers) == 1 and isinstance(answers[0], list) and len(answers[0]) == 10
+
+
+def test_a_create_whose_shards_fail_leaves_nothing_and_can_be_retried(
+    ray_cluster: None, tmp_path: Path
+) -> None:
+    """Regression: the manifest and shard folders stayed, a retry was refused as
+    ClusterExists, and the failure surfaced as a raw Ray error."""
+    root = tmp_path / "c"
+    with pytest.raises(ClusterError, match="did not start"):
+        ShardedCorpus.create(root, CorpusConfig(name="c"), 2, embedder_factory=broken_factory)
+    assert list(root.iterdir()) == []
+    corpus = ShardedCorpus.create(root, CorpusConfig(name="c"), 2, embedder_factory=hash_factory)
+    try:
+        corpus.add(DOCS)
+        assert len(corpus) == len(DOCS)
+    finally:
+        corpus.close()
+
+
+def test_a_shard_marked_down_after_the_prober_decided_to_stop_is_probed_again() -> None:
+    """Regression: a mark_down while the probing thread had decided to stop (but had not
+    yet returned) started no new prober, and the shard stayed down for good."""
+    answers_from: set[int] = set()
+    probed = threading.Event()
+
+    def probe(indexes: list[int], timeout_s: float) -> dict[int, str]:
+        probed.set()
+        return {i: "incarnation" for i in indexes if i in answers_from}
+
+    health = ShardHealth(
+        "c", 2, ClusterMetrics(), probe, probe_interval_s=0.01, probe_timeout_s=1.0
+    )
+    try:
+        answers_from.add(0)
+        health.mark_down(0, Operation.SEARCH)  # comes back at once: the prober stops
+        _wait(lambda: health.is_up(0) and health._prober is None)
+        answers_from.discard(0)
+        health.mark_down(0, Operation.SEARCH)
+        assert health._prober is not None  # a new prober, whatever the old one was doing
+        answers_from.add(0)
+        _wait(lambda: health.is_up(0))
+        assert probed.is_set()
+    finally:
+        health.close()
+
+
+def _wait(condition: Callable[[], bool]) -> None:
+    deadline = threading.Event()
+    for _ in range(int(GENEROUS_S / 0.01)):
+        if condition():
+            return
+        deadline.wait(0.01)
+    raise AssertionError("condition not met in time")
