@@ -9,8 +9,6 @@ into a message that ends up in a log.
 
 from __future__ import annotations
 
-import json
-
 import httpx
 import ollama
 import pydantic
@@ -22,10 +20,14 @@ REMOTE_ERRORS: tuple[type[Exception], ...] = (
     httpx.HTTPError,  # timeouts, protocol errors, connections cut mid-response
     ollama.ResponseError,  # HTTP status >= 400; 404 for a model that is not pulled
     ollama.RequestError,
-    json.JSONDecodeError,  # a body that is not JSON
-    pydantic.ValidationError,  # JSON of the wrong shape
+    ValueError,  # a body that is not JSON (JSONDecodeError) or not UTF-8 (UnicodeDecodeError)
+    RecursionError,  # JSON nested past the interpreter's limit
+    TypeError,  # a JSON body that is no object: the client builds ``cls(**body)`` from it
+    pydantic.ValidationError,  # an object of the wrong shape
 )
-"""The errors a remote call may raise for remote trouble; anything else is a bug."""
+"""The errors a remote call may raise for remote trouble: whatever the server sends, the
+call raises one of these (``ValueError`` and ``TypeError`` are that broad because the
+client lets the decoder's and the model constructor's own errors through)."""
 
 
 def describe_failure(exc: Exception, *, model: str, host: str, timeout_s: float) -> str:

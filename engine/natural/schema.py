@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.config import FieldType
+from engine.documents import is_utf8_encodable
 from engine.fields import is_int64
 from engine.natural.errors import NaturalSearchUnavailable
 
@@ -126,6 +127,8 @@ def _clean_strings(value: object, max_items: int, max_chars: int, where: str) ->
         text = item.strip()
         if not 0 < len(text) <= max_chars or any(ord(ch) < 32 for ch in text):
             raise _refuse(f"{where}: a string is empty, longer than {max_chars} or has controls")
+        if not is_utf8_encodable(text):  # JSON may spell a lone surrogate; no answer can
+            raise _refuse(f"{where}: a string is not valid Unicode (a lone surrogate)")
         out.append(text)
     return tuple(dict.fromkeys(out))
 

@@ -92,6 +92,9 @@ class NaturalSearch:
         except (InvalidArgument, RateLimited, NaturalSearchUnavailable) as exc:
             self._finish(outcome, started, size, None, exc)
             raise
+        except Exception as exc:  # a bug: still counted and timed, then raised as it is
+            self._finish(Outcome.UNAVAILABLE, started, size, None, exc)
+            raise
         query = interpretation.query
         if len(query.strip()) < MIN_QUERY_LENGTH and interpretation.filters is None:
             query = text  # the model extracted nothing: search the question as typed

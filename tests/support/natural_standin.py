@@ -28,6 +28,9 @@ class ChatBehaviour(enum.Enum):
     ERROR_500 = "error_500"
     BROKEN_BODY = "broken_body"  # 200 with a truncated JSON body
     WRONG_SHAPE = "wrong_shape"  # 200 with JSON that is not a chat response
+    LIST_BODY = "list_body"  # 200 with a JSON array where an object belongs
+    NOT_UTF8 = "not_utf8"  # 200 with bytes that are not UTF-8
+    DEEP_BODY = "deep_body"  # 200 with JSON nested past the interpreter's limit
 
 
 class ChatStandIn(OllamaStandIn):
@@ -77,6 +80,12 @@ class ChatStandIn(OllamaStandIn):
             return Reply(200, raw=b'{"model": "x", "message": {"role": "assist')
         elif behaviour is ChatBehaviour.WRONG_SHAPE:
             return Reply(200, {"model": model, "message": "not an object", "done": 7})
+        elif behaviour is ChatBehaviour.LIST_BODY:
+            return Reply(200, raw=b"[1, 2]")
+        elif behaviour is ChatBehaviour.NOT_UTF8:
+            return Reply(200, raw=b'{"model": "\xff\xfe"}')
+        elif behaviour is ChatBehaviour.DEEP_BODY:
+            return Reply(200, raw=b"[" * 100_000 + b"]" * 100_000)
         content = self.content(body) if callable(self.content) else self.content
         return Reply(
             200,

@@ -216,6 +216,7 @@ BAD_OUTPUTS = {
     "bad_date": _answer([], {"sent": {"from": "1942-02-30"}}),
     "control_chars": _answer(["war\u0000"], {}),
     "huge_answer": _answer(["war"] * 4000, {}),
+    "lone_surrogate": '{"keywords": ["\\ud800war"], "filters": {}}',  # valid JSON, no text
 }
 
 
@@ -231,7 +232,14 @@ def test_schema_violating_output_is_unavailable(
 
 @pytest.mark.parametrize(
     "behaviour",
-    [ChatBehaviour.ERROR_500, ChatBehaviour.BROKEN_BODY, ChatBehaviour.WRONG_SHAPE],
+    [
+        ChatBehaviour.ERROR_500,
+        ChatBehaviour.BROKEN_BODY,
+        ChatBehaviour.WRONG_SHAPE,
+        ChatBehaviour.LIST_BODY,  # these three escaped as TypeError, UnicodeDecodeError
+        ChatBehaviour.NOT_UTF8,  # and RecursionError (a 500 over HTTP), uncounted
+        ChatBehaviour.DEEP_BODY,
+    ],
 )
 def test_server_faults_are_unavailable(
     engine: SearchEngine, chat_standin: ChatStandIn, behaviour: ChatBehaviour
@@ -240,6 +248,8 @@ def test_server_faults_are_unavailable(
     chat_standin.chat_behaviour = behaviour
     with pytest.raises(NaturalSearchUnavailable):
         corpus.ask(QUESTION)
+    text = generate_latest(engine.registry).decode()
+    assert f'tandem_nl_requests_total{{corpus="{corpus.name}",outcome="unavailable"}} 1.0' in text
 
 
 def test_slow_answers_time_out(engine: SearchEngine, chat_standin: ChatStandIn) -> None:
