@@ -475,6 +475,13 @@ class Corpus:
             yield self._searcher
 
     @in_lifetime
+    def _field_values(self, ids: Sequence[str]) -> dict[str, dict[str, str | int]]:
+        """For stored ids (public or not): their encoded filter-field values (for
+        ``engine.surfaces.memory``, which must not overwrite another scope's memory)."""
+        stored = self._store.get_many(ids, public_only=False)
+        return {sid: dict(doc.fields) for sid, doc in stored.items()}
+
+    @in_lifetime
     def _content_state(self, ids: Sequence[str]) -> dict[str, tuple[str, bool]]:
         """For stored ids: (content hash, has a vector) — what need not be embedded again."""
         return self._store.content_state(ids)

@@ -122,6 +122,12 @@ class Memory:
         doc_id = memory_id(text, scope) if id is None else id
         corpus = self._corpus(create=True)
         assert corpus is not None
+        if id is not None:
+            held = corpus._field_values([doc_id]).get(doc_id)
+            if held is not None and held.get(SCOPE_FIELD) != scope:
+                # An id names one memory in one scope: replacing another scope's would
+                # lose that scope's memory through a caller who cannot even see it.
+                raise InvalidArgument(f"memory id {doc_id!r} is taken in another scope")
         result = corpus.add(
             [Document(id=doc_id, title=title, text=text, fields={SCOPE_FIELD: scope})],
             progress=False,

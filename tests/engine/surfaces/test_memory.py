@@ -39,6 +39,18 @@ def test_remember_then_recall_within_a_scope(memory: Memory, fast_engine: Search
     assert memory.recall("x", "alice") == []  # clamped like search: too short, nothing
 
 
+def test_an_explicit_id_never_replaces_another_scopes_memory(memory: Memory) -> None:
+    """Regression: ``remember(..., id=X)`` in one scope silently overwrote scope B's
+    memory X (and said ``added=False``)."""
+    memory.remember("Alice's doctor is Dr Who", "alice", id="note-1")
+    with pytest.raises(InvalidArgument, match="taken in another scope"):
+        memory.remember("Bob's unrelated note", "bob", id="note-1")
+    assert [m.text for m in memory.recall("doctor", "alice")] == ["Alice's doctor is Dr Who"]
+    updated = memory.remember("Alice's doctor is Dr Foster", "alice", id="note-1")
+    assert not updated.added  # the same scope may replace its own memory
+    assert [m.text for m in memory.recall("doctor", "alice")] == ["Alice's doctor is Dr Foster"]
+
+
 def test_memory_refuses_what_search_would_refuse(memory: Memory, fast_engine: SearchEngine) -> None:
     for text, scope, needle in [
         ("", "a", "non-empty"),
