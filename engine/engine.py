@@ -399,7 +399,10 @@ class SearchEngine:
         """Re-read every open corpus's state gauges (run by the metrics refresher)."""
         for corpus in self._open_corpora():
             try:
-                corpus.refresh_metrics()
+                if corpus.is_current():
+                    corpus.refresh_metrics()
+                else:  # dropped by another process: reopened (re-created) or forgotten
+                    self.corpus(corpus.name)
             except (EngineError, sqlite3.Error) as exc:  # closed or dropped meanwhile
                 logger.debug("gauges of corpus %s not refreshed (%s)", corpus.name, type(exc))
 

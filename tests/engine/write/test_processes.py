@@ -287,6 +287,35 @@ def test_a_corpus_dropped_elsewhere_stops_answering_and_can_be_recreated(
             stale.add([Document(id="lost", text="must not land anywhere")])
 
 
+def test_a_scrape_follows_a_drop_and_re_create_elsewhere(tmp_path: Path) -> None:
+    """Regression: the scrape's refresh re-read the dropped store through the stale corpus,
+    so ``tandem_documents`` kept the old count after the drop and after a re-create."""
+    from prometheus_client import generate_latest
+
+    def documents(engine: SearchEngine) -> float | None:
+        generate_latest(engine.registry)  # a scrape: the refresher runs first
+        return engine.registry.get_sample_value("tandem_documents", {"corpus": "k"})
+
+    with SearchEngine(tmp_path) as watcher, SearchEngine(tmp_path) as other:
+        other.create_corpus(CorpusConfig(name="k", embedder=None)).add(
+            [Document(id=f"d{i}", text=f"doc {i}") for i in range(9)]
+        )
+        watcher.corpus("k")
+        assert documents(watcher) == 9.0
+        other.drop_corpus("k")
+        assert documents(watcher) is None  # its series went with it
+        other.create_corpus(CorpusConfig(name="k", embedder=None)).add(
+            [Document(id=f"d{i}", text=f"doc {i}") for i in range(9)]
+        )
+        watcher.corpus("k")
+        assert documents(watcher) == 9.0
+        other.drop_corpus("k")  # dropped and re-created between two scrapes
+        other.create_corpus(CorpusConfig(name="k", embedder=None)).add(
+            [Document(id="one", text="the new corpus")]
+        )
+        assert documents(watcher) == 1.0
+
+
 def test_a_writer_that_followed_a_switch_mid_way_heals_with_the_new_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
