@@ -83,28 +83,34 @@ class Corpus:
         self._embedder_for = embedder_for
         self._store = DocumentStore(directory / "store.sqlite3", read_only=read_only)
         self._store_inode = (file_stamp(directory / "store.sqlite3") or (-1, 0))[0]
-        self._indexes = DerivedIndexes(
-            directory,
-            self._store,
-            config.languages,
-            vectors_enabled=embedder is not None,
-            fields=sparse_kinds(config.fields),
-            search_threads=search_threads,
-            read_only=read_only,
-            vector_storage=config.vector_storage,
-            title_weight=config.title_weight,
-        )
-        self._sync = CorpusSync(
-            directory,
-            self._store,
-            self._indexes,
-            name=config.name,
-            read_only=read_only,
-            busy_timeout=busy_timeout,
-            on_change=lambda: self._visibility.invalidate(),
-            on_config_change=self._adopt_config,
-        )
-        self._sync.open_indexes()
+        try:
+            self._indexes = DerivedIndexes(
+                directory,
+                self._store,
+                config.languages,
+                vectors_enabled=embedder is not None,
+                fields=sparse_kinds(config.fields),
+                search_threads=search_threads,
+                read_only=read_only,
+                vector_storage=config.vector_storage,
+                title_weight=config.title_weight,
+            )
+            self._sync = CorpusSync(
+                directory,
+                self._store,
+                self._indexes,
+                name=config.name,
+                read_only=read_only,
+                busy_timeout=busy_timeout,
+                on_change=lambda: self._visibility.invalidate(),
+                on_config_change=self._adopt_config,
+            )
+            self._sync.open_indexes()
+        except BaseException:
+            # An open that fails (a full disk, a damaged file) must not keep the store,
+            # the index files or the write lock's descriptor for the life of the process.
+            self._abandon()
+            raise
         self._embedder = None if embedder is None else self._guard(embedder)
         embedder = self._embedder
         self._visibility = DenseVisibility(self._store)
@@ -582,6 +588,20 @@ class Corpus:
         the corpus was dropped."""
         self._dropped_here = True
         self._lifetime.end(lambda: self._release(save=False), self._close_wait_s)
+
+    def _abandon(self) -> None:
+        """Release whatever a failed ``__init__`` had opened."""
+        sync, indexes = getattr(self, "_sync", None), getattr(self, "_indexes", None)
+        releases: list[Callable[[], None]] = [self._store.close]
+        if indexes is not None:
+            releases.insert(0, lambda: indexes.close(flush=False))
+        if sync is not None:
+            releases.insert(0, sync.close)
+        for release in releases:
+            try:
+                release()
+            except Exception as exc:  # the open's own error is the one to report
+                logger.debug("releasing a failed open (%s)", type(exc).__name__)
 
     def _closed_error(self) -> Exception:
         if self._dropped_here or self._sync.dropped:

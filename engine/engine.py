@@ -44,6 +44,7 @@ from engine.errors import (
 from engine.limits import is_valid_corpus_name, is_wait_seconds
 from engine.metrics import EngineMetrics
 from engine.search.gate import SearchGate
+from engine.storage import DocumentStore
 from engine.write.lock import WriteLock, network_filesystem
 from engine.write.repairer import BackgroundRepairer
 from engine.write.sync import mark_dropped
@@ -228,6 +229,10 @@ class SearchEngine:
                 # ever a corpus; start clean rather than reopen what it left.
                 shutil.rmtree(directory)
             directory.mkdir(parents=True)
+            # The config is the corpus's commit point, so it comes last: a create killed
+            # before it leaves a directory no engine lists (the next create clears it),
+            # never a listed corpus without a store that read-only engines cannot open.
+            DocumentStore(directory / "store.sqlite3").close()
             save_config(directory / "config.json", config)
             return self._open(config, directory)
 

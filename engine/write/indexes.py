@@ -224,6 +224,11 @@ class DerivedIndexes:
         logger.warning("keyword index %s (%s); will catch up", what, type(exc).__name__)
 
     def _open_faiss(self) -> None:
+        # Saves killed part-way leave their temporary file (named at random, each as
+        # large as the index); only the write-lock holder saves, and it holds it now.
+        for leftover in self._faiss_path.parent.glob(f".{self._faiss_path.name}.*.tmp"):
+            with contextlib.suppress(OSError):
+                leftover.unlink()
         marker = _read_marker(self._faiss_marker)
         index: FaissIndex | None = None
         if marker >= 0 and self._faiss_path.exists():
@@ -242,14 +247,23 @@ class DerivedIndexes:
         self.faiss = index
         if marker < seq:
             self._catch_up_faiss(marker)
-            self.save_vectors(seq)
+            self._save_at_open(seq)
         held = 0 if self.faiss is None else len(self.faiss)
         if held != self._store.count_with_vectors():
             logger.warning("vector index disagrees with the store; rebuilding it")
             self.faiss = None
             self._catch_up_faiss(-1)
-            self.save_vectors(seq)
+            self._save_at_open(seq)
         self._applied = seq
+
+    def _save_at_open(self, seq: int) -> None:
+        """Save what the open caught up; a full disk leaves the file stale (saved at a
+        later flush, or caught up again at the next open), never the corpus unopenable."""
+        try:
+            self.save_vectors(seq)
+        except StorageError as exc:
+            logger.warning("could not save the caught-up vector index (%s); serving it", exc)
+            self._vectors_file_stale = True
 
     # -- following other processes' writes (no file written) --------------------------------
 
@@ -568,7 +582,10 @@ class DerivedIndexes:
     def close(self, *, flush: bool = True) -> None:
         """Release the indexes; ``flush`` first only when holding the write lock."""
         if flush:
-            self.flush()
+            try:
+                self.flush()
+            except StorageError as exc:  # a full disk: the store has every vector anyway
+                logger.warning("closing without saving (%s); the next open catches up", exc)
         if self.faiss is not None:
             self.faiss.close()  # stops a background graph build
             # Let go of it now: its mapped file stays open for as long as the index is

@@ -1,0 +1,102 @@
+"""What a killed save, a full disk or a failed open leaves behind: nothing that grows, a
+corpus that still opens, no descriptor held, no half-created corpus listed."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from engine import CorpusConfig, Document, SearchEngine, StorageError
+from engine.write.indexes import DerivedIndexes
+from engine.write.sync import CorpusSync
+from tests.support.fakes import HashEmbedder
+
+DOCS = [Document(id=f"d{i}", text=f"alpha{i} shared words") for i in range(20)]
+
+
+def _engine(path: Path) -> SearchEngine:
+    return SearchEngine(path, embedder_factory=lambda spec: HashEmbedder())
+
+
+def test_a_save_killed_part_way_leaves_no_temporary_file_for_good(tmp_path: Path) -> None:
+    """Regression: each save killed part-way left a randomly named copy of the whole
+    vector index beside it, and nothing ever removed one."""
+    with _engine(tmp_path) as engine:
+        engine.create_corpus(CorpusConfig(name="c")).add(DOCS)
+    directory = tmp_path / "corpora" / "c"
+    killed = [directory / f".vectors.faiss.{tag}.tmp" for tag in ("ab12cd34", "zz99yy88")]
+    for leftover in killed:
+        leftover.write_bytes(b"\0" * 4096)  # what a save killed before its rename leaves
+    with _engine(tmp_path) as engine:
+        assert len(engine.corpus("c").search("alpha3")) > 0
+    assert not any(leftover.exists() for leftover in killed)
+
+
+def test_a_full_disk_at_open_still_opens_and_closes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: a writable open saved the caught-up vector index, and a full disk made
+    the corpus unopenable (read-only engines opened it fine)."""
+    with _engine(tmp_path) as engine:
+        engine.create_corpus(CorpusConfig(name="c")).add(DOCS)
+    (tmp_path / "corpora" / "c" / "vectors.seq").write_text("-1")  # needs a catch-up
+
+    def disk_full(self: DerivedIndexes, seq: int) -> None:
+        raise StorageError("could not save the vector index: [Errno 28] No space left")
+
+    monkeypatch.setattr(DerivedIndexes, "save_vectors", disk_full)
+    with _engine(tmp_path) as engine:  # and its close does not raise either
+        hits = engine.corpus("c").search("alpha3 shared")
+        assert hits[0].source_id == "d3" and hits[0].ranks.dense is not None
+
+
+def _descriptors_into(directory: Path) -> list[str]:
+    targets = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            targets.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            continue
+    return [t for t in targets if t.startswith(str(directory))]
+
+
+def test_a_failed_open_holds_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: every failed open kept the write lock's descriptor (and the store's
+    connection) for the life of the process."""
+    with _engine(tmp_path) as engine:
+        engine.create_corpus(CorpusConfig(name="c")).add(DOCS)
+
+    def broken(self: CorpusSync) -> None:
+        raise StorageError("the index files are unreadable")
+
+    monkeypatch.setattr(CorpusSync, "open_indexes", broken)
+    directory = tmp_path / "corpora" / "c"
+    with _engine(tmp_path) as engine:
+        for _ in range(3):
+            with pytest.raises(StorageError, match="unreadable"):
+                engine.corpus("c")
+        assert _descriptors_into(directory) == []
+
+
+def test_a_create_killed_before_its_config_is_not_a_corpus(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: the config was written before the store, so a create killed between
+    the two left a corpus that was listed but that read-only engines could not open."""
+
+    def killed(path: Path, config: CorpusConfig) -> None:
+        raise KeyboardInterrupt  # stands in for the process dying here
+
+    with _engine(tmp_path) as engine:
+        monkeypatch.setattr("engine.engine.save_config", killed)
+        with pytest.raises(KeyboardInterrupt):
+            engine.create_corpus(CorpusConfig(name="c"))
+        monkeypatch.undo()
+    assert (tmp_path / "corpora" / "c" / "store.sqlite3").exists()
+    with SearchEngine(tmp_path, read_only=True) as reader:
+        assert reader.list_corpora() == []
+    with _engine(tmp_path) as engine:
+        engine.create_corpus(CorpusConfig(name="c")).add(DOCS[:1])
+        assert len(engine.corpus("c")) == 1
