@@ -21,7 +21,7 @@ from engine import (
     SearchEngine,
     SentenceTransformerEmbedding,
 )
-from tests.support.fakes import HashEmbedder
+from tests.support.fakes import HashEmbedder, SlowHealthEmbedder
 
 
 def test_create_list_reopen_drop(tmp_path: Path) -> None:
@@ -188,34 +188,18 @@ def test_a_storage_error_answer_names_no_server_path() -> None:
     assert answer.status_code == 507 and "/srv" not in answer.message
 
 
-class _ParkedHealth(HashEmbedder):
-    """Its health check parks while ``park`` is set: a search in flight, held there."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.park = False
-        self.parked = threading.Event()
-        self.let_go = threading.Event()
-
-    def is_available(self) -> bool:
-        if self.park:
-            self.parked.set()
-            self.let_go.wait(60)
-        return True
-
-
 def test_a_drop_waits_for_the_searches_in_flight_then_refuses_new_ones(tmp_path: Path) -> None:
     """Regression: a drop closed the corpus's SQLite connections under searches running in
     other threads (a segfault in a server); later calls failed as storage errors (507)."""
-    embedder = _ParkedHealth()
+    embedder = SlowHealthEmbedder()
     with SearchEngine(tmp_path, embedder_factory=lambda spec: embedder) as engine:
         corpus = engine.create_corpus(CorpusConfig(name="c"))
         corpus.add([Document(id=f"d{i}", text=f"alpha beta {i}") for i in range(5)])
         answers: list[object] = []
-        embedder.park = True
+        embedder.park_health = True
         search = threading.Thread(target=lambda: answers.append(corpus.search("alpha")))
         search.start()
-        assert embedder.parked.wait(60)
+        assert embedder.in_health.wait(60)
         drop = threading.Thread(target=engine.drop_corpus, args=("c",))
         drop.start()
         drop.join(0.2)

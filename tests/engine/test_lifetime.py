@@ -17,20 +17,29 @@ class Closed(Exception):
     pass
 
 
-def test_end_waits_for_calls_in_flight_and_refuses_new_ones() -> None:
-    lifetime = Lifetime(Closed)
-    released: list[str] = []
+def _call_in_flight(
+    lifetime: Lifetime, released: list[str]
+) -> tuple[threading.Thread, threading.Event]:
+    """A call running in another thread until the returned event is set; it records
+    "call done" as it leaves (before any release it triggers, whatever the timing)."""
     inside, leave = threading.Event(), threading.Event()
 
     def caller() -> None:
         with lifetime.call():
             inside.set()
             leave.wait(GENEROUS_S)
-            released.append("call done")  # before the release, whatever the timing
+            released.append("call done")
 
     thread = threading.Thread(target=caller)
     thread.start()
     assert inside.wait(GENEROUS_S)
+    return thread, leave
+
+
+def test_end_waits_for_calls_in_flight_and_refuses_new_ones() -> None:
+    lifetime = Lifetime(Closed)
+    released: list[str] = []
+    thread, leave = _call_in_flight(lifetime, released)
     ender = threading.Thread(target=lifetime.end, args=(lambda: released.append("released"), 60))
     ender.start()
     deadline = time.monotonic() + GENEROUS_S
@@ -49,17 +58,7 @@ def test_end_waits_for_calls_in_flight_and_refuses_new_ones() -> None:
 def test_a_call_that_outlasts_the_wait_releases_when_it_leaves() -> None:
     lifetime = Lifetime(Closed)
     released: list[str] = []
-    inside, leave = threading.Event(), threading.Event()
-
-    def caller() -> None:
-        with lifetime.call():
-            inside.set()
-            leave.wait(GENEROUS_S)
-            released.append("call done")
-
-    thread = threading.Thread(target=caller)
-    thread.start()
-    assert inside.wait(GENEROUS_S)
+    thread, leave = _call_in_flight(lifetime, released)
     lifetime.end(lambda: released.append("released"), 0.01)
     assert released == []  # not released under the running call
     leave.set()

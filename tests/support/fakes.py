@@ -190,3 +190,20 @@ class SwitchableEmbedder:
         if self.down or self.failing:
             raise EmbedderUnavailable("injected fault")
         return self.inner.embed(texts)
+
+
+class SlowHealthEmbedder(RecordingEmbedder):
+    """Its health check parks while ``park_health`` is set, until the test lets it go
+    (an Ollama check takes up to 2 s): a search held in flight."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.park_health = False
+        self.in_health = threading.Event()
+        self.let_go = threading.Event()
+
+    def is_available(self) -> bool:
+        if self.park_health:
+            self.in_health.set()
+            self.let_go.wait(60.0)
+        return super().is_available()

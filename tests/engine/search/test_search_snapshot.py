@@ -11,25 +11,9 @@ import numpy.typing as npt
 
 from engine import CorpusConfig, Document, SearchEngine
 from engine.config import EmbedderSpec, SentenceTransformerEmbedding
-from tests.support.fakes import RecordingEmbedder
+from tests.support.fakes import RecordingEmbedder, SlowHealthEmbedder
 
 GENEROUS_S = 60.0
-
-
-class SlowHealthEmbedder(RecordingEmbedder):
-    """Its health check parks until the test lets it go (an Ollama check takes up to 2 s)."""
-
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.park_health = False
-        self.in_health = threading.Event()
-        self.let_go = threading.Event()
-
-    def is_available(self) -> bool:
-        if self.park_health:
-            self.in_health.set()
-            self.let_go.wait(GENEROUS_S)
-        return super().is_available()
 
 
 class ParkedEmbedder(RecordingEmbedder):
