@@ -251,11 +251,16 @@ class SearchEngine:
                     known._discard()  # saves nothing: the directory may be a new corpus's
             config_path = directory / "config.json"
             if config_path.is_file() and _marked_dropped(directory):
-                # A drop that died between marking the store and moving it away: finish it.
-                if not self._read_only:
-                    with self._engine_writing(), contextlib.suppress(OSError):
-                        self._remove(name, directory)
-                raise CorpusNotFound(f"no corpus named {name!r}")
+                # A drop that died between marking the store and moving it away: finish it
+                # — if it is still that, once this engine holds the root's lock (a live
+                # drop elsewhere holds it until done, and may be followed by a create).
+                if self._read_only:
+                    raise CorpusNotFound(f"no corpus named {name!r}")
+                with self._engine_writing():
+                    if config_path.is_file() and _marked_dropped(directory):
+                        with contextlib.suppress(OSError):
+                            self._remove(name, directory)
+                        raise CorpusNotFound(f"no corpus named {name!r}")
             if not config_path.is_file():
                 if known is not None:  # dropped by another engine: its series go too
                     self.metrics.forget(name)

@@ -213,8 +213,9 @@ class ShardedCorpus:
         *,
         new: bool = False,
     ) -> ShardedCorpus:
-        """``new``: the shards were just created here, so a failed start stops them
-        (an ``open`` leaves running detached shards alone: others may be using them)."""
+        """``new``: the shards were just created here, so a start that fails at any step
+        stops them (an ``open`` leaves running detached shards alone: others may be using
+        them)."""
         opts = options or ClusterOptions()
         if not ray.is_initialized():
             start_local_cluster()
@@ -225,6 +226,15 @@ class ShardedCorpus:
             infos: list[ShardInfo] = ray.get(
                 [h.info.remote() for h in handles], timeout=opts.start_timeout_s
             )
+            logger.info(
+                "sharded corpus %s: %d shards, %d documents",
+                manifest.config.name,
+                len(infos),
+                sum(i.documents for i in infos),
+            )
+            spec = manifest.config.embedder
+            embedder = None if spec is None else build_embedder(spec, factory)
+            return cls(root, manifest, handles, embedder, opts, ClusterMetrics(registry))
         except Exception as exc:
             if new or not opts.detached:
                 for handle in handles:
@@ -235,15 +245,6 @@ class ShardedCorpus:
                 f"the shards of {manifest.config.name!r} did not start "
                 f"({type(exc).__name__}: {str(exc)[:300]})"
             ) from exc
-        logger.info(
-            "sharded corpus %s: %d shards, %d documents",
-            manifest.config.name,
-            len(infos),
-            sum(i.documents for i in infos),
-        )
-        spec = manifest.config.embedder
-        embedder = None if spec is None else build_embedder(spec, factory)
-        return cls(root, manifest, handles, embedder, opts, ClusterMetrics(registry))
 
     # -- identity -------------------------------------------------------------------------
 

@@ -309,9 +309,6 @@ class Searcher:
                 # is answered from keywords rather than failing.
                 raise EmbedderUnavailable("query vector dimension differs from the index")
             dense = self._dense_arm(p, vector, window, language, filters)
-            p.metrics.arm_duration.labels(p.corpus, Arm.DENSE.value).observe(
-                time.perf_counter() - t1
-            )
         finally:
             # Never leave the arm running behind a failed query.
             done = [arm.result() for arm in sparse_arm]
@@ -321,6 +318,8 @@ class Searcher:
             p.metrics.sparse_arm_empty.labels(p.corpus).inc()
         fused = self._fused(p, vector, text, window, need, language, filters, sparse_hits, dense)
         if window > p.config.window:  # a page past the fusion window
+            # Each arm runs again for the window's own ranking (and is timed again: the
+            # arm metrics count arm runs, two per such search).
             small = p.config.window
             head = self._fused(
                 p,
@@ -344,10 +343,16 @@ class Searcher:
         language: int | None,
         filters: tuple[FieldFilter, ...],
     ) -> list[tuple[str, float]]:
+        started = time.perf_counter()
         index = p.indexes.faiss
-        if index is None or len(index) == 0:
-            return []
-        return index.search(vector, window, allow=p.visibility.allow_list(index, language, filters))
+        hits: list[tuple[str, float]] = []
+        if index is not None and len(index) > 0:
+            allow = p.visibility.allow_list(index, language, filters)
+            hits = index.search(vector, window, allow=allow)
+        p.metrics.arm_duration.labels(p.corpus, Arm.DENSE.value).observe(
+            time.perf_counter() - started
+        )
+        return hits
 
     def _fused(
         self,

@@ -285,3 +285,30 @@ def test_a_drop_that_died_after_marking_the_store_is_finished_not_half_alive(
         fresh = engine.create_corpus(CorpusConfig(name="d", embedder=None))
         assert len(fresh) == 0 and fresh.search("left") == []
         assert engine.list_corpora() == ["d"]
+
+
+def test_finishing_a_dead_drop_never_removes_a_corpus_created_since(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: ``corpus()`` saw a drop mark, waited for the root's lock while the
+    dropping process finished and created the corpus anew, then removed the new one."""
+    from engine.write.sync import mark_dropped
+
+    with SearchEngine(tmp_path) as mine, SearchEngine(tmp_path) as other:
+        other.create_corpus(CorpusConfig(name="c", embedder=None))
+        mark_dropped(tmp_path / "corpora" / "c", 10)  # a drop under way in `other`
+        real = SearchEngine._engine_writing
+
+        def other_finishes_and_recreates_first(self: SearchEngine) -> Any:
+            if self is mine:
+                other.drop_corpus("c")
+                other.create_corpus(CorpusConfig(name="c", embedder=None)).add(
+                    [Document(id="new", text="created since")]
+                )
+            return real(self)
+
+        monkeypatch.setattr(SearchEngine, "_engine_writing", other_finishes_and_recreates_first)
+        reopened = mine.corpus("c")
+        monkeypatch.undo()
+        assert [hit.source_id for hit in reopened.search("created since")] == ["new"]
+        assert other.list_corpora() == ["c"]

@@ -131,3 +131,29 @@ def _wait(condition: Callable[[], bool]) -> None:
             return
         deadline.wait(0.01)
     raise AssertionError("condition not met in time")
+
+
+def test_a_create_failing_after_its_shards_started_stops_them(
+    ray_cluster: None, tmp_path: Path
+) -> None:
+    """Regression: a failure after the shards answered (here the coordinator's metrics
+    clash with a registry already holding them) left detached shards running under the
+    uid of a manifest the cleanup had deleted — nothing could find or stop them."""
+    import ray
+
+    from engine.cluster import ClusterOptions
+    from engine.cluster.health import ClusterMetrics as Metrics
+
+    registry = Metrics().registry  # the coordinator's series are taken already
+    with pytest.raises(ValueError, match="Duplicated"):
+        ShardedCorpus.create(
+            tmp_path / "c",
+            CorpusConfig(name="leaky"),
+            2,
+            embedder_factory=hash_factory,
+            options=ClusterOptions(detached=True),
+            registry=registry,
+        )
+    assert list((tmp_path / "c").iterdir()) == []
+    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)]
+    assert not [n for n in names if n.startswith("leaky-")]
