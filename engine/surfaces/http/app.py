@@ -20,9 +20,14 @@ from engine import SearchEngine
 from engine.surfaces.http import ops, page, routes_read, routes_write
 from engine.surfaces.http.caps import BodyCap
 from engine.surfaces.http.errors import install_error_handlers
+from engine.surfaces.http.in_flight import WritesInFlight
 from engine.surfaces.http.ops import RequestGuard, RequestMetrics
 from engine.surfaces.http.search_lane import SearchLane
 from engine.surfaces.http.settings import ServerSettings, load_token
+
+_WRITES_GRACE_S = 600.0
+"""How long a shutdown waits for uploads being written (an upload is capped at 256 MiB;
+at a few thousand documents a second without embedding, minutes with it)."""
 
 __all__ = ["EngineFactory", "app_from_env", "create_app"]
 
@@ -63,6 +68,8 @@ def create_app(settings: ServerSettings, *, engine_factory: EngineFactory | None
             app.state.engine = engine
             yield
         finally:
+            # Uploads being written finish whole before the engine closes under them.
+            await anyio.to_thread.run_sync(app.state.writes.wait_idle, _WRITES_GRACE_S)
             app.state.engine = None
             await anyio.to_thread.run_sync(engine.close)
 
@@ -79,6 +86,7 @@ def create_app(settings: ServerSettings, *, engine_factory: EngineFactory | None
     app.state.token = token
     app.state.engine = None
     app.state.request_metrics = None
+    app.state.writes = WritesInFlight()
     install_error_handlers(app)
     app.include_router(routes_read.router)
     app.include_router(routes_write.router)

@@ -16,11 +16,14 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Iterator
 
 import anyio.to_thread
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engine import SearchEngine
@@ -110,8 +113,29 @@ def scrape(engine: SearchEngine, *, multiprocess: bool) -> bytes:
     from prometheus_client import multiprocess as mp
 
     registry = CollectorRegistry()
-    mp.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    workers = mp.MultiProcessCollector(None)  # type: ignore[no-untyped-call]
+    registry.register(_LiveCorpora(workers, set(engine.list_corpora())))
     return generate_latest(registry)
+
+
+class _LiveCorpora(Collector):
+    """The workers' series, less those of corpora that no longer exist: multiprocess
+    mode cannot remove a series (each worker's file keeps it), so a dropped corpus's
+    gauges and counters would be scraped for ever. (A corpus re-created under the same
+    name shows its counters continuing from the dropped one's.)"""
+
+    def __init__(self, inner: Collector, live: set[str]) -> None:
+        self._inner = inner
+        self._live = live
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self._inner.collect():
+            metric.samples = [
+                sample
+                for sample in metric.samples
+                if sample.labels.get("corpus") is None or sample.labels["corpus"] in self._live
+            ]
+            yield metric
 
 
 router = APIRouter(tags=["operations"])

@@ -15,9 +15,10 @@ from fastapi import APIRouter, Body, Request, Security
 
 from engine import CorpusConfig, SentenceTransformerEmbedding
 from engine.config import names_no_model
-from engine.surfaces.bulk import add_all
+from engine.surfaces.bulk import BulkReport, add_all
 from engine.surfaces.http.auth import BEARER, WriteRoute
 from engine.surfaces.http.errors import ApiError
+from engine.surfaces.http.in_flight import WritesInFlight
 from engine.surfaces.http.responses import JsonAnswer
 from engine.surfaces.http.routes_read import CorpusName, engine_of
 from engine.surfaces.http.schemas import (
@@ -138,15 +139,21 @@ async def add_documents(request: Request, name: CorpusName) -> JsonAnswer:
         max_bytes=settings.max_upload_bytes,
         max_line_bytes=settings.max_line_bytes,
     )
-    try:
-        if upload.size == 0:
-            raise ApiError(422, "invalid_request", "the body is empty; send documents")
-        report = await anyio.to_thread.run_sync(
-            lambda: add_all(corpus, parse_upload(upload, corpus.config.fields))
-        )
-    finally:
+    if upload.size == 0:
         upload.close()
-    return JsonAnswer(report_body(report))
+        raise ApiError(422, "invalid_request", "the body is empty; send documents")
+    writes: WritesInFlight = request.app.state.writes
+
+    def write() -> BulkReport:
+        # Counted, and the spooled body released, by the thread itself: a shutdown may
+        # cancel this request while the thread writes (see ``in_flight``).
+        with writes.writing():
+            try:
+                return add_all(corpus, parse_upload(upload, corpus.config.fields))
+            finally:
+                upload.close()
+
+    return JsonAnswer(report_body(await anyio.to_thread.run_sync(write)))
 
 
 @router.delete(

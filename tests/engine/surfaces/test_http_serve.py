@@ -117,6 +117,17 @@ def test_workers_share_one_directory_or_the_refusal_says_why(tmp_path: Path) -> 
         )
         assert float(line.rsplit(" ", 1)[1]) == 20.0
         assert 'tandem_documents{corpus="help"} 2.0' in text  # one value, not one per worker
+        # A corpus dropped (here by another process) leaves no series behind: the
+        # workers' files keep them, and the scrape leaves out corpora that are gone.
+        with SearchEngine(home) as other:
+            other.create_corpus(CorpusConfig(name="gone", embedder=None)).add(
+                [Document(id="g", text="password gone")]
+            )
+            for _ in range(4):
+                httpx.post(f"{base}v1/corpora/gone/search", json={"query": "password"}, timeout=30)
+            assert 'corpus="gone"' in httpx.get(f"{base}metrics", timeout=30).text
+            other.drop_corpus("gone")
+        assert 'corpus="gone"' not in httpx.get(f"{base}metrics", timeout=30).text
 
 
 @pytest.mark.parametrize("flag", ["--help"])
