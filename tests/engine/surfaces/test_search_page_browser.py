@@ -234,3 +234,16 @@ def test_a_person_searches_pages_and_stays_safe(server: str, browser: Any, tmp_p
     target = os.environ.get("TANDEM_SCREENSHOT_DIR")
     if target:
         shutil.copy(shot, Path(target) / "search-page.png")
+
+
+def test_a_link_to_a_collection_that_is_gone_says_so(server: str, browser: Any) -> None:
+    """Regression: ``?corpus=`` naming a dropped collection searched the first remaining
+    one, under the old name in the address bar, with nothing said."""
+    from selenium.webdriver.common.by import By
+
+    driver = browser
+    driver.get(server + "?q=password&corpus=dropped")
+    _wait(driver, lambda d: "dropped" in _status(d))
+    assert "no collection named “dropped”" in _status(driver)
+    assert not driver.find_elements(By.CSS_SELECTOR, "#results .result")
+    assert driver.find_element(By.ID, "picker").is_displayed()

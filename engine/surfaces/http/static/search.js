@@ -242,8 +242,15 @@
       return;
     }
     const state = readLocation();
-    if (state.corpus && corpora.includes(state.corpus)) select.value = state.corpus;
     input.value = state.q;
+    if (state.corpus && !corpora.includes(state.corpus)) {
+      // A link to a collection that is gone: say so rather than search another one.
+      picker.hidden = false;
+      say("There is no collection named “" + state.corpus + "” any more; pick one.", true);
+      input.focus();
+      return;
+    }
+    if (state.corpus) select.value = state.corpus;
     if (state.q) run(fromForm(state.page), false);
     else input.focus();
   }
