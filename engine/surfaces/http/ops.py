@@ -13,6 +13,7 @@ that escaped the app into a 500 in the API's error shape, logging its type only.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -26,7 +27,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from engine import SearchEngine
+from engine import EngineError, SearchEngine
 from engine.surfaces.http.errors import error_body
 from engine.surfaces.http.responses import JsonAnswer
 from engine.surfaces.metrics_http import CONTENT_TYPE
@@ -107,6 +108,11 @@ class RequestGuard:
 
 def scrape(engine: SearchEngine, *, multiprocess: bool) -> bytes:
     """The Prometheus text for this server (every worker's values in multiprocess mode)."""
+    # A server serves every corpus of its directory: one created since by another
+    # process is opened here so that its gauges are scraped before anyone searches it.
+    for name in engine.list_corpora():
+        with contextlib.suppress(EngineError):  # dropped meanwhile
+            engine.corpus(name)
     own = generate_latest(engine.registry)  # also refreshes the corpus-state gauges
     if not multiprocess:
         return own

@@ -585,6 +585,21 @@ def test_metrics_count_the_searches_this_server_answered(client: TestClient) -> 
     assert ready["status"] == "ready" and ready["corpora"] >= 3
 
 
+def test_metrics_show_a_corpus_another_process_created_before_it_is_searched(
+    tmp_path: Path,
+) -> None:
+    """Regression: a corpus created elsewhere while the server ran had no gauges until
+    someone searched it (the refresh follows open corpora only)."""
+    home = tmp_path / "engine"
+    _build(home)
+    for client in _client(home):
+        with _engine(home) as other:
+            other.create_corpus(
+                CorpusConfig(name="fresh", embedder=None, fields=FIELDS)  # type: ignore[arg-type]
+            ).add(DOCS[:3])
+        assert 'tandem_documents{corpus="fresh"} 3.0' in client.get("/metrics").text
+
+
 def test_no_cors_and_a_locked_down_page(client: TestClient) -> None:
     preflight = client.options(
         "/v1/corpora/kw/search",
