@@ -366,39 +366,23 @@ class Searcher:
         sparse_hits: list[KeywordHit],
         dense: list[tuple[str, float]],
     ) -> list[FusedHit]:
-        """The arms' windows (completed, when the corpus says so) fused, ``need`` deep."""
+        """The arms' windows fused, ``need`` deep — with completion on, each followed by
+        its order of the other arm's extra candidates first (``engine.search.completion``;
+        the extras passed their own arm's visibility checks, and the passages are checked
+        against the store again regardless)."""
         if p.config.complete_windows:
-            sparse_hits, dense = self._complete(
-                p, vector, text, window, language, filters, sparse_hits, dense
+            started = time.perf_counter()
+            sparse_hits, dense = complete_windows(
+                sparse_hits,
+                dense,
+                window,
+                keyword_scores=lambda ids: keyword_scores(p, text, ids, language, filters),
+                vector_scores=lambda ids: vector_scores(p, vector, ids),
+            )
+            p.metrics.arm_duration.labels(p.corpus, Arm.COMPLETION.value).observe(
+                time.perf_counter() - started
             )
         return fuse_arms(p.config, sparse_hits, dense, need)
-
-    def _complete(
-        self,
-        p: SearchState,
-        vector: npt.NDArray[np.float32],
-        text: str,
-        window: int,
-        language: int | None,
-        filters: tuple[FieldFilter, ...],
-        sparse_hits: list[KeywordHit],
-        dense: list[tuple[str, float]],
-    ) -> tuple[list[KeywordHit], list[tuple[str, float]]]:
-        """Each arm's window followed by its order of the other arm's extra candidates
-        (``engine.search.completion``). The extras passed their own arm's visibility
-        checks; the passages are checked against the store again regardless."""
-        started = time.perf_counter()
-        completed = complete_windows(
-            sparse_hits,
-            dense,
-            window,
-            keyword_scores=lambda ids: keyword_scores(p, text, ids, language, filters),
-            vector_scores=lambda ids: vector_scores(p, vector, ids),
-        )
-        p.metrics.arm_duration.labels(p.corpus, Arm.COMPLETION.value).observe(
-            time.perf_counter() - started
-        )
-        return completed
 
     def completion_windows(
         self,
