@@ -82,7 +82,6 @@ class Corpus:
         self._metrics = metrics
         self._embedder_for = embedder_for
         self._store = DocumentStore(directory / "store.sqlite3", read_only=read_only)
-        self._store_inode = (file_stamp(directory / "store.sqlite3") or (-1, 0))[0]
         try:
             self._indexes = DerivedIndexes(
                 directory,
@@ -167,8 +166,7 @@ class Corpus:
     def is_current(self) -> bool:
         """False once this corpus was dropped (here or by another process, possibly
         re-created since): reopen it through ``SearchEngine.corpus``."""
-        stamp = file_stamp(self._dir / "store.sqlite3")
-        return not self._sync.dropped and stamp is not None and stamp[0] == self._store_inode
+        return not self._sync.dropped and self._store.same_file()
 
     # -- reads ----------------------------------------------------------------------------
 

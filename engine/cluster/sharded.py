@@ -22,7 +22,6 @@ import contextlib
 import logging
 import os
 import shutil
-import threading
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -129,8 +128,6 @@ class ShardedCorpus:
             write_batch=options.write_batch,
             timeout_s=options.write_timeout_s,
         )
-        self._closed = False
-        self._lock = threading.Lock()
         self._lifetime = Lifetime(
             lambda: StorageError(f"sharded corpus {self._config.name!r} is closed")
         )
@@ -430,7 +427,7 @@ class ShardedCorpus:
         ``engine.surfaces.metrics_http``); ``.stop()`` the returned server."""
         from engine.surfaces.metrics_http import serve_metrics
 
-        return serve_metrics(self.registry, host, port, healthy=lambda: not self._closed)
+        return serve_metrics(self.registry, host, port, healthy=lambda: not self._lifetime.ended)
 
     def _on_every_shard(self, method: str, *args: Any) -> list[Any]:
         def one(index: int) -> Any:
@@ -457,11 +454,7 @@ class ShardedCorpus:
         """Flush and stop the shards (detached shards keep running), stop the prober.
         New calls are refused at once; calls in flight finish first (up to
         ``read_timeout_s``; past it the last of them stops the shards as it returns)."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-        self._lifetime.end(self._release, self._options.read_timeout_s)
+        self._lifetime.end(self._release, self._options.read_timeout_s)  # once: a no-op after
 
     def _release(self) -> None:
         self._health.close()

@@ -147,11 +147,15 @@ class DocumentStore:
                 self._all_readers.add(handle)
         return conn
 
+    def same_file(self) -> bool:
+        """False once the store's path names another file or none (the corpus was dropped,
+        and perhaps created anew, by another process)."""
+        return self._identity is None or _identity(self._path) == self._identity
+
     def _check_same_file(self) -> None:
-        """A thread's first connection opens the store by path: once another process
-        dropped the corpus (and perhaps created another of the same name), the path
-        names another file or none, and this store must not read it."""
-        if self._identity is not None and _identity(self._path) != self._identity:
+        """A thread's first connection opens the store by path: after a drop elsewhere it
+        would read another corpus's file, or none."""
+        if not self.same_file():
             raise CorpusNotFound(f"corpus {self._path.parent.name!r} was dropped")
 
     def close(self) -> None:

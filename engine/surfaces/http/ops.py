@@ -110,7 +110,8 @@ def scrape(engine: SearchEngine, *, multiprocess: bool) -> bytes:
     """The Prometheus text for this server (every worker's values in multiprocess mode)."""
     # A server serves every corpus of its directory: one created since by another
     # process is opened here so that its gauges are scraped before anyone searches it.
-    for name in engine.list_corpora():
+    live = engine.list_corpora()
+    for name in live:
         with contextlib.suppress(EngineError):  # dropped meanwhile
             engine.corpus(name)
     own = generate_latest(engine.registry)  # also refreshes the corpus-state gauges
@@ -120,7 +121,7 @@ def scrape(engine: SearchEngine, *, multiprocess: bool) -> bytes:
 
     registry = CollectorRegistry()
     workers = mp.MultiProcessCollector(None)  # type: ignore[no-untyped-call]
-    registry.register(_LiveCorpora(workers, set(engine.list_corpora())))
+    registry.register(_LiveCorpora(workers, set(live)))
     return generate_latest(registry)
 
 
