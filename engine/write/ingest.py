@@ -151,7 +151,7 @@ class Ingestor:
                 "embedding %d documents failed (%s: %.300s); storing them degraded",
                 len(texts),
                 type(exc).__name__,
-                exc,  # the provider's reason (model missing, server down), never their text
+                exc,  # the reason; Tandem's embedders name the model and failure, never texts
             )
             return None
         finally:
