@@ -23,7 +23,13 @@ import ollama
 from dense.ollama_errors import REMOTE_ERRORS, describe_failure
 from engine.config import FieldType, NaturalLanguage
 from engine.natural.errors import NaturalSearchUnavailable
-from engine.natural.schema import ModelQuery, output_schema, parse_output, system_prompt
+from engine.natural.schema import (
+    MAX_OUTPUT_TOKENS,
+    ModelQuery,
+    output_schema,
+    parse_output,
+    system_prompt,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +92,7 @@ class OllamaQuestionParser:
                     {"role": "user", "content": question},
                 ],
                 format=self._schema,
-                options={"temperature": 0},
+                options={"temperature": 0, "num_predict": MAX_OUTPUT_TOKENS},
                 stream=False,
             )
             content = response.message.content

@@ -33,6 +33,11 @@ MAX_VALUES = 4
 MAX_VALUE_CHARS = 128
 MAX_OUTPUT_CHARS = 8_192
 """A model answer longer than this is refused before it is parsed."""
+MAX_OUTPUT_TOKENS = MAX_OUTPUT_CHARS
+"""The model stops generating here (Ollama's ``num_predict``). A token is at least one
+character, so an answer within ``MAX_OUTPUT_CHARS`` is never cut; without a cap a model
+that loops in JSON mode (endless whitespace is a known failure) generates until its
+context is full, holding the question for as long."""
 
 _DATE_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
 _DATE = re.compile(_DATE_PATTERN)

@@ -27,7 +27,7 @@ from engine import (
 )
 from engine.config import SentenceTransformerEmbedding
 from engine.natural import output_schema
-from engine.natural.schema import system_prompt
+from engine.natural.schema import MAX_OUTPUT_CHARS, MAX_OUTPUT_TOKENS, system_prompt
 from tests.support.fakes import SwitchableEmbedder
 from tests.support.natural_standin import CHAT_MODEL, ChatBehaviour, ChatStandIn
 from tests.support.ollama_standin import Behaviour
@@ -110,6 +110,9 @@ def test_the_request_carries_the_schema_and_the_question_only(
         {"role": "user", "content": QUESTION},
     ]
     assert body["stream"] is False
+    # the model stops at a bounded length (a model looping in JSON mode would fill its context)
+    assert body["options"] == {"temperature": 0, "num_predict": MAX_OUTPUT_TOKENS}
+    assert MAX_OUTPUT_TOKENS >= MAX_OUTPUT_CHARS  # a token is at least one character
     sent = json.dumps(chat_standin.counts()) + json.dumps(body)
     sent += json.dumps(chat_standin.last_body("/api/show"))
     for record in (SECRET, "Benjamin", "Goldman", "Neurath", "l01", "1937"):
