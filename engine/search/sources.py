@@ -64,6 +64,11 @@ def compile_pattern(pattern: object, *, fixed: bool) -> regex.Pattern[str]:
         raise InvalidArgument(f"grep pattern is longer than {MAX_GREP_PATTERN} characters")
     if "\x00" in pattern:
         raise InvalidArgument("grep pattern contains a NUL character")
+    if not fixed and (call := subroutine_call(pattern)) is not None:
+        raise InvalidArgument(
+            f"grep pattern calls a group as a subroutine ({call}); recursion is not "
+            "supported (it can need memory without bound)"
+        )
     if not fixed and (copies := counted_copies(pattern)) > MAX_GREP_COPIES:
         raise InvalidArgument(
             f"grep pattern's counted repetitions ({{m,n}}) expand to {copies:,} copies of "
@@ -73,6 +78,26 @@ def compile_pattern(pattern: object, *, fixed: bool) -> regex.Pattern[str]:
         return regex.compile(regex.escape(pattern) if fixed else pattern, regex.MULTILINE)
     except (regex.error, OverflowError, RecursionError, ValueError, MemoryError) as exc:
         raise InvalidArgument(f"invalid regular expression: {exc}") from exc
+
+
+_SUBROUTINE = regex.compile(r"\(\?(?:R|[+-]?[0-9]+|&[^)]*|P>[^)]*)\)")
+
+
+def subroutine_call(pattern: str) -> str | None:
+    """The first recursion or subroutine call in ``pattern`` — ``(?R)``, ``(?1)``,
+    ``(?-1)``, ``(?&name)``, ``(?P>name)`` — outside escapes and character classes.
+    The regex module grows its stack for these without bound, before any time budget
+    bites: ``(?R)`` (4 characters) took 0.6 GB and ended in ``MemoryError``."""
+    i = 0
+    while i < len(pattern):
+        if pattern[i] == "(":
+            call = _SUBROUTINE.match(pattern, i)
+            if call is not None:
+                return call.group()
+            i += 1
+            continue
+        i = _atom_end(pattern, i)
+    return None
 
 
 MAX_GREP_COPIES = 10_000
@@ -191,6 +216,13 @@ def grep(
                             return matches
                 except TimeoutError:
                     raise _timed_out(timeout_s, matches) from None
+                except MemoryError:
+                    # the checks above refuse the known ways; any other pattern that
+                    # outgrows memory is the caller's to simplify, not a server error
+                    raise InvalidArgument(
+                        "grep pattern needs more memory than a scan may use; simplify it "
+                        "or search fixed text"
+                    ) from None
     finally:
         cursor.close()
 

@@ -16,7 +16,13 @@ from engine import (
     SourceNotFound,
 )
 from engine.limits import GREP_TIMEOUT_S, MAX_FETCH_CHARS, MAX_GREP_PATTERN
-from engine.search.sources import MAX_GREP_COPIES, counted_copies, evidence_text
+import engine.search.sources as sources
+from engine.search.sources import (
+    MAX_GREP_COPIES,
+    counted_copies,
+    evidence_text,
+    subroutine_call,
+)
 
 
 @pytest.fixture
@@ -108,6 +114,38 @@ def test_counted_repetitions_are_counted_nested_and_in_sequence() -> None:
     assert counted_copies(r"(?P<word>\w{4})(?<=a{2})(?i:b{3})") == 4 + 2 + 3
     assert counted_copies(r"[{}]{3}\p{L}{5}x{,5}{") == 3 + 5 + 5 + 1
     assert counted_copies(r"(?:a{100}){100}") <= MAX_GREP_COPIES  # still allowed
+
+
+@pytest.mark.timeout(60)  # compiled, each grows the regex module's stack to ~1 GB
+@pytest.mark.parametrize(
+    "pattern", [r"(?R)", r"(?0)", r"((?1))", r"(?:a|(?R))", r"(?P<n>x|(?&n))", r"(?P<n>(?P>n))"]
+)
+def test_recursive_patterns_are_refused_before_they_run(corpus: Corpus, pattern: str) -> None:
+    with pytest.raises(InvalidArgument, match="subroutine"):
+        corpus.grep(pattern)
+
+
+def test_only_real_subroutine_calls_are_refused() -> None:
+    assert subroutine_call(r"(a)b(?-1)") == "(?-1)"
+    assert subroutine_call(r"(?+1)(a)") == "(?+1)"
+    # an escaped parenthesis, a class, inline flags and back-references are no calls
+    for allowed in (r"\(?R\)", r"[(?R)]", r"(?-i:a)", r"(?i)a", r"(a)\g<1>", r"(?P<n>x)(?P=n)"):
+        assert subroutine_call(allowed) is None, allowed
+
+
+def test_a_pattern_that_runs_out_of_memory_is_the_callers_error(
+    corpus: Corpus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fault injection: whatever pattern outgrows memory mid-scan, the answer is a clear
+    InvalidArgument, not a MemoryError escaping as a server error."""
+
+    class Exhausting:
+        def finditer(self, text: str, timeout: float) -> object:
+            raise MemoryError
+
+    monkeypatch.setattr(sources, "compile_pattern", lambda pattern, fixed: Exhausting())
+    with pytest.raises(InvalidArgument, match="more memory"):
+        corpus.grep("anything")
 
 
 def test_a_match_line_is_bounded_and_its_offsets_exact(fast_engine: SearchEngine) -> None:

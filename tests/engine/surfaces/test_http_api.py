@@ -278,6 +278,9 @@ def test_evidence_grep_and_the_grep_time_budget(client: TestClient) -> None:
     )
     assert str(MAX_GREP_PATTERN) in long["message"]
     assert error_of(client.post("/v1/corpora/kw/grep", json={"pattern": "("}), 422)
+    # four characters that would grow the regex stack to ~1 GB and answer a bare 500
+    recursive = error_of(client.post("/v1/corpora/kw/grep", json={"pattern": "(?R)"}), 422)
+    assert recursive["code"] == "invalid_argument" and "subroutine" in recursive["message"]
 
 
 def test_ask_on_a_corpus_without_questions_is_a_clear_409(client: TestClient) -> None:
