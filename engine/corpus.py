@@ -105,41 +105,41 @@ class Corpus:
                 on_config_change=self._adopt_config,
             )
             self._sync.open_indexes()
+            self._embedder = None if embedder is None else self._guard(embedder)
+            embedder = self._embedder
+            self._visibility = DenseVisibility(self._store)
+            backends: list[SearchBackend] = [
+                CurrentIndexBackend(
+                    TantivyBackend(self._indexes.tantivy, texts=self._store.public_texts),
+                    lambda: self._indexes.keyword_index_current,
+                    self._gate,
+                ),
+                GateFreeBackend(DatabaseLikeBackend(self._store), self._gate),
+            ]
+            self._searcher = Searcher(
+                SearchState(
+                    corpus=config.name,
+                    config=config,
+                    store=self._store,
+                    indexes=self._indexes,
+                    embedder=embedder,
+                    keyword_full=KeywordSearchFacade.full_cascade(backends),
+                    keyword_index_backed=KeywordSearchFacade.index_backed(backends),
+                    visibility=self._visibility,
+                    metrics=metrics,
+                    gate=self._gate,
+                )
+            )
+            self._ingestor = Ingestor(
+                config.name, self._store, self._indexes, embedder, metrics, config.fields
+            )
+            self._questions = CorpusQuestions(config.name, self._store, self._searcher, metrics)
+            self._refresh_gauges()
         except BaseException:
             # An open that fails (a full disk, a damaged file) must not keep the store,
             # the index files or the write lock's descriptor for the life of the process.
             self._abandon()
             raise
-        self._embedder = None if embedder is None else self._guard(embedder)
-        embedder = self._embedder
-        self._visibility = DenseVisibility(self._store)
-        backends: list[SearchBackend] = [
-            CurrentIndexBackend(
-                TantivyBackend(self._indexes.tantivy, texts=self._store.public_texts),
-                lambda: self._indexes.keyword_index_current,
-                self._gate,
-            ),
-            GateFreeBackend(DatabaseLikeBackend(self._store), self._gate),
-        ]
-        self._searcher = Searcher(
-            SearchState(
-                corpus=config.name,
-                config=config,
-                store=self._store,
-                indexes=self._indexes,
-                embedder=embedder,
-                keyword_full=KeywordSearchFacade.full_cascade(backends),
-                keyword_index_backed=KeywordSearchFacade.index_backed(backends),
-                visibility=self._visibility,
-                metrics=metrics,
-                gate=self._gate,
-            )
-        )
-        self._ingestor = Ingestor(
-            config.name, self._store, self._indexes, embedder, metrics, config.fields
-        )
-        self._questions = CorpusQuestions(config.name, self._store, self._searcher, metrics)
-        self._refresh_gauges()
 
     # -- identity -------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import CorpusConfig, Document, SearchEngine, StorageError
+from engine import Corpus, CorpusConfig, Document, SearchEngine, StorageError
 from engine.write.indexes import DerivedIndexes
 from engine.write.sync import CorpusSync
 from tests.support.fakes import HashEmbedder
@@ -62,16 +62,23 @@ def _descriptors_into(directory: Path) -> list[str]:
     return [t for t in targets if t.startswith(str(directory))]
 
 
-def test_a_failed_open_holds_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("failing", ["opening the indexes", "counting the documents"])
+def test_a_failed_open_holds_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
     """Regression: every failed open kept the write lock's descriptor (and the store's
-    connection) for the life of the process."""
+    connection) for the life of the process — first when the indexes failed to open,
+    then (still) when a step after them did, such as the first count of a damaged store."""
     with _engine(tmp_path) as engine:
         engine.create_corpus(CorpusConfig(name="c")).add(DOCS)
 
-    def broken(self: CorpusSync) -> None:
+    def broken(self: object) -> None:
         raise StorageError("the index files are unreadable")
 
-    monkeypatch.setattr(CorpusSync, "open_indexes", broken)
+    if failing == "opening the indexes":
+        monkeypatch.setattr(CorpusSync, "open_indexes", broken)
+    else:
+        monkeypatch.setattr(Corpus, "_refresh_gauges", broken)
     directory = tmp_path / "corpora" / "c"
     with _engine(tmp_path) as engine:
         for _ in range(3):
