@@ -30,6 +30,7 @@ from engine.config import FieldType
 from engine.errors import InvalidArgument
 from engine.fields import INT64_MAX, INT64_MIN, described, encode_value, is_int64
 from sparse import FieldFilter, RangeFilter, TermsFilter
+from sparse.contracts import MAX_FIELD_NAME_LENGTH
 
 FilterValue: TypeAlias = str | int | dt.date
 """A value in a filter: keyword string, integer, or date (``date`` or ISO string)."""
@@ -44,6 +45,7 @@ MAX_FILTER_JSON_CHARS = 65_536
 
 _RANGE_OPS = ("gt", "gte", "lt", "lte")
 _OPS = ("eq", "in", *_RANGE_OPS)
+_SHOWN_OPS, _SHOWN_CHARS = 5, 40  # an error quotes this much of a caller's unknown operators
 
 
 class _Combinable:
@@ -153,16 +155,29 @@ def parse_filter(value: object, _depth: int = 0) -> Filter | None:
     return And(*clauses)
 
 
-def _field_conditions(name: object, spec: object) -> list[Filter]:
+def _check_name(name: object) -> None:
+    """A name no declared field can have is refused before any message quotes it (a
+    caller's two-megabyte key would come back whole)."""
     if not isinstance(name, str):
         raise InvalidArgument(f"filter field names must be strings, got {type(name).__name__}")
+    if len(name) > MAX_FIELD_NAME_LENGTH:
+        raise InvalidArgument(
+            f"filter field name of {len(name):,} characters; a field name has at most "
+            f"{MAX_FIELD_NAME_LENGTH}"
+        )
+
+
+def _field_conditions(name: object, spec: object) -> list[Filter]:
+    _check_name(name)
+    assert isinstance(name, str)
     if isinstance(spec, Mapping):
-        unknown = sorted(str(k) for k in spec if k not in _OPS)
+        unknown = sorted(repr(k)[:_SHOWN_CHARS] for k in spec if k not in _OPS)
         if not spec:
             raise InvalidArgument(f"filter on {name!r}: an empty condition; give {list(_OPS)}")
         if unknown:
             raise InvalidArgument(
-                f"filter on {name!r}: unknown operator(s) {unknown}; valid: {list(_OPS)}"
+                f"filter on {name!r}: unknown operator(s) {', '.join(unknown[:_SHOWN_OPS])}"
+                f"{' …' if len(unknown) > _SHOWN_OPS else ''}; valid: {list(_OPS)}"
             )
         out: list[Filter] = []
         if "eq" in spec:
@@ -212,6 +227,7 @@ def compile_filter(expr: object, declared: Mapping[str, FieldType]) -> CompiledF
 
 
 def _kind_of(field: object, declared: Mapping[str, FieldType]) -> FieldType:
+    _check_name(field)
     kind = declared.get(field) if isinstance(field, str) else None
     if kind is None:
         raise InvalidArgument(

@@ -155,6 +155,23 @@ def test_caps_on_conditions_and_values() -> None:
         In("tag", "war")  # a bare string is not a list of values
 
 
+@pytest.mark.parametrize(
+    "expr",
+    [
+        {"f" * 2_000_000: "x"},
+        Eq("g" * 2_000_000, "x"),
+        {"author": {"x" * 2_000_000: 1}},
+        {"author": {f"op{i:07}": 1 for i in range(20_000)}},
+    ],
+)
+def test_errors_quote_a_bounded_part_of_what_the_caller_sent(expr: object) -> None:
+    """Regression: an unknown field name or operator came back whole in the message
+    (two megabytes from the Python API and MCP, whose filters have no body cap)."""
+    with pytest.raises(InvalidArgument) as refused:
+        compile_filter(expr, DECLARED)
+    assert len(str(refused.value)) < 400
+
+
 def test_extreme_bounds_match_nothing_instead_of_overflowing() -> None:
     (cond,) = compile_filter(Range("year", gt=2**63 - 1), DECLARED)
     assert isinstance(cond, RangeFilter) and cond.low is not None and cond.high is not None

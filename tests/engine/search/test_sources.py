@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+import engine.search.sources as sources
 from engine import (
     ArmRanks,
     Corpus,
@@ -16,7 +17,6 @@ from engine import (
     SourceNotFound,
 )
 from engine.limits import GREP_TIMEOUT_S, MAX_FETCH_CHARS, MAX_GREP_PATTERN
-import engine.search.sources as sources
 from engine.search.sources import (
     MAX_GREP_COPIES,
     counted_copies,
