@@ -8,6 +8,7 @@ from engine.config import (
     OllamaEmbedding,
     PassageWindows,
     SentenceTransformerEmbedding,
+    ZScoreFusion,
 )
 from engine.corpus import Corpus
 from engine.documents import AddResult, ArmRanks, Document, GrepMatch, Passage, SourceText
@@ -71,4 +72,5 @@ __all__ = [
     "SourceNotFound",
     "SourceText",
     "StorageError",
+    "ZScoreFusion",
 ]
