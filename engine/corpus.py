@@ -168,6 +168,12 @@ class Corpus:
         re-created since): reopen it through ``SearchEngine.corpus``."""
         return not self._sync.dropped and self._store.same_file()
 
+    @property
+    def _closed(self) -> bool:
+        """Internal (``SearchEngine.corpus``): closed by a caller, so the engine opens a
+        new object for the next ``corpus(name)`` instead of handing this one out."""
+        return self._lifetime.ended and not self._dropped_here
+
     # -- reads ----------------------------------------------------------------------------
 
     @sealed
@@ -588,18 +594,23 @@ class Corpus:
         self._lifetime.end(lambda: self._release(save=False), self._close_wait_s)
 
     def _abandon(self) -> None:
-        """Release whatever a failed ``__init__`` had opened."""
-        sync, indexes = getattr(self, "_sync", None), getattr(self, "_indexes", None)
-        releases: list[Callable[[], None]] = [self._store.close]
-        if indexes is not None:
-            releases.insert(0, lambda: indexes.close(flush=False))
-        if sync is not None:
-            releases.insert(0, sync.close)
-        for release in releases:
+        """Release whatever is still open — after a failed ``__init__`` (which may have
+        opened only part of it) and at the end of every close, whatever its save did."""
+        releases: list[Callable[[], None]] = []
+        if (questions := getattr(self, "_questions", None)) is not None:
+            releases.append(questions.reset)
+        if (searcher := getattr(self, "_searcher", None)) is not None:
+            releases.append(searcher.close)
+        if (indexes := getattr(self, "_indexes", None)) is not None:
+            releases.append(lambda: indexes.close(flush=False))
+        releases.append(self._store.close)
+        if (sync := getattr(self, "_sync", None)) is not None:
+            releases.append(sync.close)
+        for step in releases:
             try:
-                release()
-            except Exception as exc:  # the open's own error is the one to report
-                logger.debug("releasing a failed open (%s)", type(exc).__name__)
+                step()
+            except Exception as exc:  # the open's or the save's own error is the one to report
+                logger.warning("releasing a corpus's files failed (%s)", type(exc).__name__)
 
     def _closed_error(self) -> Exception:
         if self._dropped_here or self._sync.dropped:
@@ -607,11 +618,14 @@ class Corpus:
         return StorageError(f"corpus {self.name!r} is closed")
 
     def _release(self, *, save: bool = True) -> None:
-        with self._sync.closing() if save else contextlib.nullcontext(False) as holder:
-            self._questions.reset()
-            self._searcher.close()
-            try:
-                self._indexes.close(flush=holder)
-            finally:
-                self._store.close()
-        self._sync.close()
+        try:
+            if save:
+                with self._sync.closing() as holder:
+                    self._questions.reset()
+                    self._searcher.close()
+                    self._indexes.close(flush=holder)
+        finally:
+            # A save that failed part-way (a catch-up on a full disk) must not leave the
+            # store, the index files or the write lock's descriptor open for good: the
+            # lifetime has ended, so no later close() would release them.
+            self._abandon()

@@ -243,12 +243,13 @@ class SearchEngine:
         with self._lock:
             directory = self._corpus_dir(name)  # validates first: a list is not a name
             known = self._corpora.get(name)
-            if known is not None and known.is_current():
+            if known is not None and known.is_current() and not known._closed:
                 return known
-            if known is not None:  # dropped (and maybe re-created) by another engine
-                del self._corpora[name]
-                with contextlib.suppress(EngineError, sqlite3.Error, OSError):
-                    known._discard()  # saves nothing: the directory may be a new corpus's
+            if known is not None:  # closed by its caller, or dropped (and maybe re-created)
+                del self._corpora[name]  # by another engine: a new object answers from now
+                if not known._closed:
+                    with contextlib.suppress(EngineError, sqlite3.Error, OSError):
+                        known._discard()  # saves nothing: the directory may be a new corpus's
             config_path = directory / "config.json"
             if config_path.is_file() and _marked_dropped(directory):
                 # A drop that died between marking the store and moving it away: finish it
@@ -280,7 +281,8 @@ class SearchEngine:
         the engine's lock, which a drop may hold while it waits for a writer (a server's
         event loop asks this and must not wait)."""
         known = None if self._closed else self._corpora.get(name)
-        return known if known is not None and known.is_current() else None
+        current = known is not None and known.is_current() and not known._closed
+        return known if current else None
 
     def _open(self, config: CorpusConfig, directory: Path) -> Corpus:
         embedder = None if config.embedder is None else self._embedders.get(config.embedder)

@@ -20,6 +20,7 @@ from engine import (
     OllamaEmbedding,
     SearchEngine,
     SentenceTransformerEmbedding,
+    StorageError,
 )
 from tests.support.fakes import HashEmbedder, SlowHealthEmbedder
 
@@ -41,6 +42,23 @@ def test_create_list_reopen_drop(tmp_path: Path) -> None:
             eng.corpus("kw")
         with pytest.raises(CorpusNotFound):
             eng.drop_corpus("kw")
+
+
+def test_a_corpus_closed_by_its_caller_is_opened_anew_by_the_engine(tmp_path: Path) -> None:
+    """Regression: ``engine.corpus(name)`` kept handing out the closed object, so once a
+    caller closed a corpus no call through that engine could use it again."""
+    with SearchEngine(tmp_path) as eng:
+        corpus = eng.create_corpus(CorpusConfig(name="kw", embedder=None))
+        corpus.add([Document(id="d1", title="Tandem bicycles", text="Two riders, one frame.")])
+        corpus.close()
+        with pytest.raises(StorageError, match="is closed"):
+            corpus.search("bicycles")  # the closed object stays closed
+        reopened = eng.corpus("kw")
+        assert reopened is not corpus and eng.corpus("kw") is reopened
+        assert reopened.search("bicycles")[0].source_id == "d1"
+        reopened.add([Document(id="d2", text="A third rider.")])
+    with SearchEngine(tmp_path) as eng:
+        assert len(eng.corpus("kw")) == 2  # the reopened object's write was kept
 
 
 @pytest.mark.parametrize("name", ["../evil", "a/b", "..", ".hidden", "UPPER", "", "x" * 65, "a b"])

@@ -107,3 +107,24 @@ def test_a_create_killed_before_its_config_is_not_a_corpus(
     with _engine(tmp_path) as engine:
         engine.create_corpus(CorpusConfig(name="c")).add(DOCS[:1])
         assert len(engine.corpus("c")) == 1
+
+
+def test_a_close_whose_catch_up_fails_still_releases_every_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: a close that failed catching up before its save (a full disk) kept the
+    store, the index files and the write lock's descriptor open for good — the corpus
+    had ended, so no second close would release them."""
+    with _engine(tmp_path) as engine:
+        corpus = engine.create_corpus(CorpusConfig(name="c"))
+        corpus.add(DOCS)
+
+        def disk_full(self: CorpusSync, *, holder: bool) -> None:
+            raise StorageError("could not catch up: [Errno 28] No space left")
+
+        monkeypatch.setattr(CorpusSync, "_catch_up", disk_full)
+        with pytest.raises(StorageError, match="No space left"):
+            corpus.close()  # the save's error is still reported
+        assert _descriptors_into(tmp_path / "corpora" / "c") == []
+        monkeypatch.undo()
+        assert len(engine.corpus("c").search("alpha3 shared")) > 0  # and it opens again
