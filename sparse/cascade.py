@@ -34,7 +34,7 @@ from sparse.contracts import (
     TermStatistics,
     TermStatisticsSource,
 )
-from sparse.errors import frames_of
+from sparse.errors import frames_of, is_contained
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +71,9 @@ class RetrievalService:
                 continue
             try:
                 sources = _distinct(backend, query, access, cap)
-            except Exception as exc:  # contained: the next backend gets the query
+            except BaseException as exc:  # contained: the next backend gets the query
+                if not is_contained(exc):
+                    raise
                 _log_failure(backend, exc)
                 continue
             return RetrievalResult(sources=sources, backend=backend.name)
@@ -104,12 +106,14 @@ class RetrievalService:
                 return cannot
             try:
                 return ask(backend)
-            except Exception as exc:  # contained, as in ``retrieve``
+            except BaseException as exc:  # contained, as in ``retrieve``
+                if not is_contained(exc):
+                    raise
                 _log_failure(backend, exc)
         return cannot
 
 
-def _log_failure(backend: SearchBackend, exc: Exception) -> None:
+def _log_failure(backend: SearchBackend, exc: BaseException) -> None:
     """The exception's type at warning level, its frames at debug: never its message,
     which may quote the query."""
     logger.warning(
@@ -121,7 +125,9 @@ def _log_failure(backend: SearchBackend, exc: Exception) -> None:
 def _available(backend: SearchBackend) -> bool:
     try:
         return bool(backend.is_available())
-    except Exception as exc:
+    except BaseException as exc:
+        if not is_contained(exc):
+            raise
         logger.warning("sparse backend availability check failed (%s)", type(exc).__name__)
         logger.debug("availability check traceback:\n%s", frames_of(exc))
         return False

@@ -24,6 +24,20 @@ class SparseIndexLockedError(SparseError):
     """Another writer holds the index's writer lock; nothing was written. Retry later."""
 
 
+def is_contained(exc: BaseException) -> bool:
+    """True for what a "never raises" boundary answers for: every ``Exception``, and a
+    panic inside native code. pyo3 raises a Rust panic as ``pyo3_runtime.PanicException``,
+    a ``BaseException`` (so ``except Exception`` cannot hide a bug) — and tantivy panics
+    when a query reads a damaged segment of an index that opened fine. KeyboardInterrupt,
+    SystemExit and the like are never contained."""
+    if isinstance(exc, Exception):
+        return True
+    return any(
+        kind.__name__ == "PanicException" and kind.__module__ == "pyo3_runtime"
+        for kind in type(exc).__mro__
+    )
+
+
 def frames_of(exc: BaseException) -> str:
     """The traceback of ``exc`` as file/line/function frames only, without its message.
 

@@ -33,7 +33,7 @@ from sparse.contracts import (
     TermsFilter,
     TermStatistics,
 )
-from sparse.errors import frames_of
+from sparse.errors import frames_of, is_contained
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +71,9 @@ class KeywordSearchFacade:
         """True when some backend of this registration can answer. Never raises."""
         try:
             return self._service.is_available()
-        except Exception as exc:
+        except BaseException as exc:
+            if not is_contained(exc):
+                raise
             logger.warning("keyword availability check failed (%s)", type(exc).__name__)
             logger.debug("availability check traceback:\n%s", frames_of(exc))
             return False
@@ -128,7 +130,9 @@ class KeywordSearchFacade:
             )
             result = self._service.retrieve(request, AccessContext.public_only())
             return [_to_hit(source) for source in result.sources[: request.limit]]
-        except Exception as exc:  # the facade boundary: never an exception out
+        except BaseException as exc:  # the facade boundary: never an exception out
+            if not is_contained(exc):
+                raise
             logger.warning("keyword search failed (%s); answering []", type(exc).__name__)
             logger.debug("keyword search traceback:\n%s", frames_of(exc))
             return []
@@ -168,7 +172,9 @@ class KeywordSearchFacade:
             if text is None:
                 return cannot
             return ask(text, clamp_language(language_id))
-        except Exception as exc:
+        except BaseException as exc:
+            if not is_contained(exc):
+                raise
             logger.warning("%s failed (%s)", what, type(exc).__name__)
             logger.debug("%s traceback:\n%s", what, frames_of(exc))
             return cannot

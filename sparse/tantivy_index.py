@@ -42,7 +42,12 @@ from sparse.contracts import (
     SparseDocument,
     is_field_name,
 )
-from sparse.errors import SparseError, SparseIndexCorruptError, SparseIndexLockedError
+from sparse.errors import (
+    SparseError,
+    SparseIndexCorruptError,
+    SparseIndexLockedError,
+    is_contained,
+)
 from sparse.shadow_dir import ShadowDirectory
 from sparse.tantivy_schema import (
     F_ANALYZER,
@@ -287,8 +292,10 @@ class TantivyIndex:
             try:
                 action(writer)
                 writer.commit()
-            except Exception as exc:
+            except BaseException as exc:
                 writer.rollback()
+                if not is_contained(exc):  # an interrupt stays one
+                    raise
                 raise SparseError(f"write to {self._path} failed") from exc
             finally:
                 writer.wait_merging_threads()

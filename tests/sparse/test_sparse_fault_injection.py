@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -191,3 +192,65 @@ def test_a_contained_failure_logs_its_frames_at_debug_never_the_query(
     assert "_explode_with" in logged  # the frames: where it failed
     assert "ValueError" in logged
     assert "zzsecretzz" not in logged  # the message, which quotes the query, is not
+
+
+def _flip_bytes(path: Path, seed: int) -> None:
+    data = bytearray(path.read_bytes())
+    rng = random.Random(seed)
+    for _ in range(16):
+        data[rng.randrange(len(data))] ^= 0xFF
+    path.write_bytes(data)
+
+
+_PANIC_DOCS = [
+    SparseDocument(f"d{i}", f"title {i} password", f"body text {i} " + "lorem ipsum " * (i % 7))
+    for i in range(300)
+]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_segment_damaged_so_that_tantivy_panics_is_contained(tmp_path: Path, seed: int) -> None:
+    """Regression: tantivy panics (pyo3's PanicException, a BaseException) when a query
+    reads a damaged term dictionary of an index that opened fine — 3 of these 20
+    corruptions did with tantivy 0.27 — and the panic went through ``except Exception``
+    out of the facade, past the fallback backend."""
+    index = TantivyIndex(tmp_path / "index")
+    index.upsert(_PANIC_DOCS)
+    (term_file,) = index.path.glob("*.term")
+    index.close()
+    _flip_bytes(term_file, seed)
+    full, arm, _ = _facades(TantivyIndex(index.path))
+    for facade in (full, arm):  # each answers: its hits, the fallback's, or []
+        assert isinstance(facade.search("password body lorem", 50), list)
+        assert isinstance(facade.excerpt_terms("password lorem"), list)
+        facade.term_statistics("password lorem")  # None or statistics, never a raise
+
+
+class PanicException(BaseException):
+    """What pyo3 raises for a Rust panic, as far as a boundary can tell (name, module)."""
+
+
+PanicException.__module__ = "pyo3_runtime"
+
+
+def test_a_native_panic_falls_back_but_an_interrupt_goes_through() -> None:
+    class Panicking:
+        name = "panicking"
+        priority = 50
+
+        def __init__(self, raised: BaseException) -> None:
+            self.raised = raised
+
+        def is_available(self) -> bool:
+            return True
+
+        def search(self, query: RetrievalQuery, access: AccessContext) -> list[EvidenceSource]:
+            raise self.raised
+
+    fallback = Fallback()
+    panicking = KeywordSearchFacade.full_cascade([Panicking(PanicException("boom")), fallback])
+    assert [hit.source_id for hit in panicking.search("walrus", 10)] == ["fb"]
+    assert KeywordSearchFacade.index_backed([Panicking(PanicException())]).search("w x", 5) == []
+    interrupted = KeywordSearchFacade.full_cascade([Panicking(KeyboardInterrupt()), fallback])
+    with pytest.raises(KeyboardInterrupt):
+        interrupted.search("walrus", 10)
