@@ -4,7 +4,14 @@ Each ``Analyzer`` is a tantivy text-analysis chain registered on the index under
 ``tokenizer_name`` and indexed into its own field (``field_name``): a multilingual corpus
 keeps one BM25 field per analyzer, and a document goes to the field of its language.
 
-- ``ENGLISH``: words, long tokens (> 40 chars) dropped, lowercased, folded to ASCII
+Every chain first puts text in Unicode's composed form (NFC), documents and queries alike:
+text from macOS file names or some PDF extractions spells ``é`` as ``e`` plus a combining
+accent, which the word tokenizer splits at, so ``Ménière`` written that way matched
+neither ``Ménière`` nor ``meniere``. Every chain drops tokens of ``MAX_TOKEN_BYTES`` or
+more (tantivy counts UTF-8 bytes: 40 bytes dropped the 21-letter Russian
+``достопримечательность`` and German compounds).
+
+- ``ENGLISH``: words, long tokens dropped, lowercased, folded to ASCII
   where a letter has an ASCII form (``Ménière`` and ``meniere``, ``naïve`` and ``naive``
   are one term, as LanceDB's default analyzer and Lucene's ``ASCIIFoldingFilter`` make
   them; Greek letters and symbols stay), English stop words removed, Snowball English
@@ -28,15 +35,19 @@ keeps one BM25 field per analyzer, and a document goes to the field of its langu
   elisions ``l'``, ``d'``, ``qu'`` go with the stop words).
 - ``SIMPLE``: words, lowercased, no stop words, no stemming (any space-delimited script).
 - ``CJK``: every Han, Hiragana, Katakana, Hangul or Thai character is its own token
-  (unigrams, as Lucene's standard analyzer does for Han); runs of other letters and digits
-  are words; lowercased. Needs no word boundaries, so text in any script stays findable:
-  the fallback for language ids the map does not know, so another script never silently
-  returns nothing. (tantivy's n-gram tokenizer would also emit tokens spanning spaces.)
+  (unigrams, as Lucene's standard analyzer does for Han); runs of other letters, digits
+  and combining marks are words, so ``iPhone用`` is ``iphone`` and ``用`` (a run of
+  letters swallowed the Han after it before, and ``iPhone`` matched nothing) and a
+  Devanagari word keeps its vowel signs; lowercased. Needs no word boundaries, so text
+  in any script stays findable: the fallback for language ids the map does not know, so
+  another script never silently returns nothing. (tantivy's n-gram tokenizer would also
+  emit tokens spanning spaces.)
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -45,8 +56,10 @@ from types import MappingProxyType
 
 import tantivy
 
-MAX_TOKEN_LENGTH = 40
-"""Word tokens longer than this are dropped (a 10,000-character token matches nothing)."""
+MAX_TOKEN_BYTES = 160
+"""Tokens of this many UTF-8 bytes or more are dropped (a 10,000-character token matches
+nothing): 40 characters of any script, 160 of ASCII. Lucene's standard tokenizer keeps
+255 characters."""
 
 
 class Analyzer(Enum):
@@ -89,7 +102,10 @@ class Analyzer(Enum):
         return f"tandem_{self.value}" if version == 1 else f"tandem_{self.value}_v{version}"
 
     def prepare(self, text: str) -> str:
-        """``text`` as this chain's tokenizer receives it (documents and queries alike)."""
+        """``text`` as this chain's tokenizer receives it (documents and queries alike):
+        composed (NFC), then rewritten where the chain has a rewrite."""
+        if not text.isascii() and not unicodedata.is_normalized("NFC", text):
+            text = unicodedata.normalize("NFC", text)
         rewrite = _PREPARERS.get(self)
         return text if rewrite is None else rewrite(text)
 
@@ -105,7 +121,7 @@ class Analyzer(Enum):
 
 def _words(*filters: tantivy.Filter) -> tantivy.TextAnalyzer:
     builder = tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
-    builder = builder.filter(tantivy.Filter.remove_long(MAX_TOKEN_LENGTH))
+    builder = builder.filter(tantivy.Filter.remove_long(MAX_TOKEN_BYTES))
     builder = builder.filter(tantivy.Filter.lowercase())
     for extra in filters:
         builder = builder.filter(extra)
@@ -133,12 +149,13 @@ def _simple() -> tantivy.TextAnalyzer:
     return _words()
 
 
-_CJK_PATTERN = r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}\p{Thai}]|[\p{L}\p{N}]+"
+_UNIGRAM_SCRIPTS = r"\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}\p{Thai}"
+_CJK_PATTERN = rf"[{_UNIGRAM_SCRIPTS}]|[[\p{{L}}\p{{N}}\p{{M}}]--[{_UNIGRAM_SCRIPTS}]]+"
 
 
 def _cjk() -> tantivy.TextAnalyzer:
     builder = tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(_CJK_PATTERN))
-    builder = builder.filter(tantivy.Filter.remove_long(MAX_TOKEN_LENGTH))
+    builder = builder.filter(tantivy.Filter.remove_long(MAX_TOKEN_BYTES))
     return builder.filter(tantivy.Filter.lowercase()).build()
 
 
@@ -165,9 +182,12 @@ _PREPARERS: Mapping[Analyzer, Callable[[str], str]] = MappingProxyType(
     {Analyzer.ENGLISH: _english_text}
 )
 
-_CHAIN_VERSIONS: Mapping[Analyzer, int] = MappingProxyType({Analyzer.ENGLISH: 3})
+_CHAIN_VERSIONS: Mapping[Analyzer, int] = MappingProxyType(
+    {analyzer: 4 if analyzer is Analyzer.ENGLISH else 2 for analyzer in Analyzer}
+)
 """Chains changed since their first release (ENGLISH 2: ``prepare`` added; 3: ASCII
-folding)."""
+folding; every chain, ENGLISH 4 and the others 2: NFC, and the long-token cut at 160
+bytes instead of 40; CJK's word runs stop at the unigram scripts and keep marks)."""
 
 _BUILDERS: Mapping[Analyzer, Callable[[], tantivy.TextAnalyzer]] = MappingProxyType(
     {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -128,6 +130,19 @@ def test_each_analyzer_has_its_own_field_and_tokenizer() -> None:
         (Analyzer.SIMPLE, "The Studies", ["the", "studies"]),
         (Analyzer.CJK, "東京 Tower", ["東", "京", "tower"]),
         (Analyzer.ENGLISH, "x" * 10_000, []),
+        # the long-token cut counts bytes: 40 of them dropped everyday words of other scripts
+        (Analyzer.ENGLISH, "x" * 159, ["x" * 159]),
+        (Analyzer.ENGLISH, "x" * 160, []),
+        (Analyzer.RUSSIAN, "достопримечательность", ["достопримечательн"]),
+        (
+            Analyzer.GERMAN,
+            "Rindfleischetikettierungsüberwachungsaufgabenübertragungsgesetz",
+            ["rindfleischetikettierungsuberwachungsaufgabenubertragungsgesetz"],
+        ),
+        # Latin and digit runs stop where the unigram scripts start; marks stay in words
+        (Analyzer.CJK, "iPhone用の充電器", ["iphone", "用", "の", "充", "電", "器"]),
+        (Analyzer.CJK, "Python入门 2024年", ["python", "入", "门", "2024", "年"]),
+        (Analyzer.CJK, "हिन्दी भाषा", ["हिन्दी", "भाषा"]),
         # folded to ASCII before stemming: accents or not, one term
         (Analyzer.ENGLISH, "Ménière NAÏVE Sjögren café", ["menier", "naiv", "sjogren", "cafe"]),
         (Analyzer.ENGLISH, "meniere naive sjogren cafe", ["menier", "naiv", "sjogren", "cafe"]),
@@ -136,6 +151,17 @@ def test_each_analyzer_has_its_own_field_and_tokenizer() -> None:
 )
 def test_analysis_chains(analyzer: Analyzer, text: str, expected: list[str]) -> None:
     assert analyzer.build().analyze(text) == expected
+
+
+@pytest.mark.parametrize("analyzer", list(Analyzer))
+def test_decomposed_text_analyses_as_its_composed_form(analyzer: Analyzer) -> None:
+    """Regression: "Ménière" spelled with combining accents (macOS file names, some PDF
+    extractions) was split at each accent, so it matched neither "Ménière" nor "meniere"."""
+    composed = "Ménière naïve Sjögren Ålesund Häuser"
+    decomposed = unicodedata.normalize("NFD", composed)
+    assert decomposed != composed
+    chain = analyzer.build()
+    assert chain.analyze(analyzer.prepare(decomposed)) == chain.analyze(analyzer.prepare(composed))
 
 
 def test_default_map_and_fallback() -> None:

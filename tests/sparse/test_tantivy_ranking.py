@@ -95,8 +95,8 @@ def test_possessive_and_abbreviations_match_no_single_letter_documents(tmp_path:
 def test_english_chain_version_is_in_its_tokenizer_name() -> None:
     # A changed chain must not silently reuse an index built by the old one: the name is
     # part of the schema, and a schema mismatch makes the owner rebuild.
-    assert Analyzer.ENGLISH.tokenizer_name == "tandem_en_v3"
-    assert Analyzer.GERMAN.tokenizer_name == "tandem_de"
+    assert Analyzer.ENGLISH.tokenizer_name == "tandem_en_v4"
+    assert Analyzer.GERMAN.tokenizer_name == "tandem_de_v2"
 
 
 # --- deterministic ties -----------------------------------------------------------------
