@@ -7,8 +7,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from dense.local import SentenceTransformerEmbedder
+
+# Property tests run the same examples on every run and have no per-example deadline, on
+# any machine (Hypothesis' built-in "ci" profile does the same, but only where it detects a
+# CI; this one is loaded everywhere). A test's own @settings still overrides these fields.
+settings.register_profile(
+    "tandem",
+    deadline=None,
+    derandomize=True,
+    database=None,  # derandomized: nothing to replay; no .hypothesis/ in the checkout
+    suppress_health_check=[HealthCheck.too_slow],  # as the "ci" profile: slow boxes
+)
+settings.load_profile("tandem")
 
 # Run first, so the two xdist workers finish together: the files that take the longest.
 _LONGEST_FIRST = (
@@ -19,11 +32,25 @@ _LONGEST_FIRST = (
 )
 
 
+_CLUSTER_GROUP = "tests/engine/cluster"
+
+
 def _group(item: pytest.Item, root: Path) -> str:
     relative = item.path.relative_to(root).as_posix()
     # One local Ray cluster per worker is all a 2-core machine can hold: every cluster test
-    # runs on the same worker.
-    return "tests/engine/cluster" if relative.startswith("tests/engine/cluster/") else relative
+    # runs on the same worker — the README examples that start Ray too (tests/test_readme.py
+    # names them in RAY_BLOCKS).
+    if relative.startswith(_CLUSTER_GROUP + "/") or _runs_a_ray_readme_block(item):
+        return _CLUSTER_GROUP
+    return relative
+
+
+def _runs_a_ray_readme_block(item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    module = getattr(item, "module", None)
+    if callspec is None or module is None or not hasattr(module, "RAY_BLOCKS"):
+        return False
+    return callspec.params.get("block") in module.RAY_BLOCKS
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups off the markers

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
 README = Path(__file__).parents[1] / "README.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+# The blocks that start (or join) a Ray cluster: tests/conftest.py runs them on the worker
+# of the cluster tests (one Ray cluster per worker), and each is shut down after its block.
+RAY_BLOCKS = frozenset(
+    i
+    for i, block in enumerate(BLOCKS)
+    if re.search(r"engine\.cluster|ShardedCorpus|\bimport ray\b|\bray\.", block)
+)
 
 
 def test_readme_has_examples() -> None:
@@ -18,12 +26,21 @@ def test_readme_has_examples() -> None:
 
 @pytest.mark.parametrize("block", range(len(BLOCKS)))
 def test_readme_block_runs(block: int, tmp_path: Path) -> None:
+    ray_was_up = _ray_is_up()
     cwd = Path.cwd()
     os.chdir(tmp_path)  # the examples write ./tandem-data
     try:
         exec(compile(BLOCKS[block], f"README.md block {block}", "exec"), {})
     finally:
         os.chdir(cwd)
+        if not ray_was_up and _ray_is_up():  # a local cluster the block started: stop it
+            sys.modules["ray"].shutdown()
+
+
+def _ray_is_up() -> bool:
+    """Whether this process is connected to Ray (never imports it: most blocks do not)."""
+    ray = sys.modules.get("ray")
+    return ray is not None and bool(ray.is_initialized())
 
 
 def test_readme_opens_with_the_two_commands() -> None:

@@ -34,8 +34,11 @@ from tests.support.ollama_standin import (
 __all__ = ["ollama_standin"]  # the fixture, re-exported so pytest finds it
 
 MODEL = "standin-embed"
-TIMEOUT_S = 0.5
-GENEROUS_S = 4.0  # the stand-in sleeps longer than this when slow; we must return sooner
+# Requests expected to succeed get a generous timeout (a loaded CI box can be slow to
+# answer even on loopback); the tests that wait for a timeout set SHORT_TIMEOUT_S.
+TIMEOUT_S = 10.0
+SHORT_TIMEOUT_S = 0.5
+GENEROUS_S = 15.0  # far below the stand-in's 30 s sleep: proves nothing waited for it
 
 
 @pytest.fixture
@@ -182,7 +185,7 @@ def test_health_check_failure_is_false(ollama_standin: OllamaStandIn, behaviour:
 
 
 def test_unknown_model_is_detected_by_the_health_check(ollama_standin: OllamaStandIn) -> None:
-    embedder = OllamaEmbedder("never-pulled", host=ollama_standin.host, health_timeout_s=0.5)
+    embedder = OllamaEmbedder("never-pulled", host=ollama_standin.host, health_timeout_s=TIMEOUT_S)
     assert embedder.is_available() is False
     with pytest.raises(EmbedderUnavailable):
         OllamaEmbedder("never-pulled", host=ollama_standin.host).embed(["x"])
@@ -239,12 +242,13 @@ def test_model_that_cannot_embed_is_unavailable(ollama_standin: OllamaStandIn) -
 def test_slow_server_times_out_instead_of_hanging(ollama_standin: OllamaStandIn) -> None:
     ollama_standin.behaviour = Behaviour.SLOW
     ollama_standin.delay_s = 30.0
-    embedder = make_embedder(ollama_standin, dimension=8)
+    short = {"timeout_s": SHORT_TIMEOUT_S, "health_timeout_s": SHORT_TIMEOUT_S}
+    embedder = make_embedder(ollama_standin, None, dimension=8, **short)
     started = time.monotonic()
     assert embedder.is_available() is False
     with pytest.raises(EmbedderUnavailable, match="circuit open"):
         embedder.embed(["x"])
-    fresh = make_embedder(ollama_standin, dimension=8)
+    fresh = make_embedder(ollama_standin, None, dimension=8, **short)
     with pytest.raises(EmbedderUnavailable, match="timed out"):
         fresh.embed(["x"])
     assert time.monotonic() - started < GENEROUS_S

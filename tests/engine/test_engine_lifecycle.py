@@ -159,6 +159,7 @@ def test_a_create_that_crashed_before_its_config_starts_clean(tmp_path: Path) ->
 def test_nothing_starts_while_the_engine_closes(tmp_path: Path) -> None:
     """close() stops the repairer and the metrics servers, then waits: a start in that
     window would outlive the engine."""
+    before = set(threading.enumerate())  # an earlier test's leftovers are not this test's
     engine = SearchEngine(tmp_path)
     refused: list[str] = []
     real_close = engine.metrics.close
@@ -175,7 +176,9 @@ def test_nothing_starts_while_the_engine_closes(tmp_path: Path) -> None:
     engine.close()
     assert refused == ["this SearchEngine is closing"] * 2
     assert not any(
-        t.name.startswith(("tandem-repairer", "tandem-metrics")) for t in threading.enumerate()
+        t.name.startswith(("tandem-repairer", "tandem-metrics"))
+        for t in threading.enumerate()
+        if t not in before
     )
 
 

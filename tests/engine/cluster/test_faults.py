@@ -27,7 +27,13 @@ from engine.cluster import ClusterOptions, ShardedCorpus, ShardUnavailable, shar
 
 DOCS = sample_documents(90)
 PUBLIC = {d.id for d in DOCS if d.is_public}
-FAST = {"probe_interval_s": 0.1, "probe_timeout_s": 0.5}
+# Probe often; give a probe of a live shard time to answer on a loaded box (a killed or
+# restarting shard is not waited for longer than this per probe).
+FAST = {"probe_interval_s": 0.1, "probe_timeout_s": 5.0}
+# How long a write/read waits for a shard. The shard killed for good (max_restarts=0) is
+# waited for this long before ShardUnavailable — the time the dead-shard test spends on
+# each such call — while the live shard must answer within it: 10 s, not 2 s.
+DEAD_SHARD_WAIT_S = 10.0
 
 
 def up(corpus: ShardedCorpus) -> float | None:
@@ -138,7 +144,12 @@ def test_a_write_to_a_shard_that_stays_dead_fails_clearly(
         CorpusConfig(name="dead", embedder=None, fields=FIELDS),
         2,
         embedder_factory=hash_factory,
-        options=ClusterOptions(**FAST, max_restarts=0, write_timeout_s=2, read_timeout_s=2),
+        options=ClusterOptions(
+            **FAST,
+            max_restarts=0,
+            write_timeout_s=DEAD_SHARD_WAIT_S,
+            read_timeout_s=DEAD_SHARD_WAIT_S,
+        ),
     )
     try:
         corpus.add(DOCS)

@@ -41,8 +41,10 @@ def _natural(standin: ChatStandIn, **overrides: Any) -> NaturalLanguage:
     settings: dict[str, Any] = {
         "model": CHAT_MODEL,
         "host": standin.host,
-        "timeout_s": 0.5,
-        "health_timeout_s": 0.5,
+        # generous: requests expected to succeed must not fail on a loaded box; the tests
+        # that wait for a timeout pass their own short ones
+        "timeout_s": 10.0,
+        "health_timeout_s": 10.0,
     }
     settings.update(overrides)
     return NaturalLanguage(**settings)

@@ -216,6 +216,24 @@ def _python(code: str, *args: str, **kwargs: object) -> subprocess.Popen[str]:
     return proc
 
 
+def _readline(proc: subprocess.Popen[str], timeout_s: float) -> str:
+    """The child's next stdout line; fails (instead of blocking) after ``timeout_s``."""
+    assert proc.stdout is not None
+    stream = proc.stdout
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.append(stream.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout_s)  # a reader left blocked ends when the child is killed
+    assert lines, f"no line from the child within {timeout_s:g} s"
+    return lines[0]
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
 @pytest.mark.timeout(120)
 def test_a_second_process_shares_the_directory_and_a_killed_holder_harms_nothing(
     tmp_path: Path,
@@ -227,16 +245,21 @@ def test_a_second_process_shares_the_directory_and_a_killed_holder_harms_nothing
         )
         # Another process opens, reads and writes while this one has the directory open.
         other = _python(_OPENER, str(root), stdout=subprocess.PIPE)
-        out, _ = other.communicate(timeout=60)
+        try:
+            out, _ = other.communicate(timeout=60)
+        finally:
+            _kill(other)
         assert other.returncode == 0 and out.startswith("SEES 1"), out
         assert [h.source_id for h in first.corpus("c").search("opener")] == ["other"]
     # A process holding the directory (and, moments before, the write lock) is SIGKILLed:
     # nothing is left locked and nothing acknowledged is lost.
     holder = _python(_HOLDER, str(root), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    assert holder.stdout is not None
-    assert holder.stdout.readline().strip() == "READY"
-    holder.send_signal(signal.SIGKILL)
-    holder.wait(timeout=30)
+    try:
+        assert _readline(holder, 60).strip() == "READY"
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=30)
+    finally:
+        _kill(holder)  # never left holding the directory when the test failed
     with SearchEngine(root, busy_timeout=5.0) as again:
         corpus = again.corpus("c")
         corpus.add([Document(id="after", text="written after the kill by this process")])

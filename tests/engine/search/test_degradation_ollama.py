@@ -26,6 +26,11 @@ from tests.support.ollama_standin import Behaviour, OllamaStandIn, Reply, Reques
 __all__ = ["ollama_standin"]  # the fixture, re-exported so pytest finds it
 
 WINDOW_S = 10.0
+# Requests expected to succeed get a generous timeout (a loaded CI box can be slow even on
+# loopback); only the hanging-provider test, which waits for its timeout, keeps short ones.
+TIMEOUT_S = 10.0
+SHORT_TIMEOUT_S = 0.5  # embed
+SHORT_HEALTH_TIMEOUT_S = 1.0
 
 
 class ManualClock:
@@ -42,9 +47,18 @@ class ManualClock:
 class Rig:
     """An engine whose Ollama specs map to embedders on a manual-clock breaker."""
 
-    def __init__(self, path: Path, standin: OllamaStandIn, clock: ManualClock) -> None:
+    def __init__(
+        self,
+        path: Path,
+        standin: OllamaStandIn,
+        clock: ManualClock,
+        timeout_s: float = TIMEOUT_S,
+        health_timeout_s: float = TIMEOUT_S,
+    ) -> None:
         self.standin = standin
         self.clock = clock
+        self.timeout_s = timeout_s
+        self.health_timeout_s = health_timeout_s
         self.built: list[OllamaEmbedder] = []
         self.engine = SearchEngine(path, embedder_factory=self._factory)
         self.server = self.engine.serve_metrics()
@@ -52,7 +66,13 @@ class Rig:
     def _factory(self, spec: EmbedderSpec) -> OllamaEmbedder:
         assert isinstance(spec, OllamaEmbedding)
         breaker = CircuitBreaker(base_backoff_s=WINDOW_S, max_backoff_s=WINDOW_S, clock=self.clock)
-        embedder = ollama_embedder(spec.host, spec.model, breaker=breaker, timeout_s=0.5)
+        embedder = ollama_embedder(
+            spec.host,
+            spec.model,
+            breaker=breaker,
+            timeout_s=self.timeout_s,
+            health_timeout_s=self.health_timeout_s,
+        )
         self.built.append(embedder)
         return embedder
 
@@ -71,12 +91,26 @@ def clock() -> ManualClock:
     return ManualClock()
 
 
-@pytest.fixture
-def rig(tmp_path: Path, ollama_standin: OllamaStandIn, clock: ManualClock) -> Iterator[Rig]:
-    r = Rig(tmp_path / "engine", ollama_standin, clock)
+def _rig(path: Path, standin: OllamaStandIn, clock: ManualClock, *timeouts: float) -> Iterator[Rig]:
+    r = Rig(path, standin, clock, *timeouts)
     r.engine.create_corpus(CorpusConfig(name="docs", embedder=r.spec()))
     yield r
     r.close()
+
+
+@pytest.fixture
+def rig(tmp_path: Path, ollama_standin: OllamaStandIn, clock: ManualClock) -> Iterator[Rig]:
+    yield from _rig(tmp_path / "engine", ollama_standin, clock)
+
+
+@pytest.fixture
+def short_timeout_rig(
+    tmp_path: Path, ollama_standin: OllamaStandIn, clock: ManualClock
+) -> Iterator[Rig]:
+    """As ``rig``, with short client timeouts: for a test that waits for one to expire."""
+    yield from _rig(
+        tmp_path / "engine", ollama_standin, clock, SHORT_TIMEOUT_S, SHORT_HEALTH_TIMEOUT_S
+    )
 
 
 def _record_embedded(standin: OllamaStandIn) -> Counter[str]:
@@ -170,11 +204,12 @@ def test_wrong_dimensions_degrade_and_fall_back_without_errors(
 
 
 def test_a_hanging_provider_costs_one_timeout_per_window(
-    rig: Rig, ollama_standin: OllamaStandIn
+    short_timeout_rig: Rig, ollama_standin: OllamaStandIn
 ) -> None:
+    rig = short_timeout_rig
     corpus = rig.engine.corpus("docs")
     corpus.add(docs(3, "ok"))
-    ollama_standin.delay_s = 30.0  # far beyond the 0.5 s timeouts
+    ollama_standin.delay_s = 30.0  # far beyond the short (0.5 s) timeouts
     ollama_standin.behaviour = Behaviour.SLOW
     ollama_standin.reset_counts()
     assert corpus.add(docs(2, "slow")).degraded == 2
@@ -256,7 +291,10 @@ def test_default_factory_with_a_real_ollama_spec(
 ) -> None:
     """No injected factory: the engine builds its own OllamaEmbedder from the spec."""
     spec = OllamaEmbedding(
-        model="standin-embed", host=ollama_standin.host, timeout_s=0.5, health_timeout_s=0.5
+        model="standin-embed",
+        host=ollama_standin.host,
+        timeout_s=TIMEOUT_S,
+        health_timeout_s=TIMEOUT_S,
     )
     with SearchEngine(tmp_path / "engine") as engine:
         server = engine.serve_metrics()

@@ -3,6 +3,7 @@ errors."""
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
@@ -127,14 +128,36 @@ def test_a_waiter_interrupted_by_a_signal_leaves_the_queue() -> None:
     def interrupt(signum: int, frame: object) -> None:
         raise _Interrupted
 
-    previous = signal.signal(signal.SIGALRM, interrupt)
+    # SIGUSR1 sent to this thread once it waits in the gate (SIGALRM and its timer are
+    # pytest-timeout's: left alone).
+    main = threading.get_ident()
+    parked = threading.Event()
+
+    def interrupt_once_parked() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            frame = sys._current_frames().get(main)
+            if (  # queued, and blocked in the turn's Event.wait (threading's Condition.wait)
+                len(gate._waiting) == 1
+                and frame is not None
+                and frame.f_code.co_name == "wait"
+                and frame.f_code.co_filename == threading.__file__
+            ):
+                parked.set()
+                break
+            time.sleep(0.001)
+        signal.pthread_kill(main, signal.SIGUSR1)  # also when never parked: no hang
+
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    interrupter = threading.Thread(target=interrupt_once_parked, daemon=True)
     try:
-        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        interrupter.start()
         with pytest.raises(_Interrupted):
             gate.__enter__()  # waits (the holder has it) until the signal interrupts
+        interrupter.join(timeout=30)
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.signal(signal.SIGUSR1, previous)
+    assert parked.is_set(), "the waiter never blocked in the gate"
     assert len(gate._waiting) == 0
     release.set()
     holder.join(timeout=30)

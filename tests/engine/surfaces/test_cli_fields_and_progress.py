@@ -167,9 +167,18 @@ def _run_on_a_terminal(args: list[str], timeout_s: float = 180.0) -> tuple[int, 
         elif proc.poll() is not None:
             break
     os.close(master)
-    code = proc.wait(timeout=60)
-    assert proc.stdout is not None
-    proc.stdout.close()
+    try:
+        if proc.poll() is None and time.monotonic() >= deadline:
+            proc.kill()  # past the deadline: never wait on (or leave behind) a hung child
+            proc.wait(timeout=60)
+            raise AssertionError(f"tandem {args} did not finish within {timeout_s:g} s")
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:  # the wait above timed out
+            proc.kill()
+            proc.wait(timeout=60)
+        assert proc.stdout is not None
+        proc.stdout.close()
     return code, drawn.decode("utf-8", "replace")
 
 

@@ -72,6 +72,23 @@ def _ask(proc: subprocess.Popen[str], command: str, answer: str) -> str:
     return line[len(answer) :].strip()
 
 
+def _end(procs: list[subprocess.Popen[str]]) -> None:
+    """Ask every worker to exit; kill any that has not within 60 s (or cannot be asked)."""
+    for proc in procs:
+        if proc.poll() is None and proc.stdin is not None:
+            try:
+                proc.stdin.write("EXIT\n")
+                proc.stdin.flush()
+            except OSError:  # BrokenPipeError: it died already (reaped below)
+                pass
+    for proc in procs:
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def _events(logdir: Path) -> dict[str, list[Event]]:
     by_id: dict[str, list[Event]] = defaultdict(list)
     for path in logdir.glob("*.events"):
@@ -128,12 +145,7 @@ def test_processes_sharing_a_directory_agree_and_keep_every_promise(tmp_path: Pa
             for (_, name), proc in zip(roles, procs, strict=True)
         }
     finally:
-        for proc in procs:
-            if proc.poll() is None and proc.stdin is not None:
-                proc.stdin.write("EXIT\n")
-                proc.stdin.flush()
-        for proc in procs:
-            proc.wait(timeout=60)
+        _end(procs)
 
     stored = stored_rows(root / "corpora" / "c")
     with_vectors = sorted(k for k, v in stored.items() if v[3])
