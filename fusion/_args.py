@@ -22,9 +22,7 @@ def checked_weights(weights: Sequence[float] | None, count: int) -> list[float]:
         )
     for index, value in enumerate(values):
         if not (math.isfinite(value) and value >= 0):
-            raise FusionError(
-                f"weights[{index}] must be a finite number >= 0, got {weights[index]!r}"
-            )
+            raise FusionError(f"weights[{index}] must be a finite number >= 0, got {value!r}")
     return values
 
 

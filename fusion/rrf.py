@@ -67,13 +67,28 @@ def rrf(
     Raises:
         FusionError: (a ``ValueError``) if ``k`` is not a finite number > 0; if ``weights``
             does not have one finite, non-negative number per ranking; if ``limit`` is not
-            ``None`` or an integer >= 0; if ``rankings`` or one ranking is a bare ``str``.
+            ``None`` or an integer >= 0; if ``rankings`` or one ranking is a bare ``str``;
+            if finite weights and ``k`` make a fused score overflow the float range.
     """
     arms = _checked_rankings(rankings)
     constant = _checked_k(k)
     arm_weights = checked_weights(weights, len(arms))
     cap = checked_limit(limit)
 
+    try:
+        hits = _fused(arms, constant, arm_weights)
+    except OverflowError as exc:  # finite, but weight / (k + rank) summed past float's range
+        raise FusionError(
+            "fused scores overflow the float range: use smaller weights or a larger k"
+        ) from exc
+    if cap is not None:
+        del hits[cap:]
+    return hits
+
+
+def _fused(
+    arms: Sequence[Sequence[str]], constant: float, arm_weights: list[float]
+) -> list[FusedHit]:
     if len(arms) == 1:
         # One ranking (a keyword-only answer): its scores fall with the rank (all 0 at
         # weight 0, where the tie-break is the rank), so its own order is the fused one.
@@ -84,8 +99,6 @@ def rrf(
         entries = _fuse(arms, constant, arm_weights)
         hits = [FusedHit(doc_id, score, tuple(ranks)) for doc_id, score, ranks in entries]
         sort_hits(hits)
-    if cap is not None:
-        del hits[cap:]
     return hits
 
 
@@ -154,6 +167,7 @@ def _fuse(arms: Sequence[Sequence[str]], k: float, weights: Sequence[float]) -> 
 def _checked_rankings(rankings: Sequence[Sequence[str]]) -> Sequence[Sequence[str]]:
     if isinstance(rankings, str):
         raise FusionError("rankings must be a sequence of rankings, not a str")
+    rankings = list(rankings)  # a generator of rankings is read once, here
     for index, ranking in enumerate(rankings):
         if isinstance(ranking, str):
             raise FusionError(

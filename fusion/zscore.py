@@ -60,11 +60,23 @@ def zscore_fusion(
         FusionError: (a ``ValueError``) if a score is not a finite real number; if an entry
             is not an ``(id, score)`` pair with a ``str`` id; if ``weights`` does not have
             one finite, non-negative number per ranking; if ``limit`` is not ``None`` or
-            an integer >= 0.
+            an integer >= 0; if finite scores or weights make a sum overflow the float range.
     """
     arms = [_checked_arm(index, ranking) for index, ranking in _enumerate_arms(scored_rankings)]
     arm_weights = checked_weights(weights, len(arms))
     cap = checked_limit(limit)
+    try:
+        hits = _fused(arms, arm_weights)
+    except OverflowError as exc:  # finite scores or weights whose sums pass float's range
+        raise FusionError(
+            "scores or weights so large that their sums overflow the float range"
+        ) from exc
+    if cap is not None:
+        del hits[cap:]
+    return hits
+
+
+def _fused(arms: list[dict[str, float]], arm_weights: list[float]) -> list[FusedHit]:
     live = [index for index, arm in enumerate(arms) if arm and arm_weights[index] > 0.0]
     total_weight = math.fsum(arm_weights[index] for index in live)
 
@@ -90,8 +102,6 @@ def zscore_fusion(
         score = math.fsum(terms) / total_weight if live else 0.0
         hits.append(FusedHit(doc_id, score, tuple(ranks)))
     sort_hits(hits)
-    if cap is not None:
-        del hits[cap:]
     return hits
 
 

@@ -363,3 +363,18 @@ def test_weights_for_no_rankings_must_be_empty() -> None:
     assert rrf([], weights=[]) == []
     with pytest.raises(FusionError, match="0 rankings"):
         rrf([], weights=[1.0])
+
+
+def test_finite_arguments_that_overflow_are_a_fusion_error() -> None:
+    """Regression: 1e308 weights with a tiny k summed past float's range and raised a bare
+    OverflowError, which the contract does not name."""
+    with pytest.raises(FusionError, match="overflow"):
+        rrf([["a"], ["a"], ["a"]], weights=[1e308] * 3, k=1e-300)
+    assert rrf([["a"], ["a"]], weights=[1e307] * 2, k=1.0)[0].score == pytest.approx(1e307)
+
+
+def test_a_bad_weight_in_a_generator_is_named_and_rankings_may_be_a_generator() -> None:
+    with pytest.raises(FusionError, match=r"weights\[1\] must be a finite number >= 0"):
+        rrf([["a"], ["b"]], weights=(w for w in [1.0, -1.0]))
+    fused = rrf(ranking for ranking in [["a", "b"], ["b"]])
+    assert [(hit.id, hit.ranks) for hit in fused] == [("b", (2, 1)), ("a", (1, None))]

@@ -220,3 +220,19 @@ def test_tiny_and_huge_spreads_are_standardised_not_flattened() -> None:
     for a, b in ((9.61655284241959e-274, 0.0), (1e200, -1e200)):
         hits = zscore_fusion([[("a", a), ("b", b)]])
         assert [(h.id, h.score) for h in hits] == [("a", 1.0), ("b", -1.0)]
+
+
+@pytest.mark.parametrize(
+    ("rankings", "weights"),
+    [
+        ([[("a", 1.7e308), ("b", 1.7e308), ("c", 0.0)]], None),
+        ([[("a", 2.0), ("b", 1.0)], [("b", 2.0), ("a", 1.0)]], [1e308, 1e308]),
+    ],
+)
+def test_finite_arguments_that_overflow_are_a_fusion_error(
+    rankings: list[list[tuple[str, float]]], weights: list[float] | None
+) -> None:
+    """Regression: finite scores or weights whose sums pass float's range raised a bare
+    OverflowError, which the contract does not name."""
+    with pytest.raises(FusionError, match="overflow"):
+        zscore_fusion(rankings, weights=weights)
