@@ -15,6 +15,7 @@ One class, two registrations:
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Iterable
 from typing import TypeVar
@@ -38,6 +39,9 @@ from sparse.errors import frames_of, is_contained
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+
+_MAX_FILTERS = 256
+"""More conditions than this answer ``[]`` (the engine caps its filters far lower)."""
 
 
 class KeywordSearchFacade:
@@ -106,15 +110,22 @@ class KeywordSearchFacade:
         """
         try:
             text = clamp_text(query)
-            conditions = tuple(filters)
-            if text is None or not all(
-                isinstance(c, TermsFilter | RangeFilter) for c in conditions
+            # Read at most one past each cap: an endless or huge iterable is refused, not
+            # consumed (a str would read as its characters: refused too).
+            conditions = tuple(itertools.islice(filters, _MAX_FILTERS + 1))
+            if (
+                text is None
+                or len(conditions) > _MAX_FILTERS
+                or not all(isinstance(c, TermsFilter | RangeFilter) for c in conditions)
             ):
                 return []
             eligible = None
             if within is not None:
-                eligible = frozenset(within)
-                if len(eligible) > MAX_SOURCES or not all(isinstance(i, str) for i in eligible):
+                if isinstance(within, str):
+                    return []
+                listed = list(itertools.islice(within, MAX_SOURCES + 1))
+                eligible = frozenset(listed)
+                if len(listed) > MAX_SOURCES or not all(isinstance(i, str) for i in eligible):
                     return []
             if statistics is not None and not isinstance(statistics, TermStatistics):
                 return []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 from pathlib import Path
@@ -21,6 +22,7 @@ from sparse.contracts import (
     KeywordSearch,
     RetrievalQuery,
     SparseDocument,
+    TermsFilter,
 )
 from sparse.facade import KeywordSearchFacade
 from sparse.tantivy_backend import TantivyBackend
@@ -301,6 +303,19 @@ def test_within_is_validated_at_the_facade(facade: KeywordSearchFacade) -> None:
     too_many = [first] + [f"x{i}" for i in range(MAX_SOURCES)]
     assert facade.search("lichen", 50, within=too_many) == []
     assert facade.search("lichen", 50, within=too_many[:MAX_SOURCES])[0].source_id == first
+
+
+@pytest.mark.timeout(60)
+def test_within_and_filters_are_read_only_up_to_their_caps(tmp_path: Path) -> None:
+    """Regression: a str ``within`` was read as a set of one-character ids, and an
+    endless iterable (of ids or of filters) was consumed whole before any cap check."""
+    index = TantivyIndex(tmp_path / "index")
+    index.upsert([SparseDocument(i, f"Lichen {i}", "lichen on rocks") for i in "ab"])
+    facade = KeywordSearchFacade.index_backed([TantivyBackend(index)])
+    assert [h.source_id for h in facade.search("lichen", 10, within=["a"])] == ["a"]
+    assert facade.search("lichen", 10, within="ab") == []
+    assert facade.search("lichen", 10, within=itertools.repeat("a")) == []
+    assert facade.search("lichen", 10, filters=itertools.repeat(TermsFilter("k", ("x",)))) == []
 
 
 def test_excerpt_terms_cut_exactly_the_hits_excerpts(tmp_path: Path) -> None:
