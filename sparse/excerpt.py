@@ -25,13 +25,20 @@ def _ascii_form(character: str) -> str | None:
 
 _FOLD_ONE_TO_ONE: Mapping[int, str] = MappingProxyType(
     {
-        ord(character): folded
-        for character in map(chr, range(0xC0, 0x250))
-        if (folded := _ascii_form(character)) is not None
+        **{
+            ord(character): folded
+            for character in map(chr, [*range(0xC0, 0x250), *range(0xFF21, 0xFF5B)])
+            if (folded := _ascii_form(character)) is not None
+        },
+        # letters with a stroke have no decomposition, but the index folds them too
+        **{
+            ord(letter): folded for letter, folded in zip("ØøŁłĐđĦħıŦŧ", "oollddhhitt", strict=True)
+        },
     }
 )
-"""Latin-1 Supplement and Latin Extended-A/B letters to their ASCII letter, one character
-each (``ß``, ``æ`` and other letters that fold to two are left as they are)."""
+"""Latin-1 Supplement and Latin Extended-A/B letters and fullwidth Latin letters to their
+ASCII letter, one character each (``ß``, ``æ``, ``ﬁ`` and other letters that fold to two
+are left as they are: a position in the folded copy must index the text)."""
 
 
 def make_excerpt(text: str, terms: Sequence[str], max_length: int = MAX_EXCERPT_LENGTH) -> str:
@@ -113,6 +120,15 @@ def _unspaced(character: str) -> bool:
     return code >= _UNSPACED[0][0] and any(low <= code <= high for low, high in _UNSPACED)
 
 
+_JOINERS = frozenset("\u200c\u200d\ufe0e\ufe0f")
+"""Zero-width (non-)joiner and the variation selectors: they belong to the characters
+around them, like combining marks."""
+
+
+def _attached(character: str) -> bool:
+    return bool(unicodedata.combining(character)) or character in _JOINERS
+
+
 def _cut(text: str, start: int, max_length: int) -> str:
     end = start + max_length
     if start > 0:
@@ -123,4 +139,18 @@ def _cut(text: str, start: int, max_length: int) -> str:
         space = text.rfind(" ", start + max_length // 2, end)
         if space != -1:
             end = space
+    # No cut inside a character and its marks (an accent, an emoji sequence): without a
+    # space nearby the window edge can fall there, and the excerpt began with a lone accent.
+    while start < end and _inside_a_character(text, start):
+        start += 1
+    while end > start and _inside_a_character(text, end):
+        end -= 1
     return text[start:end].strip()
+
+
+def _inside_a_character(text: str, position: int) -> bool:
+    """Whether a cut before ``text[position]`` separates a character from its marks or
+    a joined sequence (emoji) at its joiner."""
+    if position <= 0 or position >= len(text):
+        return False
+    return _attached(text[position]) or text[position - 1] in _JOINERS

@@ -52,6 +52,33 @@ def test_an_unaccented_term_finds_its_accented_form_where_it_is() -> None:
     assert make_excerpt("pad " * 150 + "Æsir", ["aesir"]).startswith("pad")
 
 
+@pytest.mark.parametrize(
+    ("written", "term"),
+    [("Øresund", "oresund"), ("Łódź", "lodz"), ("Ｔａｒｇｅｔ", "target"), ("Đakovo", "dakovo")],
+)
+def test_letters_the_index_folds_without_a_decomposition_anchor_too(
+    written: str, term: str
+) -> None:
+    """Regression: the index matched these (tantivy folds them) but the excerpt did not
+    find them and showed the start of the text."""
+    text = "pad " * 150 + f"{written} is here" + " pad" * 150
+    assert f"{written} is here" in make_excerpt(text, [term])
+
+
+@pytest.mark.parametrize("prefix", range(0, 40))
+def test_an_excerpt_never_starts_or_ends_inside_a_character_and_its_marks(prefix: int) -> None:
+    """Regression: without a space nearby the window edge split a letter from its accent
+    (an excerpt began with a lone U+0301) or an emoji sequence at its joiner."""
+    for unit in ("e\u0301", "\U0001f469\u200d\U0001f469\u200d\U0001f467"):
+        text = "q" * prefix + unit * 200
+        excerpt = make_excerpt(text, ["zz"], 50)
+        after = text.find(excerpt) + len(excerpt)  # the units repeat: any occurrence will do
+        following = text[after] if after < len(text) else " "
+        for attached in (excerpt[0], following):  # what begins a piece carries no mark
+            assert not unicodedata.combining(attached) and attached != "\u200d", (unit, excerpt)
+        assert excerpt[-1] != "\u200d", (unit, excerpt)
+
+
 def test_a_character_whose_lowercase_is_longer_keeps_matching_case_insensitive() -> None:
     text = "İstanbul. " + "lorem ipsum " * 60 + "Zebra crossings are striped."
     assert "Zebra crossings" in make_excerpt(text, ["zebra"])
