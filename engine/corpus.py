@@ -620,10 +620,11 @@ class Corpus:
     def _release(self, *, save: bool = True) -> None:
         try:
             if save:
-                with self._sync.closing() as holder:
+                with self._sync.closing() as holder:  # the store closes under the lock too
                     self._questions.reset()
                     self._searcher.close()
                     self._indexes.close(flush=holder)
+                    self._store.close()
         finally:
             # A save that failed part-way (a catch-up on a full disk) must not leave the
             # store, the index files or the write lock's descriptor open for good: the
