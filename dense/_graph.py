@@ -195,6 +195,8 @@ def validate(graph: Graph, labels: Labels, dimension: int) -> None:
         raise ValueError(f"graph storage is not {graph.storage.value}")
     if int(inner.d) != dimension or int(inner.metric_type) != faiss.METRIC_INNER_PRODUCT:
         raise ValueError("graph dimension or metric differs")
+    if int(graph.index.d) != dimension:  # the id map's own copy: FAISS asserts on it per search
+        raise ValueError("graph dimension differs")
     if int(inner.ntotal) != n or n != labels.shape[0]:
         raise ValueError("graph size differs from the base segment")
     id_map = faiss.vector_to_array(graph.index.id_map)

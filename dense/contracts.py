@@ -28,7 +28,9 @@ class Embedder(Protocol):
     Contract:
     - ``embed(texts)`` returns an array of shape ``(len(texts), dimension)``, dtype
       float32, each row of unit L2 norm, in input order; ``embed([])`` returns shape
-      ``(0, dimension)``. Provider trouble raises ``EmbedderUnavailable`` only.
+      ``(0, dimension)``. Provider trouble raises ``EmbedderUnavailable`` only; bad
+      input (see ``checked_texts``) raises ``ValueError`` before any model or server
+      sees it, so it never counts as provider trouble.
     - ``dimension`` is cached after the first look-up.
     - ``is_available()`` is cheap and never raises.
     - ``name`` identifies the model (used in cache keys and metrics-free logs).
@@ -43,6 +45,27 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]: ...
 
     def is_available(self) -> bool: ...
+
+
+def checked_texts(texts: Sequence[str], call: str = "embed") -> list[str]:
+    """``texts`` as a list, or ``ValueError`` naming the first bad position: a single
+    str, an item that is no str, or one that cannot be encoded as UTF-8 (a lone
+    surrogate), which every tokenizer and HTTP client rejects deep inside a model call.
+    The message names the position and the reason, never the text."""
+    if isinstance(texts, str):
+        raise ValueError(f"{call} takes a sequence of strings, not a single str")
+    items = list(texts)
+    for position, text in enumerate(items):
+        if not isinstance(text, str):
+            raise ValueError(f"{call}: text {position} is a {type(text).__name__}, not a str")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(
+                f"{call}: text {position} is not valid UTF-8 ({exc.reason} at character "
+                f"{exc.start})"
+            ) from None
+    return items
 
 
 @runtime_checkable

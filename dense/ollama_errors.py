@@ -27,7 +27,10 @@ REMOTE_ERRORS: tuple[type[Exception], ...] = (
 )
 """The errors a remote call may raise for remote trouble: whatever the server sends, the
 call raises one of these (``ValueError`` and ``TypeError`` are that broad because the
-client lets the decoder's and the model constructor's own errors through)."""
+client lets the decoder's and the model constructor's own errors through). The client
+raises some of them for bad *input* too (``UnicodeEncodeError``, ``ValidationError``):
+callers check what they send first (``dense.contracts.checked_texts``), so that what is
+caught here is the server's doing."""
 
 
 def describe_failure(exc: Exception, *, model: str, host: str, timeout_s: float) -> str:

@@ -52,11 +52,41 @@ _ORT_ERROR_NAMES = (
     "InvalidGraph",
     "EPFail",
 )
+# What ONNX Runtime raises when the model file itself is missing, cut short or not a
+# model: only these (with ``OSError``) make an export worth deleting and redoing.
+_ORT_FILE_ERROR_NAMES = (
+    "NoSuchFile",
+    "NoModel",
+    "InvalidProtobuf",
+    "InvalidGraph",
+    "InvalidArgument",
+)
 _PROBES = ("a short query", "How do I reset my password?", "Vitamin D and tuberculosis risk")
 
 
 class OnnxExportError(DenseError):
     """The model cannot be exported to, or loaded from, ONNX (the caller uses torch)."""
+
+
+class OnnxExportUnreadable(OnnxExportError):
+    """The export's own files are missing, unreadable or invalid: deleting and exporting
+    again can help. Any other ``OnnxExportError`` on opening (no ONNX Runtime here, a
+    session that will not start) says nothing against files other processes share."""
+
+
+MAX_THREADS = 256
+"""More intra-op threads than this is a typo, not a machine: 100,000 started ~22,000
+threads and took 16 GB before the session opened."""
+
+
+def check_threads(threads: int | None) -> None:
+    """``ValueError`` unless ``threads`` is ``None`` or an int in ``1..MAX_THREADS``."""
+    if threads is not None and (
+        not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= MAX_THREADS
+    ):
+        raise ValueError(
+            f"onnx_threads must be None or an int in 1..{MAX_THREADS}, got {threads!r}"
+        )
 
 
 @dataclass(frozen=True)
@@ -73,16 +103,29 @@ class OnnxManifest:
 @functools.cache
 def onnx_errors() -> tuple[type[Exception], ...]:
     """What opening or running an ONNX model may raise (ONNX Runtime's errors share no base)."""
-    errors: list[type[Exception]] = [ImportError, OSError, ValueError, TypeError, RuntimeError]
+    return (
+        ImportError,
+        OSError,
+        ValueError,
+        TypeError,
+        RuntimeError,
+        *_ort_errors(_ORT_ERROR_NAMES),
+    )
+
+
+@functools.cache
+def _file_errors() -> tuple[type[Exception], ...]:
+    """What opening a session raises when the model file is bad (``_ORT_FILE_ERROR_NAMES``)."""
+    return (OSError, *_ort_errors(_ORT_FILE_ERROR_NAMES))
+
+
+def _ort_errors(names: tuple[str, ...]) -> tuple[type[Exception], ...]:
     try:
         from onnxruntime.capi import onnxruntime_pybind11_state as state
     except ImportError:
-        return tuple(errors)
-    for name in _ORT_ERROR_NAMES:
-        error = getattr(state, name, None)
-        if isinstance(error, type) and issubclass(error, Exception):
-            errors.append(error)
-    return tuple(errors)
+        return ()
+    errors = (getattr(state, name, None) for name in names)
+    return tuple(e for e in errors if isinstance(e, type) and issubclass(e, Exception))
 
 
 def cache_key(name: str, source: str, *, int8: bool) -> str:
@@ -108,15 +151,23 @@ class OnnxQueryEncoder:
     """
 
     def __init__(self, directory: Path, *, threads: int | None = None) -> None:
+        check_threads(threads)
         try:
             import onnxruntime as ort
             from tokenizers import Tokenizer
-
+        except ImportError as exc:  # this environment's fault, not the export's
+            raise OnnxExportError(f"cannot open ONNX export at {directory}: {exc}") from exc
+        try:
             raw = json.loads((directory / MANIFEST_NAME).read_text(encoding="utf-8"))
             self.manifest = OnnxManifest(**raw)
             if self.manifest.export_version != EXPORT_VERSION:
-                raise OnnxExportError(f"export version {self.manifest.export_version}")
+                raise OnnxExportUnreadable(f"export version {self.manifest.export_version}")
             self._tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+        except OnnxExportUnreadable:
+            raise
+        except Exception as exc:  # tokenizers raises a bare Exception for a bad file
+            raise OnnxExportUnreadable(f"cannot read ONNX export at {directory}: {exc}") from exc
+        try:
             options = ort.SessionOptions()
             options.log_severity_level = 3
             # Idle intra-op threads sleep instead of spinning: a spinning pool burns the
@@ -130,6 +181,8 @@ class OnnxQueryEncoder:
                 options,
                 providers=["CPUExecutionProvider"],
             )
+        except _file_errors() as exc:
+            raise OnnxExportUnreadable(f"cannot open ONNX export at {directory}: {exc}") from exc
         except onnx_errors() as exc:
             raise OnnxExportError(f"cannot open ONNX export at {directory}: {exc}") from exc
         pad = self._tokenizer.padding or {}
