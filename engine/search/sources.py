@@ -66,8 +66,8 @@ def compile_pattern(pattern: object, *, fixed: bool) -> regex.Pattern[str]:
         raise InvalidArgument("grep pattern contains a NUL character")
     if not fixed and (call := subroutine_call(pattern)) is not None:
         raise InvalidArgument(
-            f"grep pattern calls a group as a subroutine ({call}); recursion is not "
-            "supported (it can need memory without bound)"
+            f"grep pattern recurses or calls a group as a subroutine (at {call!r}); "
+            "that is not supported: it can need memory without bound"
         )
     if not fixed and (copies := counted_copies(pattern)) > MAX_GREP_COPIES:
         raise InvalidArgument(
@@ -80,24 +80,28 @@ def compile_pattern(pattern: object, *, fixed: bool) -> regex.Pattern[str]:
         raise InvalidArgument(f"invalid regular expression: {exc}") from exc
 
 
-_SUBROUTINE = regex.compile(r"\(\?(?:R|[+-]?[0-9]+|&[^)]*|P>[^)]*)\)")
+_SUBROUTINE = regex.compile(r"\(\?(?:R|[+-]?[0-9]|&|P>)")
+_COMMENT_GROUP = regex.compile(r"\(\?#[^)]*\)")
+_VERBOSE_FLAG = regex.compile(r"\(\?[a-wyzA-Z0-9]*x")
+_VERBOSE_NOISE = regex.compile(r"#[^\n]*|\s+")
 
 
 def subroutine_call(pattern: str) -> str | None:
     """The first recursion or subroutine call in ``pattern`` — ``(?R)``, ``(?1)``,
-    ``(?-1)``, ``(?&name)``, ``(?P>name)`` — outside escapes and character classes.
-    The regex module grows its stack for these without bound, before any time budget
-    bites: ``(?R)`` (4 characters) took 0.6 GB and ended in ``MemoryError``."""
-    i = 0
-    while i < len(pattern):
-        if pattern[i] == "(":
-            call = _SUBROUTINE.match(pattern, i)
-            if call is not None:
-                return call.group()
-            i += 1
-            continue
-        i = _atom_end(pattern, i)
-    return None
+    ``(?-1)``, ``(?&name)``, ``(?P>name)`` — or ``None``. The regex module grows its
+    stack for these without bound, before any time budget bites: ``(?R)`` (4 characters)
+    took 0.6 GB and ended in ``MemoryError``.
+
+    Read on a skeleton of the pattern: escapes blanked, ``(?#...)`` comments removed and,
+    when an inline flag may turn verbose mode on, ``#`` comments and whitespace removed
+    too (verbose mode accepts ``(?R )`` and ``(?P#note\n>name)``). It errs towards
+    refusing: a call spelled inside a character class is refused as well."""
+    skeleton = regex.sub(r"\\.", "__", pattern, flags=regex.DOTALL)
+    skeleton = _COMMENT_GROUP.sub("", skeleton)
+    if _VERBOSE_FLAG.search(skeleton):
+        skeleton = _VERBOSE_NOISE.sub("", skeleton)
+    call = _SUBROUTINE.search(skeleton)
+    return None if call is None else call.group()
 
 
 MAX_GREP_COPIES = 10_000
