@@ -77,10 +77,10 @@ def rrf(
 
     try:
         hits = _fused(arms, constant, arm_weights)
-    except OverflowError as exc:  # finite, but weight / (k + rank) summed past float's range
-        raise FusionError(
-            "fused scores overflow the float range: use smaller weights or a larger k"
-        ) from exc
+    except (OverflowError, ValueError) as exc:  # fsum: past float's range, or inf - inf
+        raise _overflow() from exc
+    if not all(math.isfinite(hit.score) for hit in hits):  # a product or sum became inf
+        raise _overflow()
     if cap is not None:
         del hits[cap:]
     return hits
@@ -181,3 +181,7 @@ def _checked_k(k: float) -> float:
     if not (math.isfinite(value) and value > 0):
         raise FusionError(f"k must be a finite number > 0, got {k!r}")
     return value
+
+
+def _overflow() -> FusionError:
+    return FusionError("fused scores overflow the float range: use smaller weights or a larger k")

@@ -67,10 +67,10 @@ def zscore_fusion(
     cap = checked_limit(limit)
     try:
         hits = _fused(arms, arm_weights)
-    except OverflowError as exc:  # finite scores or weights whose sums pass float's range
-        raise FusionError(
-            "scores or weights so large that their sums overflow the float range"
-        ) from exc
+    except (OverflowError, ValueError) as exc:  # fsum: past float's range, or inf - inf
+        raise _overflow() from exc
+    if not all(math.isfinite(hit.score) for hit in hits):  # a product or sum became inf
+        raise _overflow()
     if cap is not None:
         del hits[cap:]
     return hits
@@ -162,3 +162,7 @@ def _checked_arm(index: int, ranking: ScoredRanking) -> dict[str, float]:
             )
         arm.setdefault(doc_id, value)
     return arm
+
+
+def _overflow() -> FusionError:
+    return FusionError("scores or weights so large that their sums overflow the float range")

@@ -370,6 +370,8 @@ def test_finite_arguments_that_overflow_are_a_fusion_error() -> None:
     OverflowError, which the contract does not name."""
     with pytest.raises(FusionError, match="overflow"):
         rrf([["a"], ["a"], ["a"]], weights=[1e308] * 3, k=1e-300)
+    with pytest.raises(FusionError, match="overflow"):  # two arms: a plain sum went to inf
+        rrf([["a"], ["a"]], weights=[1.7e308] * 2, k=1e-9)
     assert rrf([["a"], ["a"]], weights=[1e307] * 2, k=1.0)[0].score == pytest.approx(1e307)
 
 

@@ -227,6 +227,11 @@ def test_tiny_and_huge_spreads_are_standardised_not_flattened() -> None:
     [
         ([[("a", 1.7e308), ("b", 1.7e308), ("c", 0.0)]], None),
         ([[("a", 2.0), ("b", 1.0)], [("b", 2.0), ("a", 1.0)]], [1e308, 1e308]),
+        # a weight times a z-score went to inf without any sum raising
+        (
+            [[("a", 10.0), ("b", 0.0), ("c", 0.0), ("d", 0.0)], [("a", 1.0), ("b", 1.0)]],
+            [1.7e308, 1.0],
+        ),
     ],
 )
 def test_finite_arguments_that_overflow_are_a_fusion_error(
