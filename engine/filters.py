@@ -72,7 +72,8 @@ class In(_Combinable):
 
     def __init__(self, field: str, values: Iterable[FilterValue]) -> None:
         if isinstance(values, str | bytes):
-            raise InvalidArgument(f"filter on {field!r}: In takes a list of values, not a string")
+            shown = repr(field)[:_SHOWN_CHARS]  # not yet checked against any length
+            raise InvalidArgument(f"filter on {shown}: In takes a list of values, not a string")
         object.__setattr__(self, "field", field)
         object.__setattr__(self, "values", tuple(values))
 
