@@ -16,6 +16,7 @@ raises ``OnnxExportError`` and the caller stays on torch.
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import json
@@ -77,6 +78,19 @@ class OnnxExportUnreadable(OnnxExportError):
 MAX_THREADS = 256
 """More intra-op threads than this is a typo, not a machine: 100,000 started ~22,000
 threads and took 16 GB before the session opened."""
+
+
+_PROCESS_LIMITS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN})
+
+
+def _open_failure(directory: Path, exc: Exception, verb: str) -> OnnxExportError:
+    """``OnnxExportUnreadable`` when the export's files are at fault — but not when this
+    process ran out of descriptors or memory: that says nothing against files other
+    processes share, which would be deleted and exported again."""
+    message = f"cannot {verb} ONNX export at {directory}: {exc}"
+    if isinstance(exc, MemoryError) or (isinstance(exc, OSError) and exc.errno in _PROCESS_LIMITS):
+        return OnnxExportError(message)
+    return OnnxExportUnreadable(message)
 
 
 def check_threads(threads: int | None) -> None:
@@ -166,7 +180,7 @@ class OnnxQueryEncoder:
         except OnnxExportUnreadable:
             raise
         except Exception as exc:  # tokenizers raises a bare Exception for a bad file
-            raise OnnxExportUnreadable(f"cannot read ONNX export at {directory}: {exc}") from exc
+            raise _open_failure(directory, exc, "read") from exc
         try:
             options = ort.SessionOptions()
             options.log_severity_level = 3
@@ -182,7 +196,7 @@ class OnnxQueryEncoder:
                 providers=["CPUExecutionProvider"],
             )
         except _file_errors() as exc:
-            raise OnnxExportUnreadable(f"cannot open ONNX export at {directory}: {exc}") from exc
+            raise _open_failure(directory, exc, "open") from exc
         except onnx_errors() as exc:
             raise OnnxExportError(f"cannot open ONNX export at {directory}: {exc}") from exc
         pad = self._tokenizer.padding or {}

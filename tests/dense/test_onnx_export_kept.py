@@ -8,6 +8,7 @@ passed in, or ``XDG_CACHE_HOME`` points into ``tmp_path``): never ``~/.cache/tan
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import shutil
 import sys
@@ -123,6 +124,40 @@ def test_a_session_that_will_not_start_keeps_the_export(
     vector = embedder.embed([QUERY])
     assert not embedder.onnx_active
     np.testing.assert_allclose(vector, minilm.embed_torch([QUERY]), atol=1e-6)
+    assert export.is_dir() and _snapshot(export) == before
+
+
+@needs_onnx
+@pytest.mark.parametrize("stage", ["session", "tokenizer"])
+def test_a_process_out_of_descriptors_or_memory_keeps_the_export(
+    minilm: SentenceTransformerEmbedder,
+    stage: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """This process's limits say nothing against files other processes share."""
+    import onnxruntime
+    import tokenizers
+
+    export = _shared_export(minilm, tmp_path)
+    before = _snapshot(export)
+    _sharing_torch(minilm, monkeypatch)
+
+    def out_of_descriptors(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    class OutOfMemory:
+        @staticmethod
+        def from_file(path: str) -> Any:
+            raise MemoryError
+
+    if stage == "session":
+        monkeypatch.setattr(onnxruntime, "InferenceSession", out_of_descriptors)
+    else:
+        monkeypatch.setattr(tokenizers, "Tokenizer", OutOfMemory)
+    embedder = SentenceTransformerEmbedder(cache_dir=tmp_path)
+    embedder.embed([QUERY])
+    assert not embedder.onnx_active
     assert export.is_dir() and _snapshot(export) == before
 
 
