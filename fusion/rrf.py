@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from fusion._args import as_float, checked_limit, checked_weights
@@ -75,14 +75,27 @@ def rrf(
     arm_weights = checked_weights(weights, len(arms))
     cap = checked_limit(limit)
 
+    return finite_hits(
+        lambda: _fused(arms, constant, arm_weights),
+        "fused scores overflow the float range: use smaller weights or a larger k",
+        cap,
+    )
+
+
+def finite_hits(
+    fuse: Callable[[], list[FusedHit]], overflow: str, limit: int | None
+) -> list[FusedHit]:
+    """``fuse()``'s hits, the first ``limit`` of them; ``FusionError(overflow)`` when finite
+    arguments took a score out of float's range — ``fsum`` raising (past the range, or
+    inf - inf) or a plain sum or product becoming inf without a word."""
     try:
-        hits = _fused(arms, constant, arm_weights)
-    except (OverflowError, ValueError) as exc:  # fsum: past float's range, or inf - inf
-        raise _overflow() from exc
-    if not all(math.isfinite(hit.score) for hit in hits):  # a product or sum became inf
-        raise _overflow()
-    if cap is not None:
-        del hits[cap:]
+        hits = fuse()
+    except (OverflowError, ValueError) as exc:
+        raise FusionError(overflow) from exc
+    if not all(math.isfinite(hit.score) for hit in hits):
+        raise FusionError(overflow)
+    if limit is not None:
+        del hits[limit:]
     return hits
 
 
@@ -181,7 +194,3 @@ def _checked_k(k: float) -> float:
     if not (math.isfinite(value) and value > 0):
         raise FusionError(f"k must be a finite number > 0, got {k!r}")
     return value
-
-
-def _overflow() -> FusionError:
-    return FusionError("fused scores overflow the float range: use smaller weights or a larger k")

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from fusion._args import checked_limit, checked_weights
 from fusion.errors import FusionError
-from fusion.rrf import FusedHit, sort_hits
+from fusion.rrf import FusedHit, finite_hits, sort_hits
 
 ScoredRanking = Sequence[tuple[str, float]]
 """One arm's candidate window: ``(id, score)`` pairs, best first (higher score = better)."""
@@ -65,15 +65,11 @@ def zscore_fusion(
     arms = [_checked_arm(index, ranking) for index, ranking in _enumerate_arms(scored_rankings)]
     arm_weights = checked_weights(weights, len(arms))
     cap = checked_limit(limit)
-    try:
-        hits = _fused(arms, arm_weights)
-    except (OverflowError, ValueError) as exc:  # fsum: past float's range, or inf - inf
-        raise _overflow() from exc
-    if not all(math.isfinite(hit.score) for hit in hits):  # a product or sum became inf
-        raise _overflow()
-    if cap is not None:
-        del hits[cap:]
-    return hits
+    return finite_hits(
+        lambda: _fused(arms, arm_weights),
+        "scores or weights so large that their sums overflow the float range",
+        cap,
+    )
 
 
 def _fused(arms: list[dict[str, float]], arm_weights: list[float]) -> list[FusedHit]:
@@ -162,7 +158,3 @@ def _checked_arm(index: int, ranking: ScoredRanking) -> dict[str, float]:
             )
         arm.setdefault(doc_id, value)
     return arm
-
-
-def _overflow() -> FusionError:
-    return FusionError("scores or weights so large that their sums overflow the float range")

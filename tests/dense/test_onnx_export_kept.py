@@ -12,6 +12,7 @@ import errno
 import importlib.util
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,26 @@ def test_without_onnxruntime_the_export_is_kept_and_torch_answers(
     assert [p.name for p in (tmp_path / "onnx").iterdir()] == [export.name]  # nothing new
 
 
+def _torch_answers_and_the_export_is_kept(
+    minilm: SentenceTransformerEmbedder,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    breaks: Callable[[], None],
+) -> None:
+    """With ``breaks()`` applied, a new embedder answers from torch and leaves the shared
+    export exactly as it was."""
+    export = _shared_export(minilm, tmp_path)
+    before = _snapshot(export)
+    _sharing_torch(minilm, monkeypatch)
+    breaks()
+    embedder = SentenceTransformerEmbedder(cache_dir=tmp_path)
+    assert embedder.dimension == 384
+    vector = embedder.embed([QUERY])
+    assert not embedder.onnx_active
+    np.testing.assert_allclose(vector, minilm.embed_torch([QUERY]), atol=1e-6)
+    assert export.is_dir() and _snapshot(export) == before
+
+
 @needs_onnx
 @pytest.mark.parametrize("error", ["Fail", "RuntimeException", "EPFail"])
 def test_a_session_that_will_not_start_keeps_the_export(
@@ -111,20 +132,15 @@ def test_a_session_that_will_not_start_keeps_the_export(
     import onnxruntime
     from onnxruntime.capi import onnxruntime_pybind11_state as state
 
-    export = _shared_export(minilm, tmp_path)
-    before = _snapshot(export)
-    _sharing_torch(minilm, monkeypatch)
-
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise getattr(state, error)("cannot create the thread pool")
 
-    monkeypatch.setattr(onnxruntime, "InferenceSession", refuse)
-    embedder = SentenceTransformerEmbedder(cache_dir=tmp_path)
-    assert embedder.dimension == 384
-    vector = embedder.embed([QUERY])
-    assert not embedder.onnx_active
-    np.testing.assert_allclose(vector, minilm.embed_torch([QUERY]), atol=1e-6)
-    assert export.is_dir() and _snapshot(export) == before
+    _torch_answers_and_the_export_is_kept(
+        minilm,
+        tmp_path,
+        monkeypatch,
+        lambda: monkeypatch.setattr(onnxruntime, "InferenceSession", refuse),
+    )
 
 
 @needs_onnx
@@ -139,10 +155,6 @@ def test_a_process_out_of_descriptors_or_memory_keeps_the_export(
     import onnxruntime
     import tokenizers
 
-    export = _shared_export(minilm, tmp_path)
-    before = _snapshot(export)
-    _sharing_torch(minilm, monkeypatch)
-
     def out_of_descriptors(*args: Any, **kwargs: Any) -> Any:
         raise OSError(errno.EMFILE, "Too many open files")
 
@@ -151,14 +163,13 @@ def test_a_process_out_of_descriptors_or_memory_keeps_the_export(
         def from_file(path: str) -> Any:
             raise MemoryError
 
-    if stage == "session":
-        monkeypatch.setattr(onnxruntime, "InferenceSession", out_of_descriptors)
-    else:
-        monkeypatch.setattr(tokenizers, "Tokenizer", OutOfMemory)
-    embedder = SentenceTransformerEmbedder(cache_dir=tmp_path)
-    embedder.embed([QUERY])
-    assert not embedder.onnx_active
-    assert export.is_dir() and _snapshot(export) == before
+    def breaks() -> None:
+        if stage == "session":
+            monkeypatch.setattr(onnxruntime, "InferenceSession", out_of_descriptors)
+        else:
+            monkeypatch.setattr(tokenizers, "Tokenizer", OutOfMemory)
+
+    _torch_answers_and_the_export_is_kept(minilm, tmp_path, monkeypatch, breaks)
 
 
 def _no_model(export: Path) -> None:
