@@ -195,14 +195,18 @@ def render_markdown(report: RunReport, header: dict[str, Any]) -> str:
         f"Latency: one query at a time, top-{k_latency}, p50/p95 over every judged query. "
         "Peak RSS: high-water mark of the process that ran only that system "
         f"(interpreter, libraries and model included). Quality: ir-measures, top-{k_quality} "
-        "run. Every hybrid system fuses 100 candidates per arm whatever it is asked for.",
+        "run. Every hybrid system is called with a limit of 100 whatever it is asked for, so "
+        "its top 10 is the head of its top 100: Tandem, the glue and LanceDB fuse 100 "
+        "candidates per arm, txtai 1,000 (its hybrid search asks each index for ten times "
+        "its limit).",
         "",
         "Ingest: the headline includes embedding the documents, every vector system charged "
         "the raw encoder's rate (same model) measured once on a sample spread over the "
         "corpus - a peer as its index time plus the corpus's embedding time at that rate, "
         "Tandem hybrid as that rate times its own `Corpus.add` over the raw encoder, the two "
         "timed interleaved on the same sample; index-only: the systems that take vectors "
-        "are handed the cached ones.",
+        "are handed the cached ones. Each system's library imports and model loads happen "
+        "before its index is timed.",
     ]
     ratios = {r.corpus: r for r in report.ratios()}
     floors = {f.corpus: f for f in report.floors}

@@ -95,6 +95,7 @@ def _measure(job: SystemJob, dataset: BeirDataset, workdir: Path) -> SystemResul
             raise RuntimeError("corpus vectors missing from the cache (parent computes them)")
     if SPECS[job.system].embeds_queries:
         encoder.load()  # model load stays out of ingest and latency figures
+    system.prepare()  # its libraries' imports and its own model loads, likewise
     load_before = os.getloadavg()[0]
     rss_before = current_rss_bytes()
 

@@ -12,10 +12,11 @@ from bench.dataset import BenchDocument
 from bench.encoder import SentenceEncoder, Vectors
 
 FUSION_WINDOW = 100
-"""Candidates per arm every hybrid system fuses, whatever ``k`` the caller asks for:
-Tandem's default window, the glue's, and what LanceDB and txtai are given (their
-windows follow the limit they are called with, so their top 10 would otherwise depend on
-whether the run asked for 10 or 100)."""
+"""The limit every hybrid system is called with whatever ``k`` the caller asks for, so its
+top 10 is the head of its top 100 (one configuration scored and timed): Tandem's default
+window and the glue's are this many candidates per arm, and LanceDB's (its limit is each
+arm's window); txtai's hybrid search asks each index for ten times its limit, so it fuses
+1,000 per arm."""
 
 
 class SystemName(enum.StrEnum):
@@ -67,10 +68,15 @@ class BenchSystem(Protocol):
       at call time when the system needs a query vector (never from a cache).
     - ``disk_bytes()`` is the size of everything the system persisted (0 if in memory only).
     - ``close()`` releases files and handles; it is called once, after the last search.
+    - ``prepare()`` imports the system's libraries and loads any model it needs, before
+      ``index`` is timed: one-time loads are not indexing (bm25s's import alone took a
+      quarter of a second, half of its index time on Cranfield).
     """
 
     name: SystemName
     uses_vectors: bool
+
+    def prepare(self) -> None: ...
 
     def index(self, documents: Sequence[BenchDocument], vectors: Vectors | None) -> None: ...
 

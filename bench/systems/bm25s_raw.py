@@ -32,6 +32,11 @@ class Bm25sSystem:
         self._stem: Any = None
         self._ids: list[str] = []
 
+    def prepare(self) -> None:
+        import bm25s  # noqa: F401
+
+        self._stem = _stemmer()
+
     def index(self, documents: Sequence[BenchDocument], vectors: Vectors | None) -> None:
         import bm25s
 

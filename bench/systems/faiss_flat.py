@@ -22,6 +22,9 @@ class FaissFlatSystem:
         self._index: Any = None
         self._ids: list[str] = []
 
+    def prepare(self) -> None:
+        import faiss  # noqa: F401
+
     def index(self, documents: Sequence[BenchDocument], vectors: Vectors | None) -> None:
         import faiss
 

@@ -33,6 +33,12 @@ class GlueSystem:
         self._index: Any = None
         self._ids: list[str] = []
 
+    def prepare(self) -> None:
+        import faiss  # noqa: F401
+
+        self._bm25.prepare()
+        self._ctx.encoder().load()
+
     def index(self, documents: Sequence[BenchDocument], vectors: Vectors | None) -> None:
         import faiss
 

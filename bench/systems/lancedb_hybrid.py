@@ -36,6 +36,9 @@ class LanceDbHybridSystem:
         self._table: Any = None
         self._reranker: Any = None
 
+    def prepare(self) -> None:
+        """Nothing more: the library is imported when the system is built."""
+
     def index(self, documents: Sequence[BenchDocument], vectors: Vectors | None) -> None:
         import lancedb
         import pyarrow as pa

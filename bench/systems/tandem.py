@@ -80,6 +80,11 @@ class TandemSystem:
             self._corpus = self._engine.create_corpus(config)
         return self._corpus
 
+    def prepare(self) -> None:
+        """The corpus is created and, for a hybrid one, its query model loaded (as a
+        server does before it is ready): the model's load is not indexing."""
+        self._open()._warm_up()
+
     def index(self, documents: Sequence[BenchDocument], vectors: Vectors | None) -> None:
         if self._hybrid and vectors is None:
             raise ValueError("Tandem hybrid needs the corpus vectors")

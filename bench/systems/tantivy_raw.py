@@ -24,6 +24,9 @@ class TantivySystem:
         self._index: Any = None
         self._searcher: Any = None
 
+    def prepare(self) -> None:
+        import tantivy  # noqa: F401
+
     def index(self, documents: Sequence[BenchDocument], vectors: Vectors | None) -> None:
         import tantivy
 

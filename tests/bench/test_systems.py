@@ -53,6 +53,7 @@ def system(
     ctx = SystemContext(workdir, "all-MiniLM-L6-v2", lambda: encoder)
     built = build(name, ctx)
     vecs = request.getfixturevalue("vectors") if SPECS[name].uses_vectors else None
+    built.prepare()  # as the runner does, before the timed index
     built.index(data.documents, vecs)
     yield built
     built.close()
