@@ -12,6 +12,7 @@ from pathlib import Path
 
 from bench.encoder import DEFAULT_MODEL, EncoderBackend
 from bench.errors import BenchError
+from bench.systems.base import SystemName
 from bench.systems.registry import parse_systems
 from bench.vector_cache import DEFAULT_CACHE_DIR
 
@@ -48,9 +49,8 @@ def _run_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--systems",
         default="all",
-        help="comma-separated systems (default: all): tandem-hybrid, tandem-hybrid-zscore, "
-        "tandem-hybrid-windows, tandem-keyword, "
-        "tantivy, faiss-flat, bm25s, lancedb-hybrid, txtai-hybrid",
+        help="comma-separated systems (default: all): "
+        + ", ".join(name.value for name in SystemName),
     )
     parser.add_argument("--out", type=Path, default=Path("bench-results"))
     parser.add_argument(
