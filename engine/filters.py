@@ -156,9 +156,9 @@ def parse_filter(value: object, _depth: int = 0) -> Filter | None:
     return And(*clauses)
 
 
-def _check_name(name: object) -> None:
-    """A name no declared field can have is refused before any message quotes it (a
-    caller's two-megabyte key would come back whole)."""
+def _checked_name(name: object) -> str:
+    """``name``, once it could be a field's: a name no declared field can have is refused
+    before any message quotes it (a caller's two-megabyte key would come back whole)."""
     if not isinstance(name, str):
         raise InvalidArgument(f"filter field names must be strings, got {type(name).__name__}")
     if len(name) > MAX_FIELD_NAME_LENGTH:
@@ -166,11 +166,11 @@ def _check_name(name: object) -> None:
             f"filter field name of {len(name):,} characters; a field name has at most "
             f"{MAX_FIELD_NAME_LENGTH}"
         )
+    return name
 
 
-def _field_conditions(name: object, spec: object) -> list[Filter]:
-    _check_name(name)
-    assert isinstance(name, str)
+def _field_conditions(given: object, spec: object) -> list[Filter]:
+    name = _checked_name(given)
     if isinstance(spec, Mapping):
         unknown = sorted(repr(k)[:_SHOWN_CHARS] for k in spec if k not in _OPS)
         if not spec:
@@ -228,8 +228,7 @@ def compile_filter(expr: object, declared: Mapping[str, FieldType]) -> CompiledF
 
 
 def _kind_of(field: object, declared: Mapping[str, FieldType]) -> FieldType:
-    _check_name(field)
-    kind = declared.get(field) if isinstance(field, str) else None
+    kind = declared.get(_checked_name(field))
     if kind is None:
         raise InvalidArgument(
             f"unknown filter field {field!r}; declared fields: {sorted(declared) or 'none'}"
