@@ -528,12 +528,15 @@ class DerivedIndexes:
         replayed every document the write touched — all of them after a switch — while
         this process's searches, told the index was not current, went without their
         keyword arm."""
-        if (
-            self._tantivy_seen == seq - 1
-            and not self._pending_keyword
-            and not self._tantivy_behind
-            and not self._keyword_flagged
-        ):
+        if self._tantivy_behind or self._keyword_flagged:
+            return
+        if self._pending_keyword:
+            # Upserts still batched (inside ``bulk_writes``, e.g. an add that heals after
+            # writing): the flush marks this write's seq, as current as the one before.
+            if self._pending_seq == seq - 1:
+                self._pending_seq = seq
+            return
+        if self._tantivy_seen == seq - 1:
             try:
                 self._mark_tantivy(seq)
             except OSError:  # the marker only lags: the next holder replays, as before

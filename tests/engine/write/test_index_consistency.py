@@ -109,3 +109,23 @@ def test_vector_only_writes_leave_the_keyword_index_current(tmp_path: Path) -> N
         assert counts == [1, 1]
         hits = corpus.search("alpha3 shared", top_k=3)
         assert hits[0].source_id == "d3" and hits[0].ranks.sparse == 1
+
+
+def test_an_add_that_heals_leaves_the_keyword_index_current(tmp_path: Path) -> None:
+    """Regression: an ``add`` heals degraded documents after writing, while its keyword
+    upserts are still batched; the heal's write did not move the batch's marker, so the
+    store ended one write ahead of ``tantivy.seq`` and the next add replayed every healed
+    document into tantivy (its keyword arm off in this process meanwhile)."""
+    switchable = SwitchableEmbedder(HashEmbedder(dimension=16))
+    with _open(tmp_path, switchable) as eng:
+        corpus = eng.create_corpus(CorpusConfig(name="c", embedder="model-a"))
+        switchable.down = True
+        corpus.add(DOCS[:20])  # stored degraded
+        switchable.down = False
+        counts = _count_keyword_upserts(corpus)
+        corpus.add(DOCS[20:21])  # writes d20, then heals d0..d19
+        assert corpus.stats()["degraded"] == 0
+        directory = tmp_path / "corpora" / "c"
+        assert int((directory / "tantivy.seq").read_text()) == corpus._store.seq
+        corpus.add(DOCS[21:22])
+        assert counts == [1, 1]  # the new documents only, never the 20 healed ones
