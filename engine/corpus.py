@@ -341,7 +341,9 @@ class Corpus:
         """Re-embed degraded documents while the embedder answers; returns how many healed.
 
         Works in batches of ``batch_size`` (one embedder call and one store transaction
-        each) and stops at the first batch that fails, or after ``max_documents``. Waits
+        each) and stops at the first batch that fails, or after ``max_documents``. A failed
+        batch makes this process's next one half as big, so a document the provider
+        refuses is found and held back (``engine.write.repair_plan``). Waits
         at most ``lock_wait_s`` (default: the engine's busy timeout) for another write to
         finish, then raises ``EngineBusy``.
         """
@@ -364,7 +366,7 @@ class Corpus:
                     )
                     n = self._ingestor.repair(size)
                     healed += n
-                    if n < size:
+                    if n == 0:  # none left, or the batch failed (smaller ones may heal)
                         break
                     self._visibility.invalidate()
                     self._refresh_gauges()

@@ -24,6 +24,7 @@ from engine.fields import encode_fields
 from engine.metrics import EngineMetrics
 from engine.storage import DocumentStore, EmbeddingStatus, StoredDocument
 from engine.write.indexes import DerivedIndexes
+from engine.write.repair_plan import RepairPlan
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +75,7 @@ class Ingestor:
         self._indexes = indexes
         self._embedder = embedder
         self._metrics = metrics
+        self._plan = RepairPlan()
 
     def write(
         self, docs: Sequence[Document], supplied: Vectors | None
@@ -135,13 +137,18 @@ class Ingestor:
 
     def embed(self, texts: list[str]) -> Vectors | None:
         """Vectors for ``texts``, or None when the provider is down (counted, not raised)."""
+        return self._embed(texts)[0]
+
+    def _embed(self, texts: list[str]) -> tuple[Vectors | None, bool]:
+        """``embed``, and whether the provider was asked (False: it was down, or nothing
+        to embed)."""
         embedder = self._embedder
         if embedder is None or not texts:
-            return None
+            return None, False
         up = embedder.is_available()
         self._metrics.embedder_up.labels(self._corpus).set(1 if up else 0)
         if not up:
-            return None
+            return None, False
         started = time.perf_counter()
         try:
             vectors = embedder.embed(texts)
@@ -153,26 +160,40 @@ class Ingestor:
                 type(exc).__name__,
                 exc,  # the reason; Tandem's embedders name the model and failure, never texts
             )
-            return None
+            return None, True
         finally:
             self._metrics.embed_duration.labels(self._corpus, "documents").observe(
                 time.perf_counter() - started
             )
-        return np.asarray(vectors, dtype=np.float32)
+        return np.asarray(vectors, dtype=np.float32), True
 
     def repair(self, batch_size: int) -> int:
-        """Re-embed up to ``batch_size`` degraded documents; returns how many healed."""
-        ids = self._store.degraded_ids(batch_size)
-        if not ids or self._embedder is None:
+        """Re-embed up to ``batch_size`` degraded documents, picked by the repair plan
+        (``engine.write.repair_plan``); returns how many healed."""
+        if self._embedder is None:
             return 0
-        docs = self._store.get_many(ids, public_only=False)
-        ordered = [docs[i] for i in ids if i in docs]
-        vectors = self.embed([embedding_text(d.title, d.text) for d in ordered])
-        if vectors is None:
-            return 0
+        while True:
+            ids = self._plan.next_batch(batch_size, self._store.degraded_ids)
+            if not ids:
+                return 0
+            docs = self._store.get_many(ids, public_only=False)
+            ordered = [
+                docs[i]
+                for i in ids
+                if i in docs and docs[i].embedding_status is EmbeddingStatus.DEGRADED
+            ]
+            if ordered:
+                break
+            self._plan.forget(ids)  # held back, then deleted or embedded by a later write
         healed = [d.source_id for d in ordered]
+        vectors, asked = self._embed([embedding_text(d.title, d.text) for d in ordered])
+        if vectors is None:
+            if asked:
+                self._plan.failed(healed)
+            return 0
         self._store.set_embeddings(healed, vectors, self._embedder.name)
         self._indexes.apply_vectors(healed, vectors, self._store.seq)
+        self._plan.healed(healed)
         self._metrics.repaired.labels(self._corpus).inc(len(healed))
         return len(healed)
 
