@@ -177,7 +177,7 @@ class FaissIndex:
         self._serving: ServingGraph | None = None
         self._layout = 0  # bumped whenever the store is restructured outside a build
         self._verification: Verification | None = None
-        self.damaged: FaissIndexCorrupt | None = None  # set if a background check fails
+        self.damaged: FaissIndexCorrupt | None = None  # set if a check fails (load, save)
         self._builder = BackgroundBuilder(self._build_step, "faiss-index-build", build_gate)
 
     # ----------------------------------------------------------------- inspection
@@ -337,6 +337,10 @@ class FaissIndex:
         A graph still being built is not saved: whoever loads the file builds it again.
         With an SQ8 graph the float vectors are then read from the saved file (memory-
         mapped) rather than kept in memory.
+
+        Raises ``FaissIndexCorrupt`` (and sets ``damaged``), leaving ``path`` as it was,
+        if vectors this index maps from its file no longer match the file's checksums
+        (the file was overwritten in place): the caller rebuilds from its own copy.
         """
         path = Path(path)
         with self._lock.read():
@@ -369,7 +373,14 @@ class FaissIndex:
                     storage=self._graph.storage,
                     graph=self._graph,
                 )
-            offsets = write_snapshot(path, snap)
+            try:
+                # ``store.base`` may be a mapped file that changed in place since it was
+                # opened: then the save refuses to copy it, and the index is damaged.
+                offsets = write_snapshot(path, snap, sources=(store.base,))
+            except FaissIndexCorrupt as exc:
+                self.damaged = exc
+                logger.error("vector index file changed while mapped: %s", exc)
+                raise
             base = store.base
         if "base_vectors" in offsets and snap.graph is not None and type(base) is np.ndarray:
             mapped, reader = map_vectors(path, offsets["base_vectors"], base.shape)

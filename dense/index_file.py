@@ -27,6 +27,16 @@ raises (or reports) ``FaissIndexCorrupt`` so the caller can rebuild from its sto
 
 Saving streams the live arrays in 16 MiB pieces (hashing as it goes) and lets FAISS write
 its structure through a callback: no part of the index is ever copied in memory.
+
+A mapped section remembers the digest its file recorded for it. The map shows whatever
+the file holds now, so a file overwritten in place (``rsync --inplace``, a stray tool, a
+failing disk) changes the vectors under a running index; a save that copied them would
+seal the damage under fresh digests and the next open would trust it. So when a save
+streams a mapped section whole, the digest computed on the way must match the recorded
+one, and any other mapped section the save read from (``write_snapshot``'s ``sources``)
+is hashed again; on a mismatch the save raises ``FaissIndexCorrupt`` and leaves the old
+file in place, for the caller to rebuild from its store. (A file truncated under the map
+cannot be caught this way: touching a page past its end kills the process with SIGBUS.)
 """
 
 from __future__ import annotations
@@ -37,7 +47,7 @@ import json
 import os
 import struct
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -61,6 +71,13 @@ _SMALL = ("base_labels", "base_alive", "tail_labels")
 
 class FaissIndexCorrupt(DenseError):
     """A saved index file is truncated, damaged or of an unknown format."""
+
+
+class _MappedSection(np.memmap):  # type: ignore[type-arg]
+    """A vector section mapped from a file, with the sha256 the file recorded for it.
+    Views and copies are plain sections of unknown origin (the class default)."""
+
+    sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -130,15 +147,25 @@ class _HashingWriter:
             self.position += gap
 
 
-def write_snapshot(path: Path, snap: IndexSnapshot) -> dict[str, int]:
+def write_snapshot(
+    path: Path, snap: IndexSnapshot, *, sources: Sequence[object] = ()
+) -> dict[str, int]:
     """Write ``snap`` to ``path`` atomically: temp file in the same dir, fsync, rename.
-    Returns each section's offset in the file."""
+    Returns each section's offset in the file.
+
+    ``sources``: arrays the snapshot's sections were read from (e.g. the base a gathered
+    view selects rows of). Those that are mapped sections, and any mapped section
+    streamed whole, are checked against the digests their files recorded once written;
+    ``FaissIndexCorrupt`` on a mismatch, and ``path`` is left as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
-            offsets = _write(fh, snap)
+            offsets, checked = _write(fh, snap)
+            for source in sources:  # after the copy: damage read before now shows up
+                if not any(source is done for done in checked):
+                    _check_mapped(source, _mapped_digest(source))
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp_name, path)
@@ -152,11 +179,24 @@ def write_snapshot(path: Path, snap: IndexSnapshot) -> dict[str, int]:
 
 def map_vectors(path: Path, offset: int, shape: tuple[int, int]) -> tuple[Vectors, RowReader]:
     """A read-only memory map of a vector section of a file written here, and a reader of
-    its rows that does not go through the map (``dense._row_reader``)."""
-    return _map_with_reader(path, offset, shape)
+    its rows that does not go through the map (``dense._row_reader``). The map keeps the
+    section's digest from the file's header, for later saves to check."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as fh:
+            header, _size = _read_header(fh, path)
+            digests = [
+                str(span[2])
+                for span in header["sections"].values()
+                if int(span[0]) == offset and int(span[1]) == shape[0] * shape[1] * 4
+            ]
+            return _map_with_reader(fh, offset, shape, digests[0] if digests else None)
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        raise FaissIndexCorrupt(f"{path}: inconsistent contents ({exc})") from exc
 
 
-def _write(fh: IO[bytes], snap: IndexSnapshot) -> dict[str, int]:
+def _write(fh: IO[bytes], snap: IndexSnapshot) -> tuple[dict[str, int], list[object]]:
+    """Returns the offsets and the mapped sections it streamed whole and checked."""
     out = _HashingWriter(fh)
     spans: dict[str, list[Any]] = {}
     if snap.graph is not None:
@@ -174,12 +214,17 @@ def _write(fh: IO[bytes], snap: IndexSnapshot) -> dict[str, int]:
         ("tail_labels", np.ascontiguousarray(snap.tail_labels, dtype="<i8")),
         ("tail_vectors", snap.tail_vectors),
     ]
+    checked: list[object] = []
     for name, array in arrays:
         out.restart()
         start = out.position
         for piece in _pieces(array):
             out.write(piece)
         spans[name] = [start, out.position - start, out.digest.hexdigest()]
+        recorded = _mapped_digest(array)
+        if recorded is not None:  # the unchanged mapped section: must read as it was
+            _compare(array, recorded, spans[name][2])
+            checked.append(array)
         out.pad()
     header = json.dumps(
         {
@@ -201,7 +246,30 @@ def _write(fh: IO[bytes], snap: IndexSnapshot) -> dict[str, int]:
             MAGIC, FORMAT_VERSION, header_at, len(header), end, hashlib.sha256(header).digest()
         )
     )
-    return {name: int(span[0]) for name, span in spans.items()}
+    return {name: int(span[0]) for name, span in spans.items()}, checked
+
+
+def _mapped_digest(array: object) -> str | None:
+    return array.sha256 if isinstance(array, _MappedSection) else None
+
+
+def _check_mapped(array: object, recorded: str | None) -> None:
+    """Hash a mapped section through its map; ``FaissIndexCorrupt`` if its file no
+    longer holds what it recorded (nothing to check for any other array)."""
+    if recorded is None or not isinstance(array, np.ndarray):
+        return
+    hasher = hashlib.sha256()
+    for piece in _pieces(array):
+        hasher.update(piece)
+    _compare(array, recorded, hasher.hexdigest())
+
+
+def _compare(array: object, recorded: str, got: str) -> None:
+    if got != recorded:
+        where = getattr(array, "filename", None) or "a mapped index file"
+        raise FaissIndexCorrupt(
+            f"{where}: vectors changed on disk while mapped (checksum mismatch); not saving them"
+        )
 
 
 def _pieces(array: npt.NDArray[Any]) -> Iterator[memoryview]:
@@ -304,7 +372,8 @@ def _decode(
         graph = load_graph(path, storage, base_labels, dim)
     base_reader = None
     if "base_vectors" in spans:
-        base_vectors, base_reader = _map_with_reader(path, spans["base_vectors"][0], (rows_b, dim))
+        offset, _length, digest = spans["base_vectors"]
+        base_vectors, base_reader = _map_with_reader(fh, offset, (rows_b, dim), digest)
     elif graph is not None:
         base_vectors = graph.float_view()
     else:  # pragma: no cover - excluded by the length checks above
@@ -337,14 +406,16 @@ def _read(
     return np.frombuffer(data, dtype=dtype).reshape(shape)
 
 
-def _map_with_reader(path: Path, offset: int, shape: tuple[int, int]) -> tuple[Vectors, RowReader]:
-    """Map the section and open a reader on the same file (same inode: a later save's
-    rename cannot slip between the two)."""
-    with open(path, "rb") as fh:
-        reader = RowReader(os.dup(fh.fileno()), offset, shape)
-        if shape[0] == 0:
-            return np.zeros(shape, dtype=np.float32), reader
-        mapped: Vectors = np.memmap(fh, dtype="<f4", mode="r", offset=offset, shape=shape)
+def _map_with_reader(
+    fh: IO[bytes], offset: int, shape: tuple[int, int], sha256: str | None
+) -> tuple[Vectors, RowReader]:
+    """Map the section of the open file ``fh`` and open a reader on it (same inode as
+    the header read through ``fh``: a later save's rename cannot slip between them)."""
+    reader = RowReader(os.dup(fh.fileno()), offset, shape)
+    if shape[0] == 0:
+        return np.zeros(shape, dtype=np.float32), reader
+    mapped = _MappedSection(fh, dtype="<f4", mode="r", offset=offset, shape=shape)
+    mapped.sha256 = sha256
     return mapped, reader
 
 

@@ -193,8 +193,16 @@ class TantivyIndex:
         return int(self.view().searcher.num_docs)
 
     def upsert(self, docs: Sequence[SparseDocument]) -> None:
-        """Add or replace (by ``source_id``) ``docs``, then commit; later ids win ties."""
-        prepared = [self._to_tantivy(doc) for doc in docs]
+        """Add or replace (by ``source_id``) ``docs``, then commit; later ids win ties.
+
+        A non-public document is not indexed (an indexed version of its id is deleted):
+        no ``AccessContext`` can search it yet, and indexed it would still count in BM25's
+        statistics — the document count, each term's document frequency, the average
+        length — so the order of public hits would tell an anonymous caller which words
+        non-public documents hold.
+        """
+        checked = [(doc, self._to_tantivy(doc)) for doc in docs]  # every one validated
+        prepared = [(doc.source_id, laid if doc.public else None) for doc, laid in checked]
         if prepared:
             threads = _bulk_threads() if len(prepared) >= _BULK_DOCS else 1
             self._write(lambda writer: _add_all(writer, prepared), threads)
@@ -323,11 +331,13 @@ class TantivyIndex:
         )
 
 
-def _add_all(writer: tantivy.IndexWriter, docs: Sequence[tantivy.Document]) -> None:
-    for doc in docs:
-        source_id = doc.get_first(F_ID)
+def _add_all(
+    writer: tantivy.IndexWriter, docs: Sequence[tuple[str, tantivy.Document | None]]
+) -> None:
+    for source_id, doc in docs:
         writer.delete_documents_by_term(F_ID, source_id)
-        writer.add_document(doc)
+        if doc is not None:
+            writer.add_document(doc)
 
 
 def _delete_all(writer: tantivy.IndexWriter, source_ids: Sequence[str]) -> None:

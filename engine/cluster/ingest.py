@@ -6,15 +6,21 @@
 - **prepare + skip**: every row becomes a ``Document`` (``engine.surfaces.loaders`` rules:
   ``id`` or BEIR's ``_id``, ``title``, ``text``, ``url``, ``language_id``,
   ``access_groups``, declared fields); a row that cannot is counted as rejected, never
-  fatal. With ``resume=True`` (default) rows whose id the owning shard already stores
-  *with a vector* are dropped here, so a restarted job embeds and writes only the rest.
+  fatal (``IngestReport.rejections`` keeps the first reasons). A row's own vector must be
+  a flat list of finite numbers, not all zero, as long as the corpus's vectors. An id
+  repeated within one batch keeps its last row, as ``Corpus.add`` does; across batches
+  rows are written in no fixed order. With ``resume=True`` (default) rows whose id the
+  owning shard already stores *with a vector* are dropped here, so a restarted job
+  embeds and writes only the rest.
 - **embed**: ``embed_actors`` actors, each holding one model, each reserving one CPU —
   or one GPU when the cluster has GPUs (``gpus_per_actor``). Rows that carry their own
   vector (``vector_column``, with ``embedding_model`` checked against the corpus's
   model) skip this stage.
 - **write**: rows are grouped by owning shard and sent in batches; a dead shard is
   waited for and the batch sent again (the write is an idempotent upsert), so a shard
-  killed mid-ingest loses nothing that was acknowledged. A shard that stays down past
+  killed mid-ingest loses nothing that was acknowledged. A batch a shard refuses
+  (``InvalidArgument``) is split in halves until the refused rows stand alone; those
+  are counted as rejected. A shard that stays down past
   ``write_timeout_s`` fails the job with ``ShardUnavailable``; run it again to resume.
 
 Progress: a running count of documents written (``on_progress`` and a tqdm bar), besides
@@ -36,6 +42,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 import ray
 import ray.data
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
@@ -48,9 +55,11 @@ from engine.cluster.routing import group_by_shard
 from engine.cluster.shard import EmbedderFactory
 from engine.cluster.sharded import ShardedCorpus
 from engine.cluster.wire import to_row
+from engine.cluster.writes import _dimension_if_up
 from engine.config import FieldType
 from engine.embedders import default_embedder_factory
 from engine.errors import InvalidArgument
+from engine.surfaces.bulk import MAX_KEPT_REJECTIONS
 from engine.write.ingest import content_hash, embedding_text
 from engine.write.vector_model import check_embedding_model
 
@@ -62,7 +71,9 @@ _PAYLOAD = "payload"  # a pickled wire row (plain dict)
 _ID = "id"
 _TEXT = "embed_text"
 _VECTOR = "vector"
-_KIND = "kind"  # "doc", "rejected", "skipped" (stored with this content and a vector)
+_KIND = "kind"  # "doc", "rejected", "skipped" (stored with this content and a vector),
+# "repeated" (its id comes again later in the batch: neither written nor counted)
+_REASON = "reason"  # why a row was rejected ("" for the others)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,12 +81,17 @@ class IngestReport:
     """What one ingest run did. ``written`` documents were embedded (or brought their
     vectors) and acknowledged by their shards; ``skipped`` ones were already stored with
     the same title and text and a vector: they are sent without one, so a change of
-    URL, fields or access groups still lands, and keep their stored vector."""
+    URL, fields or access groups still lands, and keep their stored vector. An earlier
+    row of an id repeated within one batch is dropped uncounted, as ``Corpus.add`` counts
+    only the last."""
 
     written: int
     skipped: int
     rejected: int
     seconds: float
+    rejections: tuple[str, ...] = ()
+    """Why rows were rejected: the first ``MAX_KEPT_REJECTIONS`` reasons to arrive (rows
+    arrive in no fixed order), each led by the row's id when it had a valid one."""
 
     @property
     def docs_per_s(self) -> float:
@@ -130,6 +146,10 @@ def ingest(
         check_embedding_model(
             embedding_model, corpus._model_names(), corpus.name, has_embeddings=True
         )
+    # The length every row's own vector must have (None: the provider is down and cannot
+    # say; each batch then takes its first good vector's, and the shards have the last word).
+    embedder = corpus._embedder
+    dimension = None if vector_column is None or embedder is None else _dimension_if_up(embedder)
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = progress
     handles = corpus._calls.handles
@@ -143,7 +163,16 @@ def ingest(
         ds = ray.data.read_text(files, num_cpus=0, drop_empty_lines=True, concurrency=io_tasks)
     ds = ds.map_batches(
         _prepare,  # type: ignore[arg-type]  # extra arguments come from fn_args
-        fn_args=(handles, shards, fields, resume, vector_column, write_timeout_s, kind == "jsonl"),
+        fn_args=(
+            handles,
+            shards,
+            fields,
+            resume,
+            vector_column,
+            dimension,
+            write_timeout_s,
+            kind == "jsonl",
+        ),
         batch_format="pyarrow",
         batch_size=batch_size,
         num_cpus=0,
@@ -172,6 +201,7 @@ def ingest(
     )
     started = time.monotonic()
     written = skipped = rejected = 0
+    rejections: list[str] = []
     with tqdm(disable=not progress, desc=f"ingest {corpus.name}", unit="doc") as bar:
         for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
             counts = pa.table(batch).to_pydict()
@@ -179,10 +209,13 @@ def ingest(
             written += done
             skipped += sum(counts["skipped"])
             rejected += sum(counts["rejected"])
+            for reasons in counts["reasons"]:
+                rejections.extend(reasons[: MAX_KEPT_REJECTIONS - len(rejections)])
             bar.update(done)
             if on_progress is not None:
                 on_progress(written)
-    return IngestReport(written, skipped, rejected, time.monotonic() - started)
+    seconds = time.monotonic() - started
+    return IngestReport(written, skipped, rejected, seconds, tuple(rejections))
 
 
 def _format_of(path: str) -> str:
@@ -208,29 +241,35 @@ def _prepare(
     fields: dict[str, FieldType],
     resume: bool,
     vector_column: str | None,
+    dimension: int | None,
     timeout_s: float,
     jsonl: bool,
 ) -> pa.Table:
-    """Rows → documents (or rejections); marks those stored with the same content and a
-    vector skipped (not embedded again)."""
+    """Rows → documents (or rejections, with their reasons); an id repeated in the batch
+    keeps its last row; marks those stored with the same content and a vector skipped
+    (not embedded again)."""
     from engine.surfaces.loaders import LineError, document_from_json
 
     kinds: list[str] = []
     ids: list[str] = []
+    reasons: list[str] = []
     digests: list[str] = []
     payloads: list[bytes] = []
     texts: list[str] = []
     vectors: list[list[float] | None] = []
     for item in batch.to_pylist():
+        doc = None
         try:
             raw = _decoded(item, jsonl)
             vector = raw.pop(vector_column, None) if vector_column else None
-            if vector_column and vector is None:
-                raise LineError(f"no {vector_column!r} value")
             doc = document_from_json(raw, fields)
-        except LineError:
+            if vector_column:
+                checked = _checked_vector(vector, vector_column, dimension)
+                dimension = len(checked)  # when unknown, the batch's first good vector's
+        except LineError as exc:
             kinds.append("rejected")
             ids.append("")
+            reasons.append(str(exc) if doc is None else f"{doc.id}: {exc}")
             digests.append("")
             payloads.append(b"")
             texts.append("")
@@ -238,10 +277,17 @@ def _prepare(
             continue
         kinds.append("doc")
         ids.append(doc.id)
+        reasons.append("")
         digests.append(content_hash(doc))
         payloads.append(pickle.dumps(to_row(doc), protocol=pickle.HIGHEST_PROTOCOL))
         texts.append(embedding_text(doc.title, doc.text))
-        vectors.append(None if vector is None else [float(x) for x in vector])
+        vectors.append(checked if vector_column else None)
+    # Last occurrence of a repeated id wins, as in Corpus.add (which counts only it).
+    last = {i: n for n, (i, k) in enumerate(zip(ids, kinds, strict=True)) if k == "doc"}
+    kinds = [
+        "repeated" if k == "doc" and last[i] != n else k
+        for n, (i, k) in enumerate(zip(ids, kinds, strict=True))
+    ]
     if resume:
         wanted = [i for i, k in zip(ids, kinds, strict=True) if k == "doc"]
         stored = _stored_with_vectors(handles, shards, wanted, timeout_s)
@@ -252,12 +298,42 @@ def _prepare(
     columns: dict[str, Any] = {
         _KIND: kinds,
         _ID: ids,
+        _REASON: reasons,
         _PAYLOAD: pa.array(payloads, type=pa.binary()),
         _TEXT: texts,
     }
     if vector_column:
         columns[_VECTOR] = pa.array(vectors, type=pa.list_(pa.float32()))
     return pa.table(columns)
+
+
+def _checked_vector(value: object, column: str, dimension: int | None) -> list[float]:
+    """A row's own vector, as the shard will take it: a flat list of finite numbers (as
+    float32), not all zero, ``dimension`` long (when known); else ``LineError``."""
+    from engine.surfaces.loaders import LineError
+
+    if value is None:
+        raise LineError(f"no {column!r} value")
+    if not isinstance(value, list | tuple) or not all(
+        isinstance(x, int | float) and not isinstance(x, bool) for x in value
+    ):
+        raise LineError(f"{column!r} must be a list of numbers")
+    if not value:
+        raise LineError(f"{column!r} is empty")
+    if dimension is not None and len(value) != dimension:
+        raise LineError(
+            f"{column!r} has {len(value)} numbers; this corpus's vectors have {dimension}"
+        )
+    try:
+        with np.errstate(over="ignore"):
+            array = np.asarray(value, dtype=np.float32)
+    except OverflowError:  # an integer past float64's range
+        array = np.array([np.inf], dtype=np.float32)
+    if not np.isfinite(array).all():
+        raise LineError(f"{column!r} contains NaN or infinite values (as float32)")
+    if not np.any(array):
+        raise LineError(f"{column!r} is all zeros")
+    return list(map(float, array))
 
 
 def _decoded(item: dict[str, Any], jsonl: bool) -> dict[str, Any]:
@@ -322,26 +398,43 @@ def _write(
 ) -> pa.Table:
     """Send the batch's documents to their shards; one summary row per batch."""
     kinds = batch.column(_KIND).to_pylist()
+    reasons = [
+        r for r, k in zip(batch.column(_REASON).to_pylist(), kinds, strict=True) if k == "rejected"
+    ]
     # Stored with this content and a vector: sent without one, so each shard keeps the
     # stored vector and applies the rest of the row.
     unchanged = [i for i, k in enumerate(kinds) if k == "skipped"]
+    skipped = 0
     if unchanged:
-        _send(batch.take(pa.array(unchanged)), None, handles, shards, None, timeout_s)
+        skipped, refused = _send(
+            batch.take(pa.array(unchanged)), None, handles, shards, None, timeout_s
+        )
+        reasons += refused
     keep = [i for i, k in enumerate(kinds) if k == "doc"]
     written = 0
     if keep:
         kept = batch.take(pa.array(keep))
-        vectors = None
-        if _VECTOR in kept.column_names:
+        if _VECTOR not in kept.column_names:
+            written, refused = _send(kept, None, handles, shards, model, timeout_s)
+            reasons += refused
+        else:
+            # One length per batch, except when the corpus's was unknown and batches
+            # of different first vectors met here: each length is sent on its own.
             column = kept.column(_VECTOR).combine_chunks()
-            flat = column.flatten().to_numpy(zero_copy_only=False)
-            vectors = np.asarray(flat, dtype=np.float32).reshape(len(keep), -1)
-        written = _send(kept, vectors, handles, shards, model, timeout_s)
+            lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)
+            for length in np.unique(lengths):
+                rows = pa.array(np.flatnonzero(lengths == length))
+                flat = column.take(rows).flatten().to_numpy(zero_copy_only=False)
+                vectors = np.asarray(flat, dtype=np.float32).reshape(len(rows), int(length))
+                sent, refused = _send(kept.take(rows), vectors, handles, shards, model, timeout_s)
+                written += sent
+                reasons += refused
     return pa.table(
         {
             "written": [written],
-            "skipped": [kinds.count("skipped")],
-            "rejected": [kinds.count("rejected")],
+            "skipped": [skipped],
+            "rejected": [len(reasons)],
+            "reasons": pa.array([reasons[:MAX_KEPT_REJECTIONS]], type=pa.list_(pa.string())),
         }
     )
 
@@ -353,15 +446,32 @@ def _send(
     shards: int,
     model: str | None,
     timeout_s: float,
-) -> int:
-    """Add ``part``'s rows (with ``vectors``, or without) on their shards; returns how many."""
+) -> tuple[int, list[str]]:
+    """Add ``part``'s rows (with ``vectors``, or without) on their shards; returns how
+    many were written and why the others were refused. A group a shard refuses
+    (``InvalidArgument``) is split in halves until each refused row stands alone, as the
+    single-node bulk loader does."""
     rows = [pickle.loads(payload) for payload in part.column(_PAYLOAD).to_pylist()]
+    written = 0
+    refused: list[str] = []
     for index, positions in group_by_shard([r["id"] for r in rows], shards).items():
-        payload = ray.put([rows[p] for p in positions])  # sent again as is on a retry
-        part_vectors = None if vectors is None else vectors[positions]
-        args = (payload, part_vectors, None if part_vectors is None else model)
-        _call_with_retry(handles[index], index, "add", args, timeout_s)
-    return len(rows)
+        pending = [list(positions)]
+        while pending:
+            chosen = pending.pop()
+            payload = ray.put([rows[p] for p in chosen])  # sent again as is on a retry
+            part_vectors = None if vectors is None else vectors[chosen]
+            args = (payload, part_vectors, None if part_vectors is None else model)
+            try:
+                _call_with_retry(handles[index], index, "add", args, timeout_s)
+            except InvalidArgument as exc:
+                if len(chosen) == 1:
+                    refused.append(f"{rows[chosen[0]]['id']}: {exc}")
+                else:
+                    middle = len(chosen) // 2
+                    pending.extend((chosen[middle:], chosen[:middle]))  # first half first
+                continue
+            written += len(chosen)
+    return written, refused
 
 
 def _call_with_retry(

@@ -181,7 +181,9 @@ class DerivedIndexes:
                 self._rebuild_tantivy()
                 return
         self.tantivy.commit()  # reload: another process may have committed since
-        if self.tantivy.doc_count() != self._store.count():
+        # Public documents only (``TantivyIndex.upsert``): an index built before that
+        # rule, holding non-public ones, disagrees here and is rebuilt once.
+        if self.tantivy.doc_count() != self._store.count() - self._store.count_non_public():
             logger.warning("keyword index disagrees with the store; rebuilding it")
             self._rebuild_tantivy()
             return

@@ -51,6 +51,27 @@ def test_update_can_make_a_document_non_public(tmp_path: Path) -> None:
     index.upsert([SparseDocument("a", "Alpha", "walrus")])
     index.upsert([SparseDocument("a", "Alpha", "walrus", public=False)])
     assert _titles(index, "walrus") == []
+    assert index.doc_count() == 0  # not indexed at all (see the next test)
+
+
+def test_non_public_documents_do_not_move_the_order_of_public_hits(tmp_path: Path) -> None:
+    """Regression: non-public documents were indexed and only filtered out, so they
+    counted in BM25's statistics, and which of two public hits came first told an
+    anonymous caller which word non-public documents hold."""
+    orders = []
+    for secret in ("alpha", "beta"):
+        index = TantivyIndex(tmp_path / secret)
+        index.upsert(
+            [
+                SparseDocument("d-alpha", "", "alpha common"),
+                SparseDocument("d-beta", "", "beta common"),
+            ]
+            + [SparseDocument(f"m{i}", "", f"memo {secret}", public=False) for i in range(30)]
+        )
+        hits = TantivyBackend(index).search(query("alpha beta"), PUBLIC)
+        orders.append([(hit.source_id, hit.score) for hit in hits])
+        assert index.doc_count() == 2
+    assert orders[0] == orders[1]
 
 
 def test_delete_removes_and_ignores_unknown_ids(tmp_path: Path) -> None:

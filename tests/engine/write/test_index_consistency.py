@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
+
+import pytest
 
 from dense import Embedder
 from engine import Corpus, CorpusConfig, Document, SearchEngine
@@ -129,3 +132,33 @@ def test_an_add_that_heals_leaves_the_keyword_index_current(tmp_path: Path) -> N
         assert int((directory / "tantivy.seq").read_text()) == corpus._store.seq
         corpus.add(DOCS[21:22])
         assert counts == [1, 1]  # the new documents only, never the 20 healed ones
+
+
+def test_an_index_holding_non_public_documents_is_rebuilt_without_them(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Keyword indexes hold public documents only (their statistics would otherwise leak
+    non-public words into the order of public hits): one built before that rule is
+    rebuilt once at open, and one built after it is left alone."""
+    docs = [*DOCS[:5], Document(id="secret", text="alpha1 staff", access_groups=frozenset({"s"}))]
+    with SearchEngine(tmp_path) as eng:
+        corpus = eng.create_corpus(CorpusConfig(name="c", embedder=None))
+        corpus.add(docs)
+        index = corpus._indexes.tantivy
+        assert index.doc_count() == 5
+        old_style = index._to_tantivy(to_sparse_of(corpus, "secret"))  # as indexed before
+        index._write(lambda writer: writer.add_document(old_style))
+        assert index.doc_count() == 6
+    with caplog.at_level(logging.WARNING), SearchEngine(tmp_path) as eng:
+        corpus = eng.corpus("c")
+        assert corpus._indexes.tantivy.doc_count() == 5
+        assert [r.message for r in caplog.records if "rebuilding" in r.message]
+        caplog.clear()
+    with caplog.at_level(logging.WARNING), SearchEngine(tmp_path) as eng:
+        assert eng.corpus("c").search("alpha1", top_k=5)[0].source_id == "d1"
+        assert not [r.message for r in caplog.records if "rebuilding" in r.message]
+
+
+def to_sparse_of(corpus: Corpus, source_id: str) -> SparseDocument:
+    stored = corpus._store.get_many([source_id], public_only=False)[source_id]
+    return SparseDocument(source_id=source_id, title=stored.title, text=stored.text)

@@ -3,6 +3,7 @@ the lock dies with its process, and it is taken on the local disk only."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -175,6 +176,212 @@ def test_write_lock_is_reentrant_and_excludes_another_open_file(tmp_path: Path) 
     b.release()
     a.close()
     b.close()
+
+
+# Holds a lock, forks a child that only sleeps (a worker pool, a pre-fork server), prints
+# the child's pid, then waits to be killed. "write": a thread is inside a corpus write
+# while the main thread forks through multiprocessing's "fork" context; "root": the
+# forking thread itself holds the engine root's lock, and forks with os.fork.
+_FORKING_HOLDER = """
+import multiprocessing, os, sys, threading, time
+from engine import Document, SearchEngine
+from engine.write.lock import WriteLock
+from tests.support.fakes import WordHashEmbedder, factory_for
+
+root, mode = sys.argv[1], sys.argv[2]
+if mode == "write":
+    inside = threading.Event()
+
+    class Slow(WordHashEmbedder):
+        def embed(self, texts):
+            inside.set()
+            time.sleep(600)
+
+    engine = SearchEngine(root, embedder_factory=factory_for(Slow()))
+    corpus = engine.corpus("c")
+    writer = threading.Thread(
+        target=corpus.add, args=([Document(id="never", text="never written")],), daemon=True
+    )
+    writer.start()
+    assert inside.wait(60)
+    helper = multiprocessing.get_context("fork").Process(target=time.sleep, args=(600,))
+    helper.start()
+    pid = helper.pid
+else:
+    lock = WriteLock(__import__("pathlib").Path(root) / ".lock")
+    assert lock.acquire(0)
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(600)
+        os._exit(0)
+print("CHILD", pid, flush=True)
+time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("mode", ["write", "root"])
+def test_a_child_forked_while_the_lock_is_held_does_not_keep_it_after_a_kill(
+    tmp_path: Path, mode: str
+) -> None:
+    root = tmp_path / "engine"
+    _corpus(root)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _FORKING_HOLDER, str(root), mode],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    child = None
+    try:
+        assert holder.stdout is not None
+        word, pid = holder.stdout.readline().split()
+        assert word == "CHILD"
+        child = int(pid)
+        # The holder has the lock.
+        with _engine(root, busy_timeout=0.1) as engine, pytest.raises(EngineBusy):
+            if mode == "write":
+                engine.corpus("c").add([Document(id="early", text="too early")])
+            else:
+                engine.create_corpus(CorpusConfig(name="early", embedder=None))
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=60)
+        # The forked child lives on; the lock died with the holder all the same.
+        with _engine(root, busy_timeout=30.0) as engine:
+            if mode == "write":
+                engine.corpus("c").add([Document(id="after", text="written after the kill")])
+                assert [h.source_id for h in engine.corpus("c").search("after the kill")][:1] == [
+                    "after"
+                ]
+            else:
+                engine.create_corpus(CorpusConfig(name="after", embedder=None))
+                assert "after" in engine.list_corpora()
+        assert _alive(child)
+    finally:
+        holder.kill()
+        holder.wait(timeout=60)
+        if child is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
+
+
+def _in_child(work: object) -> None:
+    """Runs ``work()`` in this forked child and leaves: exit status 0 if it returned."""
+    status = 1
+    try:
+        work()  # type: ignore[operator]
+        status = 0
+    finally:
+        os._exit(status)
+
+
+def _exit_status(pid: int) -> int:
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+@pytest.mark.timeout(120)
+def test_a_forked_child_takes_the_lock_on_its_own_after_another_thread_released_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "lock"
+    lock, other = WriteLock(path), WriteLock(path)
+    taken, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lock.holding(0) as got:
+            assert got
+            taken.set()
+            done.wait(timeout=60)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert taken.wait(timeout=60)
+    to_child_r, to_child_w = os.pipe()
+    to_parent_r, to_parent_w = os.pipe()
+
+    def child() -> None:
+        assert not lock.held  # the holding thread did not come along
+        assert not lock.acquire(0.05)  # a descriptor of its own: the parent's excludes it
+        os.write(to_parent_w, b"1")
+        assert os.read(to_child_r, 1) == b"2"  # the parent released
+        assert lock.acquire(30)
+        os.write(to_parent_w, b"3")
+        assert os.read(to_child_r, 1) == b"4"
+        lock.release()
+        assert lock.acquire(30)  # again: the child's lock is an ordinary lock
+        lock.release()
+
+    pid = os.fork()
+    if pid == 0:
+        _in_child(child)
+    try:
+        assert os.read(to_parent_r, 1) == b"1"
+        assert not other.acquire(0)  # the child's close left the parent's lock held
+        done.set()
+        holder.join(timeout=60)
+        os.write(to_child_w, b"2")
+        assert os.read(to_parent_r, 1) == b"3"
+        assert not other.acquire(0)  # the child holds it now
+        assert not lock.held
+        os.write(to_child_w, b"4")
+        assert _exit_status(pid) == 0
+        pid = 0
+        assert lock.acquire(5)
+        lock.release()
+        assert other.acquire(5)
+        other.release()
+    finally:
+        done.set()
+        holder.join(timeout=60)
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        for fd in (to_child_r, to_child_w, to_parent_r, to_parent_w):
+            os.close(fd)
+        lock.close()
+        other.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_child_forked_inside_the_lock_neither_shares_nor_releases_it(tmp_path: Path) -> None:
+    path = tmp_path / "lock"
+    lock, other = WriteLock(path), WriteLock(path)
+    done_r, done_w = os.pipe()
+
+    def child() -> None:
+        assert lock.held  # the forking thread's acquire, still to be released
+        assert not lock.acquire(0.05)  # but the parent's flock is not the child's
+        lock.release()  # balanced; takes nothing from the parent
+        assert not lock.held
+        os.write(done_w, b"1")
+
+    assert lock.acquire(0)
+    try:
+        pid = os.fork()
+        if pid == 0:
+            _in_child(child)
+        assert os.read(done_r, 1) == b"1"
+        assert _exit_status(pid) == 0
+        assert lock.held
+        assert not other.acquire(0)  # still the parent's
+    finally:
+        lock.release()
+        os.close(done_r)
+        os.close(done_w)
+    assert other.acquire(5)
+    other.release()
+    lock.close()
+    other.close()
 
 
 def test_network_filesystems_are_recognised(tmp_path: Path) -> None:
