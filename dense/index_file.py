@@ -165,7 +165,7 @@ def write_snapshot(
             offsets, checked = _write(fh, snap)
             for source in sources:  # after the copy: damage read before now shows up
                 if not any(source is done for done in checked):
-                    _check_mapped(source, _mapped_digest(source))
+                    _check_mapped(source)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp_name, path)
@@ -253,9 +253,10 @@ def _mapped_digest(array: object) -> str | None:
     return array.sha256 if isinstance(array, _MappedSection) else None
 
 
-def _check_mapped(array: object, recorded: str | None) -> None:
+def _check_mapped(array: object) -> None:
     """Hash a mapped section through its map; ``FaissIndexCorrupt`` if its file no
     longer holds what it recorded (nothing to check for any other array)."""
+    recorded = _mapped_digest(array)
     if recorded is None or not isinstance(array, np.ndarray):
         return
     hasher = hashlib.sha256()

@@ -107,7 +107,14 @@ class GrepMatch:
 
 @dataclass(frozen=True, slots=True)
 class AddResult:
-    """What one ``add`` call did."""
+    """What one ``add`` call did. ``added + updated`` is every document stored.
+
+    ``added``: ids that were new. ``updated``: ids already stored (replaced, even when
+    nothing changed). ``unchanged``: of the updated, those whose title and text were
+    already stored with a vector, so the vector was re-used without a model call (always
+    0 in a keyword-only corpus). ``degraded``: stored without a vector (the embedder was
+    down or failed), keyword-searchable until repaired.
+    """
 
     added: int
     updated: int

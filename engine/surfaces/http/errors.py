@@ -162,7 +162,36 @@ async def _on_validation_error(request: Request, exc: Exception) -> JsonAnswer:
     assert isinstance(exc, RequestValidationError)
     if isinstance(exc.__cause__, json.JSONDecodeError):  # FastAPI could not parse the body
         return await _on_api_error(request, invalid_json(exc.__cause__))
+    media = _declared_media_type(request)
+    if media is not None and not _is_json_media(media) and _body_refused(exc.errors()):
+        # FastAPI reads a body as JSON only when the type says so (or none is given); any
+        # other type (``curl -d`` sends a form's) left a bytes body and a shape error that
+        # pointed nowhere near the cause.
+        return _json(
+            415,
+            "unsupported_media_type",
+            f"send the body as JSON, with Content-Type: application/json "
+            f"(got {media[:_SHOWN_MEDIA_CHARS]!r})",
+        )
     return _json(422, "invalid_request", _validation_message(exc.errors()))
+
+
+_SHOWN_MEDIA_CHARS = 60
+
+
+def _declared_media_type(request: Request) -> str | None:
+    value = request.headers.get("content-type")
+    return None if value is None else value.split(";", 1)[0].strip().lower()
+
+
+def _is_json_media(media: str) -> bool:
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
+
+
+def _body_refused(errors: Sequence[Any]) -> bool:
+    return any(isinstance(e, Mapping) and tuple(e.get("loc", ()))[:1] == ("body",) for e in errors)
 
 
 async def _on_engine_error(request: Request, exc: Exception) -> JsonAnswer:

@@ -56,6 +56,7 @@ CorpusName = Annotated[
 ]
 
 _ERRORS = error_responses(404, 413, 422, 503)
+_BODY_ERRORS = error_responses(415)  # a body sent with another Content-Type than JSON
 
 router = APIRouter(prefix="/v1", tags=["read"], responses=_ERRORS)
 
@@ -123,6 +124,7 @@ async def list_corpora(request: Request) -> JsonAnswer:
     "/corpora/{name}/search",
     response_model=SearchResponse,
     summary="The best public passages for a query",
+    responses=_BODY_ERRORS,
     description=(
         "The same passages as Corpus.search, in order. Inputs are clamped, never refused: "
         f"the query is trimmed and cut to {MAX_QUERY_LENGTH:,} characters (shorter than 2: "
@@ -141,6 +143,7 @@ async def search(request: Request, name: CorpusName, body: SearchRequest) -> Jso
     "/corpora/{name}/evidence",
     response_model=EvidenceResponse,
     summary="The best sources as one text block for an LLM prompt",
+    responses=_BODY_ERRORS,
 )
 async def evidence(request: Request, name: CorpusName, body: EvidenceRequest) -> JsonAnswer:
     text = await _searching(
@@ -167,6 +170,7 @@ async def source(request: Request, name: CorpusName, source_id: str) -> JsonAnsw
     "/corpora/{name}/grep",
     response_model=GrepResponse,
     summary="Exact or regex matches in public sources (for agents and scripts)",
+    responses=_BODY_ERRORS,
     description=(
         "Unranked. A pattern that runs out of the grep time budget (2 s) is a 422 "
         "grep_timeout, never an empty list."
@@ -188,7 +192,7 @@ async def grep(request: Request, name: CorpusName, body: GrepRequest) -> JsonAns
     "/corpora/{name}/ask",
     response_model=AskResponse,
     summary="A question in plain language (corpora with questions turned on)",
-    responses={409: {"model": ErrorResponse}, 429: {"model": ErrorResponse}},
+    responses={**_BODY_ERRORS, 409: {"model": ErrorResponse}, 429: {"model": ErrorResponse}},
 )
 async def ask(request: Request, name: CorpusName, body: AskRequest) -> JsonAnswer:
     engine = engine_of(request)
@@ -218,6 +222,7 @@ async def ask(request: Request, name: CorpusName, body: AskRequest) -> JsonAnswe
     "/recall",
     response_model=RecallResponse,
     summary="Agent memory: the remembered notes that best match a query",
+    responses=_BODY_ERRORS,
     tags=["memory"],
 )
 async def recall(request: Request, body: RecallRequest) -> JsonAnswer:

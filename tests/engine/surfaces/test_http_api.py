@@ -8,7 +8,10 @@ the token. ``test_http_serve.py`` runs the real ``tandem serve`` process.
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -220,6 +223,46 @@ def test_a_body_that_is_not_json_gets_one_answer_on_every_route(
     assert err["message"].startswith("the body is not valid JSON: ") and reason in err["message"]
     if kind != "too deep":
         assert "nested" not in err["message"]
+
+
+@pytest.mark.parametrize("route", [r for r in ROUTES_WITH_A_BODY if not r.endswith("/documents")])
+def test_a_json_body_sent_as_a_form_is_told_to_say_json(client: TestClient, route: str) -> None:
+    """Regression: ``curl -d '{...}'`` (the README's first example) sends a form's
+    Content-Type; FastAPI then kept the body as bytes and answered 422 "Input should be
+    a valid dictionary", nowhere near the cause."""
+    body = b'{"query": "reset password", "text": "note", "scope": "a", "name": "n2"}'
+    for media in ("application/x-www-form-urlencoded", "text/plain; charset=utf-8"):
+        answer = client.post(route, content=body, headers={**AUTH, "content-type": media})
+        err = error_of(answer, 415)
+        assert err["code"] == "unsupported_media_type"
+        assert (
+            "Content-Type: application/json" in err["message"]
+            and media.split(";")[0] in err["message"]
+        )
+    json_type = client.post(
+        route, content=b'{"query": 5}', headers={**AUTH, "content-type": "application/json"}
+    )
+    assert json_type.status_code == 422  # a JSON body of the wrong shape is still a 422
+
+
+def test_the_readmes_curl_search_example_is_answered(client: TestClient) -> None:
+    """The README's curl line, its flags read as curl reads them (-H a header, -d the body
+    of a POST), against a corpus of this app."""
+    readme = (Path(__file__).parents[3] / "README.md").read_text(encoding="utf-8")
+    command = re.search(
+        r"^curl -s localhost:8000/v1/corpora/docs/search.*?'\n(?!\s)", readme, re.M | re.S
+    )
+    assert command is not None
+    words = shlex.split(command.group(0).replace("\\\n", " "))
+    headers = dict(
+        tuple(part.strip() for part in value.split(":", 1))
+        for flag, value in itertools.pairwise(words)
+        if flag == "-H"
+    )
+    body = words[words.index("-d") + 1]
+    answer = client.post("/v1/corpora/kw/search", content=body.encode(), headers=headers)
+    assert answer.status_code == 200, answer.text
+    assert isinstance(answer.json()["passages"], list)
 
 
 def test_the_schema_documents_the_answer_to_a_body_that_is_not_json(client: TestClient) -> None:

@@ -324,6 +324,8 @@ def test_a_forked_child_takes_the_lock_on_its_own_after_another_thread_released_
     pid = os.fork()
     if pid == 0:
         _in_child(child)
+    os.close(to_child_r)  # the child's ends: a read sees the child's exit
+    os.close(to_parent_w)
     try:
         assert os.read(to_parent_r, 1) == b"1"
         assert not other.acquire(0)  # the child's close left the parent's lock held
@@ -346,8 +348,8 @@ def test_a_forked_child_takes_the_lock_on_its_own_after_another_thread_released_
         if pid:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
-        for fd in (to_child_r, to_child_w, to_parent_r, to_parent_w):
-            os.close(fd)
+        os.close(to_child_w)
+        os.close(to_parent_r)
         lock.close()
         other.close()
 
@@ -370,6 +372,7 @@ def test_a_child_forked_inside_the_lock_neither_shares_nor_releases_it(tmp_path:
         pid = os.fork()
         if pid == 0:
             _in_child(child)
+        os.close(done_w)  # the child's end: a read sees the child's exit
         assert os.read(done_r, 1) == b"1"
         assert _exit_status(pid) == 0
         assert lock.held
@@ -377,7 +380,6 @@ def test_a_child_forked_inside_the_lock_neither_shares_nor_releases_it(tmp_path:
     finally:
         lock.release()
         os.close(done_r)
-        os.close(done_w)
     assert other.acquire(5)
     other.release()
     lock.close()

@@ -1,0 +1,147 @@
+"""Distributed ingest, row by row: a malformed precomputed vector rejects its row only,
+and an id repeated within a batch keeps its last row, as ``Corpus.add`` does."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine import CorpusConfig, Document
+from engine.errors import SourceNotFound
+from engine.surfaces.loaders import LineError
+from tests.support.cluster_fakes import hash_factory
+from tests.support.fakes import HashEmbedder
+
+pytest.importorskip("ray.data")
+
+from engine.cluster import ShardedCorpus
+from engine.cluster.ingest import _checked_vector, ingest
+
+EMBEDDER = HashEmbedder()
+BAD_VECTORS: dict[str, Any] = {
+    "short": [0.5] * 10,
+    "long": [0.5] * 65,
+    "strings": ["x"] * 64,
+    "nan": [float("nan")] * 64,
+    "infinite": [1.0] * 63 + [float("inf")],
+    "float32 overflow": [1.0] * 63 + [1e300],
+    "zeros": [0.0] * 64,
+    "scalar": 5,
+    "nested": [[0.5] * 64],
+    "booleans": [True] * 64,
+    "text": "0.5," * 64,
+    "null": None,
+}
+
+
+def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), "utf-8")
+
+
+def test_ingest_rejects_each_malformed_vector_and_writes_the_rest(
+    ray_cluster: None, tmp_path: Path
+) -> None:
+    rows: list[dict[str, Any]] = []
+    for n in range(40):
+        rows.append(
+            {"id": f"d{n}", "text": f"doc {n}", "vec": EMBEDDER.embed([f"doc {n}"])[0].tolist()}
+        )
+    bad_ids = []
+    for n, vector in enumerate(BAD_VECTORS.values()):  # spread over the batches
+        rows.insert(3 * n + 1, {"id": f"bad{n}", "text": "bad", "vec": vector})
+        bad_ids.append(f"bad{n}")
+    source = tmp_path / "vectors.jsonl"
+    _write_jsonl(source, rows)
+    corpus = ShardedCorpus.create(
+        tmp_path / "c", CorpusConfig(name="vectors"), 2, embedder_factory=hash_factory
+    )
+    try:
+        report = ingest(
+            corpus,
+            source,
+            embed_actors=1,
+            batch_size=16,
+            vector_column="vec",
+            embedding_model=EMBEDDER.name,
+            progress=False,
+        )
+        assert (report.written, report.rejected, report.skipped) == (40, len(BAD_VECTORS), 0)
+        assert sorted(r.split(":")[0] for r in report.rejections) == sorted(bad_ids)
+        short = next(r for r in report.rejections if r.startswith("bad0:"))
+        assert "10 numbers" in short and "64" in short
+        stats = corpus.stats()
+        assert stats["documents"] == stats["vectors"] == 40
+        for bad in bad_ids:
+            with pytest.raises(SourceNotFound):
+                corpus.fetch_source(bad)
+    finally:
+        corpus.close()
+
+
+def test_ingest_rejects_vectors_uniformly_of_the_wrong_length(
+    ray_cluster: None, tmp_path: Path
+) -> None:
+    source = tmp_path / "short.jsonl"
+    _write_jsonl(source, [{"id": f"d{n}", "text": "x", "vec": [0.5] * 10} for n in range(20)])
+    corpus = ShardedCorpus.create(
+        tmp_path / "c", CorpusConfig(name="short"), 2, embedder_factory=hash_factory
+    )
+    try:
+        report = ingest(
+            corpus,
+            source,
+            embed_actors=1,
+            batch_size=8,
+            vector_column="vec",
+            embedding_model=EMBEDDER.name,
+            progress=False,
+        )
+        assert (report.written, report.rejected) == (0, 20)
+        assert len(corpus) == 0
+    finally:
+        corpus.close()
+
+
+def test_ingest_repeated_id_in_a_batch_keeps_the_last_row(
+    ray_cluster: None, tmp_path: Path
+) -> None:
+    first = {"id": "x", "title": "T", "text": "version A about roses"}
+    second = {"id": "x", "title": "T", "text": "version B about tulips"}
+    corpus = ShardedCorpus.create(
+        tmp_path / "c", CorpusConfig(name="repeated"), 2, embedder_factory=hash_factory
+    )
+    try:
+        corpus.add([Document(id="x", title="T", text="version A about roses")])
+        source = tmp_path / "repeated.jsonl"
+        # The later row restores what is stored (so it would be skipped), the earlier
+        # one changes it: the later row wins, as in Corpus.add.
+        _write_jsonl(source, [second, {"id": "y", "text": "other"}, first])
+        report = ingest(
+            corpus, source, embed_actors=1, embedder_factory=hash_factory, progress=False
+        )
+        assert corpus.fetch_source("x").text == "version A about roses"
+        assert (report.written, report.skipped, report.rejected) == (1, 1, 0)
+        # And the other way round: the later row is the change.
+        _write_jsonl(source, [first, second])
+        report = ingest(
+            corpus, source, embed_actors=1, embedder_factory=hash_factory, progress=False
+        )
+        assert corpus.fetch_source("x").text == "version B about tulips"
+        assert (report.written, report.skipped, report.rejected) == (1, 0, 0)
+        assert corpus.stats()["vectors"] == 2
+    finally:
+        corpus.close()
+
+
+@pytest.mark.parametrize("name", sorted(BAD_VECTORS))
+def test_checked_vector_refuses(name: str) -> None:
+    with pytest.raises(LineError, match="'vec'"):
+        _checked_vector(BAD_VECTORS[name], "vec", 64)
+
+
+def test_checked_vector_takes_numbers_of_the_length() -> None:
+    assert _checked_vector([1, 0.5] + [0] * 62, "vec", 64)[:2] == [1.0, 0.5]
+    assert len(_checked_vector([0.5] * 10, "vec", None)) == 10  # length unknown: any
