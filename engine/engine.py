@@ -45,6 +45,7 @@ from engine.limits import is_valid_corpus_name, is_wait_seconds
 from engine.metrics import EngineMetrics
 from engine.search.gate import SearchGate
 from engine.storage import DocumentStore
+from engine.storage.store import announce_change_at
 from engine.write.lock import WriteLock, network_filesystem
 from engine.write.repairer import BackgroundRepairer
 from engine.write.sync import mark_dropped
@@ -321,6 +322,11 @@ class SearchEngine:
         """The last step of a drop (engine lock held). Out of the way in one rename, then
         deleted: a crash part-way leaves a tombstone (swept by the next drop), never a
         half-deleted corpus directory that a create of the same name would reopen."""
+        # Processes that have the corpus open learn of a drop only through the store's
+        # change counter; a drop killed between marking the store and bumping it would
+        # leave them answering from the deleted store. Bumped again here (the mapped
+        # counter stays shared after the rename and the delete).
+        announce_change_at(directory / "store.sqlite3")
         tombstone = directory.with_name(f"{_TOMBSTONE}{name}-{uuid.uuid4().hex}")
         os.rename(directory, tombstone)
         for leftover in directory.parent.glob(f"{_TOMBSTONE}*"):

@@ -65,7 +65,7 @@ class DocumentStore:
         self._closed = False
         self._identity: tuple[int, int] | None = None  # set once the file surely exists
         self._changes: ChangeCounter | None = None
-        changes_path = path.with_name(path.name + ".changes")
+        changes_path = _changes_path(path)
         if read_only:
             self._identity = _identity(path)
             self.state()  # fails now, clearly, if there is no readable store
@@ -561,3 +561,21 @@ def _identity(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.st_dev, st.st_ino
+
+
+def _changes_path(store_path: Path) -> Path:
+    return store_path.with_name(store_path.name + ".changes")
+
+
+def announce_change_at(store_path: Path) -> None:
+    """Bump the change counter of the store at ``store_path`` without opening the store:
+    every process that has it open looks at it on its next read (a drop's last step, so
+    that one killed between marking the store and its bump is still seen)."""
+    if not _changes_path(store_path).is_file():
+        return
+    with contextlib.suppress(OSError, ValueError):
+        counter = ChangeCounter(_changes_path(store_path), writable=True)
+        try:
+            counter.bump()
+        finally:
+            counter.close()

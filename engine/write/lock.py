@@ -13,6 +13,15 @@ layers make it up:
 take this lock. On NFS, CIFS and other network filesystems ``flock`` may not exclude
 processes on other machines; ``network_filesystem`` names such a filesystem so the
 engine can warn.
+
+A plain ``fork`` (``multiprocessing``'s default start method on Linux, pre-fork servers)
+copies the descriptor, and a copy shares the parent's open file and so its ``flock``: a
+child that outlived a parent SIGKILLed mid-write would keep every other process out, and a
+child could take or drop the parent's lock as its own. ``O_CLOEXEC`` covers only ``exec``,
+so every live lock is reset in the child (``os.register_at_fork``): its descriptor is
+closed without ``LOCK_UN`` (which would release the parent's lock), and its thread lock is
+replaced unless the forking thread itself holds it (the others do not exist in the child).
+The child holds no ``flock``; it takes one, on a descriptor of its own, when it acquires.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import fcntl
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,6 +39,9 @@ __all__ = ["WriteLock", "network_filesystem"]
 
 _FIRST_SLEEP_S = 0.0005
 _MAX_SLEEP_S = 0.02
+
+# Every lock not yet garbage-collected, for resetting in a forked child.
+_LIVE: weakref.WeakSet[WriteLock] = weakref.WeakSet()
 
 _NETWORK_FILESYSTEMS = frozenset(
     {
@@ -57,7 +70,9 @@ class WriteLock:
 
     ``acquire(timeout)`` returns False when the lock stayed busy for ``timeout`` seconds;
     the same thread may acquire again (each acquire needs its release). ``held`` is True
-    while any thread of this process holds it.
+    while any thread of this process holds it. In a child forked while the lock was held,
+    the forking thread's acquires are still to be released (that takes nothing from the
+    parent), but the child holds no ``flock``: a nested acquire there waits for one.
     """
 
     def __init__(self, path: Path) -> None:
@@ -65,7 +80,9 @@ class WriteLock:
         self._mutex = threading.RLock()
         self._depth = 0
         self._fd: int | None = None
+        self._locked = False  # whether ``_fd`` holds the flock
         self._closed = False
+        _LIVE.add(self)
 
     @property
     def path(self) -> Path:
@@ -87,9 +104,11 @@ class WriteLock:
         if not self._mutex.acquire(timeout=max(0.0, timeout)):
             return False
         try:
-            if self._depth == 0 and not self._flock(deadline):
-                self._mutex.release()
-                return False
+            if not self._locked:
+                if not self._flock(deadline):
+                    self._mutex.release()
+                    return False
+                self._locked = True
         except BaseException:
             self._mutex.release()
             raise
@@ -99,8 +118,10 @@ class WriteLock:
     def release(self) -> None:
         self._depth -= 1
         try:
-            if self._depth == 0 and self._fd is not None:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            if self._depth == 0 and self._locked:
+                self._locked = False
+                if self._fd is not None:
+                    fcntl.flock(self._fd, fcntl.LOCK_UN)
         finally:
             self._mutex.release()
 
@@ -121,6 +142,23 @@ class WriteLock:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+                self._locked = False
+
+    def _after_fork_in_child(self) -> None:
+        """In a forked child: forget the parent's descriptor and any holder that did not
+        come along. Never ``LOCK_UN`` (that would release the parent's lock) and never a
+        blocking acquire (a thread absent from the child may hold the thread lock)."""
+        fd, self._fd, self._locked = self._fd, None, False
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        if self._mutex.acquire(blocking=False):
+            # Free, or held by the forking thread, which lives on here and releases it.
+            self._mutex.release()
+        else:
+            # Held by a thread that does not exist in the child.
+            self._mutex = threading.RLock()
+            self._depth = 0
 
     def _flock(self, deadline: float) -> bool:
         if self._closed:
@@ -139,6 +177,15 @@ class WriteLock:
                 return False
             time.sleep(min(sleep, remaining))
             sleep = min(sleep * 2, _MAX_SLEEP_S)
+
+
+def _after_fork_in_child() -> None:
+    for lock in list(_LIVE):
+        lock._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def network_filesystem(path: Path, mountinfo: str | None = None) -> str | None:

@@ -308,6 +308,29 @@ def test_a_drop_that_died_after_marking_the_store_is_finished_not_half_alive(
         assert engine.list_corpora() == ["d"]
 
 
+def test_a_drop_killed_before_its_change_bump_is_still_seen_by_open_corpora(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: an open corpus learns of a drop only through the store's change
+    counter. A drop killed after marking the store and before the bump, finished later by
+    another engine, left the open object answering from the deleted store."""
+    from engine.storage.change_counter import ChangeCounter
+    from engine.write.sync import mark_dropped
+
+    with SearchEngine(tmp_path) as reader:
+        open_corpus = reader.create_corpus(CorpusConfig(name="c", embedder=None))
+        open_corpus.add([Document(id="secret", text="left behind")])
+        assert [h.source_id for h in open_corpus.search("left behind")] == ["secret"]
+        with monkeypatch.context() as patched:
+            patched.setattr(ChangeCounter, "bump", lambda self: None)  # killed before it
+            mark_dropped(tmp_path / "corpora" / "c", 10)
+        assert open_corpus.search("left behind")  # not seen yet: nothing bumped
+        with SearchEngine(tmp_path) as finisher, pytest.raises(CorpusNotFound):
+            finisher.corpus("c")  # finishes the drop
+        with pytest.raises(CorpusNotFound):
+            open_corpus.search("left behind")
+
+
 def test_finishing_a_dead_drop_never_removes_a_corpus_created_since(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
