@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -48,6 +49,8 @@ from engine.storage.schema import SCHEMA, SCHEMA_VERSION
 from engine.storage.state import StoreState
 from sparse import FieldFilter
 
+logger = logging.getLogger(__name__)
+
 
 class DocumentStore:
     """The corpus's documents, their access groups and their embedding status."""
@@ -56,6 +59,7 @@ class DocumentStore:
         self._path = path
         self._read_only = read_only
         self._immutable = False  # read-only and nobody can write: SQLite's immutable=1
+        self._no_room = False  # writable, but opened read-only on a full disk
         self._write_lock = threading.RLock()
         self._local = threading.local()
         self._headers = HeaderCache()
@@ -72,14 +76,26 @@ class DocumentStore:
             with contextlib.suppress(OSError):
                 self._changes = ChangeCounter(changes_path, writable=False)
             return
-        self._writer_conn = self._connect()
-        with self._writer_conn:
-            self._writer_conn.executescript(SCHEMA)
-            self._writer_conn.execute(
-                "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
-                (str(SCHEMA_VERSION),),
+        try:
+            self._writer_conn = self._open_writer()
+        except sqlite3.Error as exc:
+            if not (_out_of_room(exc) and path.is_file()):
+                raise
+            # A cleanly closed store has no -wal/-shm files, and a writer must create
+            # them even to read: on a full disk the corpus would not open at all. It is
+            # read the read-only way instead; a write raises until it is reopened.
+            logger.warning(
+                "%s: no room to open the store for writing (%s); reading it read-only",
+                path.parent.name,
+                type(exc).__name__,
             )
-            self._writer_conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('seq', '0')")
+            self._read_only = True
+            self._no_room = True
+            self._identity = _identity(path)
+            self.state()
+            with contextlib.suppress(OSError):
+                self._changes = ChangeCounter(changes_path, writable=False)
+            return
         try:
             self._changes = ChangeCounter(changes_path, writable=True)
         except OSError:  # e.g. no room left: fall back to asking SQLite on every search
@@ -93,15 +109,44 @@ class DocumentStore:
     @property
     def _writer(self) -> sqlite3.Connection:
         if self._writer_conn is None:
+            if self._no_room:
+                raise StorageError(
+                    f"{self._path}: database or disk is full (it opened without room to "
+                    "write; reopen it once there is room)"
+                )
             raise StorageError(f"{self._path} is open read-only")
         return self._writer_conn
 
+    def _open_writer(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
+        try:
+            self._configure(conn)
+            with conn:
+                conn.executescript(SCHEMA)
+                conn.execute(
+                    "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
+                    (str(SCHEMA_VERSION),),
+                )
+                conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('seq', '0')")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
+        try:
+            self._configure(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    @staticmethod
+    def _configure(conn: sqlite3.Connection) -> None:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")
         conn.execute("PRAGMA busy_timeout=10000")
-        return conn
 
     def _connect_read_only(self) -> sqlite3.Connection:
         uri = self._path.resolve().as_uri()
@@ -218,7 +263,7 @@ class DocumentStore:
     def announce_change(self) -> None:
         """Make every process look at the store's counters on its next search (a new
         writer does this: a writer that died between a commit and its bump is covered)."""
-        if self._changes is not None:
+        if self._changes is not None and self._writer_conn is not None:
             self._changes.bump()
 
     def invalidate_caches(self) -> None:
@@ -579,3 +624,13 @@ def announce_change_at(store_path: Path) -> None:
             counter.bump()
         finally:
             counter.close()
+
+
+# SQLITE_FULL, SQLITE_IOERR (and its extended codes), SQLITE_CANTOPEN: what opening a
+# writer on a full disk fails with (creating the -wal/-shm files, growing them).
+_NO_ROOM_CODES = frozenset({13, 10, 14})
+
+
+def _out_of_room(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(code, int) and (code & 0xFF) in _NO_ROOM_CODES

@@ -185,6 +185,68 @@ def test_full_disk_fails_the_write_and_leaves_the_corpus_readable(
         assert reopened.stats()["degraded"] == 0
 
 
+def _fill(directory: Path) -> None:
+    fd = os.open(directory / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        for size in (65_536, 4_096, 512, 1):
+            with contextlib.suppress(OSError):
+                while True:
+                    os.write(fd, b"\0" * size)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.timeout(120)
+def test_a_cleanly_closed_corpus_opens_and_answers_on_a_full_disk(tiny_disk: Path) -> None:
+    """Regression: a clean close removes the store's -wal/-shm files, and a writer must
+    create them even to read, so on a full disk the corpus did not open at all."""
+    with SearchEngine(tiny_disk / "engine") as engine:
+        engine.create_corpus(CorpusConfig(name="c", embedder=None)).add(
+            [Document(id=f"d{i}", text=f"alpha{i} words") for i in range(50)]
+        )
+    _fill(tiny_disk)
+    with SearchEngine(tiny_disk / "engine") as engine:
+        corpus = engine.corpus("c")
+        assert corpus.search("alpha3")[0].source_id == "d3"
+        with pytest.raises(StorageError, match="full"):
+            corpus.add([Document(id="late", text="no room")])
+    (tiny_disk / "filler").unlink()
+    with SearchEngine(tiny_disk / "engine") as engine:
+        engine.corpus("c").add([Document(id="late", text="room again")])
+        assert engine.corpus("c").search("room again")[0].source_id == "late"
+
+
+def test_a_store_that_cannot_open_a_writer_for_lack_of_room_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same, by fault injection (no tmpfs needed): SQLITE_FULL or an I/O error while
+    opening the writer opens the store the read-only way; any other error still raises."""
+    with SearchEngine(tmp_path) as engine:
+        engine.create_corpus(CorpusConfig(name="c", embedder=None)).add(
+            [Document(id="a", text="kept words")]
+        )
+
+    def no_room(self: DocumentStore) -> sqlite3.Connection:
+        exc = sqlite3.OperationalError("database or disk is full")
+        exc.sqlite_errorcode = 13  # type: ignore[attr-defined]
+        raise exc
+
+    monkeypatch.setattr(DocumentStore, "_open_writer", no_room)
+    with SearchEngine(tmp_path) as engine:
+        corpus = engine.corpus("c")
+        assert [h.source_id for h in corpus.search("kept words")] == ["a"]
+        assert corpus.fetch_source("a").text == "kept words"
+        with pytest.raises(StorageError, match="full"):
+            corpus.delete(["a"])
+
+    def locked(self: DocumentStore) -> sqlite3.Connection:
+        raise sqlite3.OperationalError("database schema is locked")
+
+    monkeypatch.setattr(DocumentStore, "_open_writer", locked)
+    with SearchEngine(tmp_path) as engine, pytest.raises(EngineError):
+        engine.corpus("c")
+
+
 def test_flush_on_a_full_disk_raises_an_engine_error(
     engine: SearchEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
