@@ -180,19 +180,23 @@ def write_snapshot(
 def map_vectors(path: Path, offset: int, shape: tuple[int, int]) -> tuple[Vectors, RowReader]:
     """A read-only memory map of a vector section of a file written here, and a reader of
     its rows that does not go through the map (``dense._row_reader``). The map keeps the
-    section's digest from the file's header, for later saves to check."""
+    digest the file's header records for the section, for later saves to check (none
+    when the file has no readable header: a bare array)."""
     path = Path(path)
+    with open(path, "rb") as fh:
+        return _map_with_reader(fh, offset, shape, _recorded_digest(fh, path, offset, shape))
+
+
+def _recorded_digest(fh: IO[bytes], path: Path, offset: int, shape: tuple[int, int]) -> str | None:
     try:
-        with open(path, "rb") as fh:
-            header, _size = _read_header(fh, path)
-            digests = [
-                str(span[2])
-                for span in header["sections"].values()
-                if int(span[0]) == offset and int(span[1]) == shape[0] * shape[1] * 4
-            ]
-            return _map_with_reader(fh, offset, shape, digests[0] if digests else None)
-    except (ValueError, KeyError, TypeError, IndexError) as exc:
-        raise FaissIndexCorrupt(f"{path}: inconsistent contents ({exc})") from exc
+        header, _size = _read_header(fh, path)
+        sections = header["sections"].values()
+        length = shape[0] * shape[1] * 4
+        return next(
+            (str(s[2]) for s in sections if int(s[0]) == offset and int(s[1]) == length), None
+        )
+    except (FaissIndexCorrupt, ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return None
 
 
 def _write(fh: IO[bytes], snap: IndexSnapshot) -> tuple[dict[str, int], list[object]]:

@@ -554,15 +554,24 @@ class DerivedIndexes:
         either way; a failure here (disk full) only means a longer catch-up on open."""
         with self._lock:
             try:
-                if self.faiss is not None and len(self.faiss) > 0:
-                    self.faiss.save(self._faiss_path)
-                else:
-                    self._faiss_path.unlink(missing_ok=True)
+                try:
+                    self._save_or_remove_vector_file()
+                except FaissIndexCorrupt:
+                    # Its mapped file changed in place (the save compares what it streams
+                    # with the file's recorded digests): load the store's vectors, save those.
+                    self.replace_damaged_vectors()
+                    self._save_or_remove_vector_file()
                 _write_marker(self._faiss_marker, seq)
             except OSError as exc:
                 raise StorageError(f"could not save the vector index: {exc}") from exc
             self._unsaved = 0
             self._vectors_file_stale = False
+
+    def _save_or_remove_vector_file(self) -> None:
+        if self.faiss is not None and len(self.faiss) > 0:
+            self.faiss.save(self._faiss_path)
+        else:
+            self._faiss_path.unlink(missing_ok=True)
 
     @property
     def keyword_index_current(self) -> bool:

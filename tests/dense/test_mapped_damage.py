@@ -120,12 +120,6 @@ def _top(corpus: Corpus, query: str) -> list[tuple[str, int | None]]:
     return [(hit.source_id, hit.ranks.dense) for hit in hits]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=FaissIndexCorrupt,
-    reason="engine side: DerivedIndexes.save_vectors must catch FaissIndexCorrupt, "
-    "replace the vectors from the store and save those (see the fix's notes)",
-)
 def test_an_engine_replaces_a_vector_file_damaged_in_place_from_its_store(
     tmp_path: Path,
 ) -> None:
