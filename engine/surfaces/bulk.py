@@ -1,20 +1,33 @@
 """Adding a whole file to a corpus: batches, per-document rejection, a running tally.
 
 ``Corpus.add`` is all-or-nothing per call (one invalid document refuses the batch). To
-reject documents individually, a refused batch is split in halves and retried until the
-offending documents stand alone; validation happens before anything is written, so a
-refused batch costs only its validation.
+reject documents individually, each document first goes through the checks ``Corpus.add``
+runs on it (``validate_document``, then ``encode_fields`` against the corpus's declared
+fields), so a document the engine would refuse is rejected on its own, with the engine's
+own words, and the rest of the batch is stored in one call. Should the engine still
+refuse a batch (a check that looks at the batch, not one document), it is split in halves
+and retried until the offending documents stand alone; validation happens before anything
+is written, so a refused batch costs only its validation.
+
+A batch holds at most ``batch_size`` documents and is sent early once its titles and
+texts hold ``BATCH_TEXT_CHARS`` characters, so documents at the text cap do not pile up
+gigabytes before the first write.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from engine import AddResult, Corpus, Document, InvalidArgument
+from engine import AddResult, Corpus, Document, FieldType, InvalidArgument
+from engine.documents import validate_document
+from engine.fields import encode_fields
 from engine.surfaces.loaders import Loaded, Rejected
 
 BATCH_SIZE = 512
+BATCH_TEXT_CHARS = 64 * 1024 * 1024
+"""A batch is sent once its documents' titles and texts hold this many characters (64 Mi,
+64 documents at the 1,000,000-character text cap), whatever ``batch_size`` allows."""
 MAX_KEPT_REJECTIONS = 1_000
 """Rejections a report keeps (the earliest lines); the rest are only counted, so a file
 of millions of bad lines costs no more memory than one of a thousand."""
@@ -67,15 +80,22 @@ def add_all(
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
     report = BulkReport()
+    declared = corpus.config.fields
     batch: list[Loaded] = []
+    chars = 0
     for item in lines:
         if isinstance(item, Rejected):
             report.reject(item)
             continue
+        refusal = _refusal(item.document, declared)
+        if refusal is not None:
+            report.reject(Rejected(item.line, refusal))
+            continue
         batch.append(item)
-        if len(batch) >= batch_size:
+        chars += len(item.document.title) + len(item.document.text)
+        if len(batch) >= batch_size or chars >= BATCH_TEXT_CHARS:
             _add_batch(corpus, batch, report)
-            batch = []
+            batch, chars = [], 0
             if on_batch is not None:
                 on_batch(report)
     if batch:
@@ -84,6 +104,17 @@ def add_all(
         on_batch(report)
     report.finish()
     return report
+
+
+def _refusal(document: Document, declared: Mapping[str, FieldType]) -> str | None:
+    """Why ``Corpus.add`` would refuse ``document`` on its own (its message, word for
+    word), or ``None``: the engine's per-document checks, in the engine's order."""
+    try:
+        checked = validate_document(document)
+        encode_fields(checked.id, checked.fields, declared)
+    except InvalidArgument as exc:
+        return str(exc)
+    return None
 
 
 def _add_batch(corpus: Corpus, batch: Sequence[Loaded], report: BulkReport) -> None:

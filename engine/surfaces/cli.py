@@ -7,6 +7,7 @@ traceback; ``main`` maps them in one place.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -486,8 +487,17 @@ def _fail(message: str) -> NoReturn:
     sys.exit(1)
 
 
+def _tolerant_stdout() -> None:
+    """Characters stdout's encoding cannot represent (``PYTHONIOENCODING=ascii``, a
+    Latin-1 locale) are printed as replacement characters, not a ``UnicodeEncodeError``
+    traceback half-way through a table."""
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(errors="replace")
+
+
 def main() -> None:
     """Console-script entry point."""
+    _tolerant_stdout()
     try:
         app(prog_name="tandem")
     except (CommandError, EngineError, OSError, pydantic.ValidationError) as exc:

@@ -30,6 +30,7 @@ from engine import (
     SourceNotFound,
 )
 from engine.config import EmbedderSpec
+from engine.documents import validate_document
 from engine.fields import is_keyword_value
 from engine.limits import MAX_TITLE_CHARS
 
@@ -107,8 +108,10 @@ class Memory:
         """Store ``text`` under ``scope`` (durable when this returns).
 
         Raises ``InvalidArgument`` for empty or over-long text (``MAX_MEMORY_CHARS``), a
-        scope that is not a keyword value, an id outside the source-id grammar, or a
-        corpus of that name that is not a memory corpus.
+        scope that is not a keyword value, an id outside the source-id grammar, anything
+        ``Corpus.add`` refuses in a document (a NUL character, ...), or a corpus of that name
+        that is not a memory corpus. A refused memory creates no corpus: the document is
+        checked before the corpus is created or opened.
         """
         if not isinstance(text, str) or not text.strip():
             raise InvalidArgument("a memory needs non-empty text")
@@ -120,6 +123,8 @@ class Memory:
             raise InvalidArgument(f"title must be a string of at most {MAX_TITLE_CHARS} characters")
         scope = _check_scope(scope)
         doc_id = memory_id(text, scope) if id is None else id
+        document = Document(id=doc_id, title=title, text=text, fields={SCOPE_FIELD: scope})
+        validate_document(document)  # a refused memory leaves no corpus behind
         corpus = self._corpus(create=True)
         assert corpus is not None
         if id is not None:
@@ -128,10 +133,7 @@ class Memory:
                 # An id names one memory in one scope: replacing another scope's would
                 # lose that scope's memory through a caller who cannot even see it.
                 raise InvalidArgument(f"memory id {doc_id!r} is taken in another scope")
-        result = corpus.add(
-            [Document(id=doc_id, title=title, text=text, fields={SCOPE_FIELD: scope})],
-            progress=False,
-        )
+        result = corpus.add([document], progress=False)
         return Remembered(id=doc_id, scope=scope, added=result.added == 1)
 
     def recall(self, query: str, scope: str | None = None, top_k: int = 5) -> list[Recalled]:

@@ -1,8 +1,10 @@
 """How the command line shows results: tables for people, JSON for scripts.
 
 Document text is data, not markup: every string shown to a person goes through ``safe``
-(control characters — terminal escape sequences included — become U+FFFD) and into
-``rich.text.Text`` (so ``[bold]`` in a title stays literal).
+(control characters — terminal escape sequences included —, format characters such as
+the bidi overrides and zero-width ones, and the line/paragraph separators become U+FFFD)
+and into ``rich.text.Text`` (so ``[bold]`` in a title stays literal). JSON output is the
+stored text unchanged.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
+import regex
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -19,13 +22,25 @@ from rich.text import Text
 from engine import GrepMatch, Passage, SourceText
 from engine.surfaces.bulk import BulkReport
 
-_CONTROL = {c: "\ufffd" for c in (*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)) if c not in (9, 10)}
-_ONE_LINE = {**_CONTROL, 9: " ", 10: " "}
+_UNSAFE = regex.compile(
+    r"[[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]--[\u00AD\u061C\u200C-\u200F\U000E0020-\U000E007F]]",
+    regex.V1,
+)
+"""What must not reach a terminal as is: control characters (Cc: escape sequences), format
+characters (Cf: U+202E RIGHT-TO-LEFT OVERRIDE and the other bidi overrides and isolates,
+zero-width spaces, the BOM) and the line and paragraph separators (Zl, Zp). Kept, because
+text needs them and they reorder nothing: the zero-width joiner and non-joiner (emoji
+sequences, Persian, Indic scripts), the left-to-right, right-to-left and Arabic letter
+marks, the soft hyphen and the tag characters of subdivision flags."""
+_KEPT = {"\t": "\t", "\n": "\n"}
+_ONE_LINE = {"\t": " ", "\n": " "}
 
 
 def safe(value: str, *, one_line: bool = False) -> str:
-    """``value`` with control characters replaced (and, if ``one_line``, newlines/tabs)."""
-    return value.translate(_ONE_LINE if one_line else _CONTROL)
+    """``value`` with the characters of ``_UNSAFE`` replaced by U+FFFD, except tab and
+    newline, which are kept (or, if ``one_line``, become spaces)."""
+    kept = _ONE_LINE if one_line else _KEPT
+    return _UNSAFE.sub(lambda m: kept.get(m.group(), "\ufffd"), value)
 
 
 def to_json(value: object) -> str:

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from engine import CorpusConfig, Document, SearchEngine
 from engine.limits import MAX_TITLE_CHARS
+from engine.surfaces import render
 from engine.surfaces.bulk import add_all
 from engine.surfaces.loaders import DocumentFile, Loaded, Rejected, document_from_json
 
@@ -350,6 +351,66 @@ def test_terminal_escapes_and_markup_in_documents_are_shown_inert(tmp_path: Path
         assert "\x1b" not in out and "\x07" not in out
         assert "beacon" in out
     assert "[bold red]x[/]" in ok(tandem("search", "kb", "beacon", home=home)).stdout
+
+
+_INVISIBLE = "\u202e\u2066\u2069\u200b\u202d\ufeff\u2028\u2029"
+"""Format characters (bidi overrides and isolates, zero-width ones) and the line and
+paragraph separators: they rearrange or hide what a terminal shows."""
+
+
+def test_format_characters_in_documents_never_reach_the_terminal(tmp_path: Path) -> None:
+    """Regression: only control characters were replaced; U+202E RIGHT-TO-LEFT OVERRIDE
+    in a title reached the terminal and reversed what followed it."""
+    home = tmp_path / "engine"
+    ok(tandem("create", "kb", "--no-vectors", home=home))
+    doc = {"id": "bidi", "title": f"invoice {_INVISIBLE} fdp.exe", "text": f"beacon {_INVISIBLE}"}
+    ok(tandem("add", "kb", str(write_jsonl(tmp_path / "b.jsonl", [doc])), home=home))
+    for args in (("search", "kb", "beacon"), ("fetch", "kb", "bidi"), ("grep", "kb", "beacon")):
+        out = ok(tandem(*args, home=home)).stdout
+        assert "beacon" in out and "\ufffd" in out
+        assert not set(_INVISIBLE) & set(out), args
+    as_json = json.loads(ok(tandem("search", "kb", "beacon", "--json", home=home)).stdout)
+    assert as_json["passages"][0]["title"] == doc["title"]  # JSON is the stored text
+
+
+def test_safe_replaces_control_and_format_characters_only() -> None:
+    assert render.safe(f"a\tb\nc\x1b[2J\x85{_INVISIBLE}") == "a\tb\nc\ufffd[2J" + "\ufffd" * 9
+    assert render.safe("a\tb\nc\r", one_line=True) == "a b c\ufffd"
+    plain = "Café 中文 naïve — ok ✓ \U0001f600"
+    assert render.safe(plain) == plain == render.safe(plain, one_line=True)
+    # Joiners, marks and flag tags shape text and reorder nothing: kept.
+    shaped = "\U0001f468\u200d\U0001f469 \u0645\u06cc\u200c\u062e \u200e\u200f co\u00adop"
+    shaped += " \U0001f3f4\U000e0067\U000e0062\U000e0073\U000e0063\U000e0074\U000e007f"
+    assert render.safe(shaped) == shaped
+
+
+def test_a_stdout_that_cannot_encode_a_title_prints_replacement_characters(
+    tmp_path: Path,
+) -> None:
+    """Regression: the search table went through rich, which raised UnicodeEncodeError (a
+    traceback, exit 1) when stdout's encoding could not represent a title's character."""
+    home = tmp_path / "engine"
+    ok(tandem("create", "kb", "--no-vectors", home=home))
+    doc = {"id": "cafe", "title": "Café 中文", "text": "beacon naïve"}
+    ok(tandem("add", "kb", str(write_jsonl(tmp_path / "c.jsonl", [doc])), home=home))
+    ascii_only = {"PYTHONIOENCODING": "ascii"}
+    table = ok(tandem("search", "kb", "beacon", home=home, env=ascii_only))
+    assert "Traceback" not in table.stderr and "Caf? ??" in table.stdout
+    for args in (
+        ("fetch", "kb", "cafe"),
+        ("grep", "kb", "beacon"),
+        ("search", "kb", "beacon", "--json"),
+    ):
+        assert "Traceback" not in ok(tandem(*args, home=home, env=ascii_only)).stderr
+    assert TANDEM is not None
+    latin = subprocess.run(
+        [TANDEM, "search", "kb", "beacon", "--json", "--path", str(home)],
+        capture_output=True,
+        env={**os.environ, "PYTHONIOENCODING": "latin-1"},
+        timeout=120,
+    )
+    assert latin.returncode == 0, latin.stderr.decode(errors="replace")
+    assert json.loads(latin.stdout.decode("latin-1"))["passages"][0]["title"] == "Café ??"
 
 
 # -- where the engine lives -----------------------------------------------------------------

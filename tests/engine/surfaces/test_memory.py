@@ -71,6 +71,20 @@ def test_memory_refuses_what_search_would_refuse(memory: Memory, fast_engine: Se
         Memory(fast_engine, "plain").remember("note", "a")
 
 
+def test_a_refused_memory_creates_no_corpus(memory: Memory, fast_engine: SearchEngine) -> None:
+    """Regression: a ``remember`` the engine refused (a NUL in the text, a bad id) first
+    created the hybrid ``memory`` corpus, which stayed behind."""
+    with pytest.raises(InvalidArgument, match="NUL"):
+        memory.remember("bad\x00text", "agent")
+    with pytest.raises(InvalidArgument, match="NUL"):
+        memory.remember("fine text", "agent", title="bad\x00title")
+    with pytest.raises(InvalidArgument, match="id"):
+        memory.remember("fine text", "agent", id="two words")
+    assert "memory" not in fast_engine.list_corpora()
+    assert memory.remember("fine text", "agent").added  # a valid one still creates it
+    assert "memory" in fast_engine.list_corpora()
+
+
 def test_mcp_remember_recall_and_search_filters(tmp_path: Path) -> None:
     path = tmp_path / "engine"
     with SearchEngine(path) as engine:
