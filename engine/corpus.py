@@ -548,6 +548,11 @@ class Corpus:
     @sealed
     @in_lifetime
     def stats(self) -> dict[str, int | bool]:
+        """Counts and state: ``documents``, ``degraded``, ``vectors``,
+        ``vector_graph_pending``, ``vectors_enabled``, ``index_bytes``, and
+        ``embedder_up`` — the embedder's own ``is_available()``, so as far as this process
+        knows: a local model that has not been loaded here yet counts as up (``tandem
+        stats`` loads it first)."""
         self._sync.follow()
         faiss = self._indexes.faiss
         return {

@@ -59,6 +59,7 @@ from engine.cluster.writes import _dimension_if_up
 from engine.config import FieldType
 from engine.embedders import default_embedder_factory
 from engine.errors import InvalidArgument
+from engine.limits import is_valid_source_id
 from engine.surfaces.bulk import MAX_KEPT_REJECTIONS
 from engine.write.ingest import content_hash, embedding_text
 from engine.write.vector_model import check_embedding_model
@@ -259,8 +260,10 @@ def _prepare(
     vectors: list[list[float] | None] = []
     for item in batch.to_pylist():
         doc = None
+        named = ""  # the row's id, once known to be a valid one: it leads a rejection
         try:
             raw = _decoded(item, jsonl)
+            named = next((i for i in map(_as_id, (raw.get("id"), raw.get("_id"))) if i), "")
             vector = raw.pop(vector_column, None) if vector_column else None
             doc = document_from_json(raw, fields)
             if vector_column:
@@ -269,7 +272,7 @@ def _prepare(
         except LineError as exc:
             kinds.append("rejected")
             ids.append("")
-            reasons.append(str(exc) if doc is None else f"{doc.id}: {exc}")
+            reasons.append(f"{named}: {exc}" if named else str(exc))
             digests.append("")
             payloads.append(b"")
             texts.append("")
@@ -305,6 +308,14 @@ def _prepare(
     if vector_column:
         columns[_VECTOR] = pa.array(vectors, type=pa.list_(pa.float32()))
     return pa.table(columns)
+
+
+def _as_id(value: object) -> str:
+    """``value`` as the loaders read an id (a string, or an integer), if it is a valid
+    one; else ""."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    return value if isinstance(value, str) and is_valid_source_id(value) else ""
 
 
 def _checked_vector(value: object, column: str, dimension: int | None) -> list[float]:

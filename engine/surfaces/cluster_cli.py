@@ -39,6 +39,8 @@ from engine.surfaces.cli_args import (
 )
 from sparse import DEFAULT_TITLE_WEIGHT
 
+_SHOWN_REJECTIONS = 20  # as `tandem add` shows
+
 if TYPE_CHECKING:
     from engine.cluster import ShardedCorpus
 
@@ -191,6 +193,11 @@ def load(
         f"written {report.written}, skipped {report.skipped} (already stored), "
         f"rejected {report.rejected}, {report.docs_per_s:.1f} docs/s"
     )
+    shown = report.rejections[:_SHOWN_REJECTIONS]
+    for reason in shown:
+        typer.echo(f"rejected: {render.safe(reason, one_line=True)}", err=True)
+    if report.rejected > len(shown):
+        typer.echo(f"... and {report.rejected - len(shown)} more rejected rows", err=True)
 
 
 @cluster_app.command()

@@ -53,6 +53,7 @@ def test_create_load_search_health(ray_cluster: None, tmp_path: Path) -> None:
     code, out = run("cluster", "load", str(root), str(source), "--quiet")
     assert code == 0, out
     assert "written 31" in out and "rejected 1" in out
+    assert "rejected: not JSON" in out  # the reason, as `tandem add` shows it
     code, out = run(
         "cluster",
         "search",

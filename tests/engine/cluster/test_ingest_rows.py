@@ -53,6 +53,9 @@ def test_ingest_rejects_each_malformed_vector_and_writes_the_rest(
     for n, vector in enumerate(BAD_VECTORS.values()):  # spread over the batches
         rows.insert(3 * n + 1, {"id": f"bad{n}", "text": "bad", "vec": vector})
         bad_ids.append(f"bad{n}")
+    # A row refused for its document, not its vector, is named by its id too.
+    rows.insert(5, {"id": "long", "title": "T" * 1_204, "text": "x", "vec": rows[0]["vec"]})
+    bad_ids.append("long")
     source = tmp_path / "vectors.jsonl"
     _write_jsonl(source, rows)
     corpus = ShardedCorpus.create(
@@ -68,10 +71,11 @@ def test_ingest_rejects_each_malformed_vector_and_writes_the_rest(
             embedding_model=EMBEDDER.name,
             progress=False,
         )
-        assert (report.written, report.rejected, report.skipped) == (40, len(BAD_VECTORS), 0)
+        assert (report.written, report.rejected, report.skipped) == (40, len(bad_ids), 0)
         assert sorted(r.split(":")[0] for r in report.rejections) == sorted(bad_ids)
         short = next(r for r in report.rejections if r.startswith("bad0:"))
         assert "10 numbers" in short and "64" in short
+        assert any(r.startswith("long: title has 1204 characters") for r in report.rejections)
         stats = corpus.stats()
         assert stats["documents"] == stats["vectors"] == 40
         for bad in bad_ids:

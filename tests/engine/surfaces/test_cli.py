@@ -330,6 +330,20 @@ def test_stats_and_list(built: Path) -> None:
     assert ok(tandem("list", home=built)).stdout.split() == ["help"]
 
 
+def test_stats_shows_a_model_that_cannot_load_as_down(tmp_path: Path) -> None:
+    """Regression: a local model says it is up until a load has failed in the process,
+    so ``tandem stats`` (a new process) said ``embedder_up yes`` for a model that cannot
+    load, though the add before it had stored every document degraded."""
+    home = tmp_path / "engine"
+    offline = {"HF_HUB_OFFLINE": "1"}
+    ok(tandem("create", "ghost", "--embedder", "no-such-org/no-such-model-xyz", home=home))
+    doc = {"id": "a", "text": "kept words"}
+    source = write_jsonl(tmp_path / "a.jsonl", [doc])
+    ok(tandem("add", "ghost", str(source), home=home, env=offline))
+    data = json.loads(ok(tandem("stats", "ghost", "--json", home=home, env=offline)).stdout)
+    assert data["degraded"] == 1 and data["embedder_up"] is False
+
+
 def test_ask_is_one_clear_error_when_off_or_unreachable(built: Path, tmp_path: Path) -> None:
     result = tandem("ask", "help", "how do I reset my password?", home=built)
     assert result.returncode == 1
