@@ -122,11 +122,12 @@ class ReaderHandle:
     """One thread's read connection. Threads come and go (HTTP servers, pools): when a
     thread ends, its thread-local handle is collected and the connection closed with it."""
 
-    __slots__ = ("__weakref__", "conn", "data_version")
+    __slots__ = ("__weakref__", "conn", "data_version", "immutable")
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, *, immutable: bool = False) -> None:
         self.conn: sqlite3.Connection | None = conn
         self.data_version = -1  # SQLite's ``PRAGMA data_version`` when last looked at
+        self.immutable = immutable  # opened with ``immutable=1``: blind to later writes
 
     def close(self) -> None:
         if self.conn is not None:

@@ -79,7 +79,7 @@ class DocumentStore:
         try:
             self._writer_conn = self._open_writer()
         except sqlite3.Error as exc:
-            if not (_out_of_room(exc) and path.is_file()):
+            if not (path.is_file() and _out_of_room(exc, path.parent)):
                 raise
             # A cleanly closed store has no -wal/-shm files, and a writer must create
             # them even to read: on a full disk the corpus would not open at all. It is
@@ -186,7 +186,7 @@ class DocumentStore:
             except CorpusNotFound:
                 conn.close()
                 raise
-            handle = ReaderHandle(conn)
+            handle = ReaderHandle(conn, immutable=self._read_only and self._immutable)
             self._local.reader = handle
             with self._readers_lock:
                 self._all_readers.add(handle)
@@ -229,6 +229,15 @@ class DocumentStore:
             version = int(conn.execute("PRAGMA data_version").fetchone()[0])
         if version == handle.data_version:
             return False
+        if handle.immutable and handle.data_version != -1:
+            # ``immutable=1`` (a store no process could write when this thread connected)
+            # ignores the log and never sees a commit: one was made, so read the store the
+            # ordinary read-only way from now on — its writer made the files that needs.
+            handle.close()
+            self._local.reader = None
+            self._immutable = False
+            self._reader()
+            handle = self._local.reader
         handle.data_version = version
         return True
 
@@ -626,11 +635,22 @@ def announce_change_at(store_path: Path) -> None:
             counter.close()
 
 
-# SQLITE_FULL, SQLITE_IOERR (and its extended codes), SQLITE_CANTOPEN: what opening a
-# writer on a full disk fails with (creating the -wal/-shm files, growing them).
-_NO_ROOM_CODES = frozenset({13, 10, 14})
+_SQLITE_FULL = 13
+# SQLITE_IOERR (and its extended codes) and SQLITE_CANTOPEN are also what creating the
+# -wal/-shm files on a full disk fails with, but also a permission, a descriptor limit or
+# a real I/O error: those count as no room only when the filesystem has no block left.
+_SQLITE_IOERR, _SQLITE_CANTOPEN = 10, 14
 
 
-def _out_of_room(exc: sqlite3.Error) -> bool:
+def _out_of_room(exc: sqlite3.Error, directory: Path) -> bool:
     code = getattr(exc, "sqlite_errorcode", None)
-    return isinstance(code, int) and (code & 0xFF) in _NO_ROOM_CODES
+    if not isinstance(code, int):
+        return False
+    if code & 0xFF == _SQLITE_FULL:
+        return True
+    if code & 0xFF not in (_SQLITE_IOERR, _SQLITE_CANTOPEN):
+        return False
+    try:
+        return os.statvfs(directory).f_bavail == 0
+    except OSError:
+        return False

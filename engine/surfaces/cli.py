@@ -360,10 +360,14 @@ def stats(
 ) -> None:
     """Documents, degraded documents, embedder status and index sizes."""
     with open_corpus(ctx, path, corpus) as target:
-        # A local model says it is up until a load has failed in this process: load it
-        # (the query path), so the status printed is the model's, not "not tried yet".
-        target._warm_up()
-        numbers = render.stats_view(target.stats())
+        state = target.stats()
+        if state["embedder_up"]:
+            # A local model says it is up until a load has failed in this process: load
+            # it (the query path), so the status printed is the model's, not "not tried
+            # yet". (Ollama's check already asked the server; a down one is not waited on.)
+            target._warm_up()
+            state = target.stats()
+        numbers = render.stats_view(state)
     if as_json:
         typer.echo(render.to_json({"corpus": corpus, **numbers}))
     else:

@@ -10,6 +10,7 @@ stored text unchanged.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
@@ -44,7 +45,11 @@ def safe(value: str, *, one_line: bool = False) -> str:
 
 
 def to_json(value: object) -> str:
-    return json.dumps(value, ensure_ascii=False, indent=2)
+    """Indented JSON; characters outside ASCII as themselves when stdout speaks UTF, else
+    as ``\\u`` escapes — never the ``?`` an encoding that cannot hold them would print
+    (ids and titles a script reads back must survive)."""
+    encoding = (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "")
+    return json.dumps(value, ensure_ascii=not encoding.startswith("utf"), indent=2)
 
 
 def passage_dict(rank: int, passage: Passage) -> dict[str, Any]:

@@ -169,11 +169,16 @@ class Ingestor:
 
     def repair(self, batch_size: int) -> int:
         """Re-embed up to ``batch_size`` degraded documents, picked by the repair plan
-        (``engine.write.repair_plan``); returns how many healed."""
+        (``engine.write.repair_plan``); returns how many healed. A held-back document
+        due for another try is tried alone first; if it fails again, the call goes on to
+        a batch of the others (so refused documents never use up a repair pass)."""
         if self._embedder is None:
             return 0
+        retried = False
         while True:
-            ids = self._plan.next_batch(batch_size, self._store.degraded_ids)
+            ids = self._plan.next_batch(
+                batch_size, self._store.degraded_ids, retry_held=not retried
+            )
             if not ids:
                 return 0
             docs = self._store.get_many(ids, public_only=False)
@@ -182,20 +187,28 @@ class Ingestor:
                 for i in ids
                 if i in docs and docs[i].embedding_status is EmbeddingStatus.DEGRADED
             ]
-            if ordered:
-                break
-            self._plan.forget(ids)  # held back, then deleted or embedded by a later write
-        healed = [d.source_id for d in ordered]
+            if not ordered:
+                self._plan.forget(ids)  # held back, then deleted or embedded by a later write
+                continue
+            retry = len(ordered) == 1 and self._plan.is_held_back(ordered[0].source_id)
+            healed = self._embed_batch(ordered)
+            if healed or not retry or retried:
+                return healed
+            retried = True  # one retry of a held-back document per call, then the others
+
+    def _embed_batch(self, ordered: list[StoredDocument]) -> int:
+        ids = [d.source_id for d in ordered]
         vectors, asked = self._embed([embedding_text(d.title, d.text) for d in ordered])
         if vectors is None:
             if asked:
-                self._plan.failed(healed)
+                self._plan.failed(ids)
             return 0
-        self._store.set_embeddings(healed, vectors, self._embedder.name)
-        self._indexes.apply_vectors(healed, vectors, self._store.seq)
-        self._plan.healed(healed)
-        self._metrics.repaired.labels(self._corpus).inc(len(healed))
-        return len(healed)
+        assert self._embedder is not None
+        self._store.set_embeddings(ids, vectors, self._embedder.name)
+        self._indexes.apply_vectors(ids, vectors, self._store.seq)
+        self._plan.healed(ids)
+        self._metrics.repaired.labels(self._corpus).inc(len(ids))
+        return len(ids)
 
     def _model_name(self) -> str | None:
         return None if self._embedder is None else self._embedder.name

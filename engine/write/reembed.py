@@ -38,8 +38,8 @@ def reembed_degraded(
     after_batch: Callable[[], None],
     on_progress: Callable[[int, int], None] | None,
 ) -> int:
-    """Repair batches until ``total`` documents are done or a batch comes back short (the
-    provider failed on some); returns how many were re-embedded."""
+    """Repair batches until ``total`` documents are done or a batch fails (after a failure
+    the repair plan makes batches smaller); returns how many were re-embedded."""
     done = 0
     with tqdm(total=total, disable=not show, desc=desc) as bar:
         while done < total:
@@ -49,6 +49,6 @@ def reembed_degraded(
             after_batch()
             if on_progress is not None:
                 on_progress(done, total)
-            if n < batch_size:
+            if n == 0:  # the provider failed (a smaller batch may heal on the next pass)
                 break
     return done

@@ -49,17 +49,22 @@ class RepairPlan:
         """Documents failing alone, waiting for their next try."""
         return len(self._waiting)
 
-    def next_batch(self, limit: int, degraded_ids: Callable[[int], list[str]]) -> list[str]:
-        """The ids to try now: one held-back document whose wait is over, alone, or up to
-        ``limit`` (fewer after failures) of ``degraded_ids``' oldest-first answer, leaving
-        out the ones held back."""
+    def next_batch(
+        self, limit: int, degraded_ids: Callable[[int], list[str]], *, retry_held: bool = True
+    ) -> list[str]:
+        """The ids to try now: one held-back document whose wait is over, alone (unless
+        ``retry_held`` is False), or up to ``limit`` (fewer after failures) of
+        ``degraded_ids``' oldest-first answer, leaving out the ones held back."""
         now = self._clock()
         for source_id, waiting in self._waiting.items():
-            if waiting.due <= now:
+            if retry_held and waiting.due <= now:
                 return [source_id]
         size = limit if self._size_cap is None else min(limit, self._size_cap)
         held = self._waiting
         return [i for i in degraded_ids(size + len(held)) if i not in held][:size]
+
+    def is_held_back(self, source_id: str) -> bool:
+        return source_id in self._waiting
 
     def healed(self, ids: Sequence[str]) -> None:
         """The provider embedded ``ids``: forget them; the next batch may be twice as big."""

@@ -28,6 +28,7 @@ from engine import (
     InvalidArgument,
     SearchEngine,
     SentenceTransformerEmbedding,
+    SourceNotFound,
     StorageError,
 )
 from engine.limits import (
@@ -210,10 +211,18 @@ def test_a_cleanly_closed_corpus_opens_and_answers_on_a_full_disk(tiny_disk: Pat
         assert corpus.search("alpha3")[0].source_id == "d3"
         with pytest.raises(StorageError, match="full"):
             corpus.add([Document(id="late", text="no room")])
-    (tiny_disk / "filler").unlink()
+        (tiny_disk / "filler").unlink()
+        with SearchEngine(tiny_disk / "engine") as writer:  # another process, with room
+            writer.corpus("c").add([Document(id="late", text="room again")])
+            writer.corpus("c").delete(["d3"])
+            # Seen by the corpus opened on the full disk (its store was read with
+            # immutable=1, which never sees a commit).
+            assert corpus.search("room again")[0].source_id == "late"
+            assert "d3" not in {h.source_id for h in corpus.search("alpha3")}
+        assert corpus.search("room again")[0].source_id == "late"
     with SearchEngine(tiny_disk / "engine") as engine:
-        engine.corpus("c").add([Document(id="late", text="room again")])
-        assert engine.corpus("c").search("room again")[0].source_id == "late"
+        engine.corpus("c").add([Document(id="later", text="room for writes")])
+        assert engine.corpus("c").search("room for writes")[0].source_id == "later"
 
 
 def test_a_store_that_cannot_open_a_writer_for_lack_of_room_is_read(
@@ -242,9 +251,44 @@ def test_a_store_that_cannot_open_a_writer_for_lack_of_room_is_read(
     def locked(self: DocumentStore) -> sqlite3.Connection:
         raise sqlite3.OperationalError("database schema is locked")
 
-    monkeypatch.setattr(DocumentStore, "_open_writer", locked)
-    with SearchEngine(tmp_path) as engine, pytest.raises(EngineError):
-        engine.corpus("c")
+    def cannot_open(self: DocumentStore) -> sqlite3.Connection:
+        exc = sqlite3.OperationalError("unable to open database file")
+        exc.sqlite_errorcode = 14  # type: ignore[attr-defined]  # SQLITE_CANTOPEN
+        raise exc
+
+    # Another failure, or CANTOPEN with room on the disk (a permission, a descriptor
+    # limit): the real error, never "disk full" and a store quietly open read-only.
+    for failure in (locked, cannot_open):
+        monkeypatch.setattr(DocumentStore, "_open_writer", failure)
+        with SearchEngine(tmp_path) as engine, pytest.raises(EngineError) as raised:
+            engine.corpus("c")
+        assert "full" not in str(raised.value)
+
+
+def test_a_store_read_with_immutable_sees_the_next_commit(tmp_path: Path) -> None:
+    """A read-only store falls back to SQLite's ``immutable=1`` when no process could
+    write it at connect time (no -shm file and no room or right to make one); that mode
+    ignores the log, so the first commit another process makes switches the thread to an
+    ordinary read-only connection (before, it served deleted documents for good)."""
+    with SearchEngine(tmp_path) as engine:
+        engine.create_corpus(CorpusConfig(name="c", embedder=None)).add(
+            [Document(id="a", text="kept words"), Document(id="b", text="doomed words")]
+        )
+    with SearchEngine(tmp_path, read_only=True) as reader:
+        corpus = reader.corpus("c")
+        store = corpus._store
+        store._local.reader.close()  # reconnect this thread the immutable way
+        store._local.reader = None
+        store._immutable = True
+        assert store._reader() is not None and store._local.reader.immutable
+        assert {h.source_id for h in corpus.search("words")} == {"a", "b"}
+        with SearchEngine(tmp_path) as writer:
+            writer.corpus("c").delete(["b"])
+            writer.corpus("c").add([Document(id="c", text="new words")])
+            assert {h.source_id for h in corpus.search("words")} == {"a", "c"}
+            with pytest.raises(SourceNotFound):
+                corpus.fetch_source("b")
+        assert not store._local.reader.immutable
 
 
 def test_flush_on_a_full_disk_raises_an_engine_error(

@@ -162,16 +162,17 @@ async def _on_validation_error(request: Request, exc: Exception) -> JsonAnswer:
     assert isinstance(exc, RequestValidationError)
     if isinstance(exc.__cause__, json.JSONDecodeError):  # FastAPI could not parse the body
         return await _on_api_error(request, invalid_json(exc.__cause__))
-    media = _declared_media_type(request)
-    if media is not None and not _is_json_media(media) and _body_refused(exc.errors()):
-        # FastAPI reads a body as JSON only when the type says so (or none is given); any
-        # other type (``curl -d`` sends a form's) left a bytes body and a shape error that
-        # pointed nowhere near the cause.
+    if _body_left_unparsed(exc.errors()):
+        # FastAPI parses a body as JSON only when its Content-Type says JSON (recent
+        # versions: also not when none is given); otherwise the route's model met raw
+        # bytes and the shape error pointed nowhere near the cause (``curl -d`` sends a
+        # form's type, ``requests.post(data=...)`` none).
+        media = _declared_media_type(request)
+        given = "none given" if media is None else f"got {media[:_SHOWN_MEDIA_CHARS]!r}"
         return _json(
             415,
             "unsupported_media_type",
-            f"send the body as JSON, with Content-Type: application/json "
-            f"(got {media[:_SHOWN_MEDIA_CHARS]!r})",
+            f"send the body as JSON, with Content-Type: application/json ({given})",
         )
     return _json(422, "invalid_request", _validation_message(exc.errors()))
 
@@ -184,14 +185,13 @@ def _declared_media_type(request: Request) -> str | None:
     return None if value is None else value.split(";", 1)[0].strip().lower()
 
 
-def _is_json_media(media: str) -> bool:
-    return media == "application/json" or (
-        media.startswith("application/") and media.endswith("+json")
+def _body_left_unparsed(errors: Sequence[Any]) -> bool:
+    return any(
+        isinstance(e, Mapping)
+        and tuple(e.get("loc", ()))[:1] == ("body",)
+        and isinstance(e.get("input"), bytes | bytearray)
+        for e in errors
     )
-
-
-def _body_refused(errors: Sequence[Any]) -> bool:
-    return any(isinstance(e, Mapping) and tuple(e.get("loc", ()))[:1] == ("body",) for e in errors)
 
 
 async def _on_engine_error(request: Request, exc: Exception) -> JsonAnswer:

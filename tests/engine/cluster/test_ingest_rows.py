@@ -3,14 +3,18 @@ and an id repeated within a batch keeps its last row, as ``Corpus.add`` does."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import pickle
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from engine import CorpusConfig, Document
-from engine.errors import SourceNotFound
+from engine.errors import InvalidArgument, SourceNotFound
 from engine.surfaces.loaders import LineError
 from tests.support.cluster_fakes import hash_factory
 from tests.support.fakes import HashEmbedder
@@ -18,7 +22,8 @@ from tests.support.fakes import HashEmbedder
 pytest.importorskip("ray.data")
 
 from engine.cluster import ShardedCorpus
-from engine.cluster.ingest import _checked_vector, ingest
+from engine.cluster import ingest as ingest_module
+from engine.cluster.ingest import IngestReport, _checked_vector, ingest
 
 EMBEDDER = HashEmbedder()
 BAD_VECTORS: dict[str, Any] = {
@@ -41,6 +46,31 @@ def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), "utf-8")
 
 
+@contextlib.contextmanager
+def _ingested(
+    tmp_path: Path, source: Path, *, batch_size: int
+) -> Iterator[tuple[ShardedCorpus, IngestReport]]:
+    """A two-shard corpus with ``source`` ingested through its ``vec`` column."""
+    corpus = ShardedCorpus.create(
+        tmp_path / "c", CorpusConfig(name="vectors"), 2, embedder_factory=hash_factory
+    )
+    try:
+        yield (
+            corpus,
+            ingest(
+                corpus,
+                source,
+                embed_actors=1,
+                batch_size=batch_size,
+                vector_column="vec",
+                embedding_model=EMBEDDER.name,
+                progress=False,
+            ),
+        )
+    finally:
+        corpus.close()
+
+
 def test_ingest_rejects_each_malformed_vector_and_writes_the_rest(
     ray_cluster: None, tmp_path: Path
 ) -> None:
@@ -58,19 +88,7 @@ def test_ingest_rejects_each_malformed_vector_and_writes_the_rest(
     bad_ids.append("long")
     source = tmp_path / "vectors.jsonl"
     _write_jsonl(source, rows)
-    corpus = ShardedCorpus.create(
-        tmp_path / "c", CorpusConfig(name="vectors"), 2, embedder_factory=hash_factory
-    )
-    try:
-        report = ingest(
-            corpus,
-            source,
-            embed_actors=1,
-            batch_size=16,
-            vector_column="vec",
-            embedding_model=EMBEDDER.name,
-            progress=False,
-        )
+    with _ingested(tmp_path, source, batch_size=16) as (corpus, report):
         assert (report.written, report.rejected, report.skipped) == (40, len(bad_ids), 0)
         assert sorted(r.split(":")[0] for r in report.rejections) == sorted(bad_ids)
         short = next(r for r in report.rejections if r.startswith("bad0:"))
@@ -81,8 +99,6 @@ def test_ingest_rejects_each_malformed_vector_and_writes_the_rest(
         for bad in bad_ids:
             with pytest.raises(SourceNotFound):
                 corpus.fetch_source(bad)
-    finally:
-        corpus.close()
 
 
 def test_ingest_rejects_vectors_uniformly_of_the_wrong_length(
@@ -90,23 +106,9 @@ def test_ingest_rejects_vectors_uniformly_of_the_wrong_length(
 ) -> None:
     source = tmp_path / "short.jsonl"
     _write_jsonl(source, [{"id": f"d{n}", "text": "x", "vec": [0.5] * 10} for n in range(20)])
-    corpus = ShardedCorpus.create(
-        tmp_path / "c", CorpusConfig(name="short"), 2, embedder_factory=hash_factory
-    )
-    try:
-        report = ingest(
-            corpus,
-            source,
-            embed_actors=1,
-            batch_size=8,
-            vector_column="vec",
-            embedding_model=EMBEDDER.name,
-            progress=False,
-        )
+    with _ingested(tmp_path, source, batch_size=8) as (corpus, report):
         assert (report.written, report.rejected) == (0, 20)
         assert len(corpus) == 0
-    finally:
-        corpus.close()
 
 
 def test_ingest_repeated_id_in_a_batch_keeps_the_last_row(
@@ -149,3 +151,38 @@ def test_checked_vector_refuses(name: str) -> None:
 def test_checked_vector_takes_numbers_of_the_length() -> None:
     assert _checked_vector([1, 0.5] + [0] * 62, "vec", 64)[:2] == [1.0, 0.5]
     assert len(_checked_vector([0.5] * 10, "vec", None)) == 10  # length unknown: any
+
+
+def _part(ids: list[str]) -> pa.Table:
+    payloads = [pickle.dumps({"id": i, "text": "x"}) for i in ids]
+    return pa.table({"payload": pa.array(payloads, type=pa.binary())})
+
+
+@pytest.mark.parametrize("kind", ["group", "row"])
+def test_a_refusal_is_split_down_to_rows_only_when_it_names_a_row(
+    monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """A refusal of the whole group (both halves refused with its message) refuses every
+    row in 3 shard calls; one about a row is split down to that row (1 + 2 log2 n)."""
+    calls: list[list[str]] = []
+
+    def add(
+        handle: object, index: int, method: str, args: tuple[Any, ...], timeout_s: float
+    ) -> None:
+        ids = [row["id"] for row in args[0]]
+        calls.append(ids)
+        if kind == "group":
+            raise InvalidArgument("embeddings have dimension 10; this corpus's have 64")
+        if "d5" in ids:
+            raise InvalidArgument("document 'd5': refused")
+
+    monkeypatch.setattr(ingest_module, "_call_with_retry", add)
+    monkeypatch.setattr(ingest_module.ray, "put", lambda value: value)
+    ids = [f"d{n}" for n in range(16)]
+    written, refused = ingest_module._send(_part(ids), None, [None], 1, None, 1.0)
+    if kind == "group":
+        assert (written, len(calls)) == (0, 3)
+        assert refused == [f"{i}: embeddings have dimension 10; this corpus's have 64" for i in ids]
+    else:
+        assert (written, len(calls)) == (15, 9)
+        assert refused == ["d5: document 'd5': refused"]

@@ -424,7 +424,10 @@ def test_a_stdout_that_cannot_encode_a_title_prints_replacement_characters(
         timeout=120,
     )
     assert latin.returncode == 0, latin.stderr.decode(errors="replace")
-    assert json.loads(latin.stdout.decode("latin-1"))["passages"][0]["title"] == "Café ??"
+    # JSON loses nothing: what the encoding cannot hold is escaped, never "?".
+    assert json.loads(latin.stdout.decode("latin-1"))["passages"][0]["title"] == "Café 中文"
+    as_ascii = ok(tandem("search", "kb", "beacon", "--json", home=home, env=ascii_only))
+    assert json.loads(as_ascii.stdout)["passages"][0]["title"] == "Café 中文"
 
 
 # -- where the engine lives -----------------------------------------------------------------

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from engine import CorpusConfig, Document, SearchEngine
+from engine.write import repair_plan
 from engine.write.repair_plan import FIRST_WAIT_S, LONGEST_WAIT_S, MAX_WAITING, RepairPlan
 from tests.support.fakes import POISON, WordHashEmbedder, factory_for
 
@@ -92,3 +95,24 @@ def test_repairs_heal_every_document_but_the_one_the_provider_refuses(tmp_path: 
         fake.refuse_poison = False
         corpus.add([Document(id="bad", text="alpha fixed")])  # a new text embeds at once
         assert corpus.stats()["degraded"] == 0
+
+
+def test_a_held_back_document_due_again_never_uses_up_a_repair_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: a held-back document whose wait was over was tried alone and, failing
+    again, ended the repair pass, so documents degraded since then never healed while
+    refused ones kept coming due."""
+    monkeypatch.setattr(repair_plan, "FIRST_WAIT_S", 0.0)  # held back, always due
+    fake = WordHashEmbedder()
+    with SearchEngine(tmp_path, embedder_factory=factory_for(fake)) as eng:
+        corpus = eng.create_corpus(CorpusConfig(name="c", embedder="word-hash"))
+        fake.refuse_poison = True
+        corpus.add([Document(id="bad", text=f"alpha {POISON}")])  # fails alone: held back
+        fake.down = True
+        corpus.add([Document(id=f"d{i}", text=f"alpha bravo {i}") for i in range(20)])
+        fake.down = False
+        calls = fake.calls
+        assert corpus.repair() == 20  # the retry fails, the others heal in the same pass
+        # The retry, the 20; the next round (a wait of 0) retries once more, and stops.
+        assert fake.calls - calls == 3 and corpus.stats()["degraded"] == 1
