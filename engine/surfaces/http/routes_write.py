@@ -7,6 +7,8 @@ the body caps bound how long one can take.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from typing import Annotated
 
 import anyio.to_thread
@@ -153,7 +155,7 @@ async def add_documents(request: Request, name: CorpusName) -> JsonAnswer:
             finally:
                 upload.close()
 
-    return JsonAnswer(report_body(await anyio.to_thread.run_sync(write)))
+    return JsonAnswer(report_body(await _outliving_cancellation(write)))
 
 
 @router.delete(
@@ -195,3 +197,19 @@ async def remember(request: Request, body: Annotated[RememberRequest, Body()]) -
         {"id": done.id, "scope": done.scope, "added": done.added},
         status_code=201,
     )
+
+
+async def _outliving_cancellation(write: Callable[[], BulkReport]) -> BulkReport:
+    """Run ``write`` on a thread and wait for its report even if this request is
+    cancelled meanwhile. A thread cannot be stopped, and the shutdown that cancels a
+    request past uvicorn's grace period waits for it anyway (``in_flight``): the cancel
+    only turned the write's real report into a bare text 500, though every document was
+    stored. (uvicorn cancels its tasks with ``Task.cancel``, which anyio's shielded
+    scopes do not stop, hence ``asyncio.shield``.)"""
+    job = asyncio.ensure_future(anyio.to_thread.run_sync(write))
+    while True:
+        try:
+            return await asyncio.shield(job)
+        except asyncio.CancelledError:
+            if job.cancelled():
+                raise
