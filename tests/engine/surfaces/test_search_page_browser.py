@@ -247,3 +247,19 @@ def test_a_link_to_a_collection_that_is_gone_says_so(server: str, browser: Any) 
     assert "no collection named “dropped”" in _status(driver)
     assert not driver.find_elements(By.CSS_SELECTOR, "#results .result")
     assert driver.find_element(By.ID, "picker").is_displayed()
+
+
+def test_a_link_with_one_enormous_word_still_shows_results(server: str, browser: Any) -> None:
+    """Regression: highlighting built one regular expression from the query's words, and
+    a crafted link with a 50,000-letter word made it too large to compile; the error
+    escaped and the page stayed on "Searching…" for good."""
+    from selenium.webdriver.common.by import By
+
+    driver = browser
+    driver.get(server + "?q=password+" + "x" * 50_000 + "&corpus=help")
+    _wait(driver, lambda d: _status(d).startswith("Results"))
+    first = driver.find_elements(By.CSS_SELECTOR, "#results .result")[0]
+    marks = [m.text.lower() for m in first.find_elements(By.CSS_SELECTOR, ".excerpt mark")]
+    assert "password" in marks
+    errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    assert not [e for e in errors if "regular expression" in e["message"].lower()]

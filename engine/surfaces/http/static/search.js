@@ -8,6 +8,8 @@
   const PAGE_SIZE = 10;
   const MAX_OFFSET = 1000;
   const MAX_PAGE = Math.floor(MAX_OFFSET / PAGE_SIZE) + 1; // the last page the API reaches
+  const MAX_QUERY_CHARS = 4096; // the server reads no more of a query (sparse.MAX_QUERY_LENGTH)
+  const MAX_TERM_CHARS = 64; // longer words are searched, not highlighted
 
   const form = document.getElementById("search-form");
   const input = document.getElementById("q");
@@ -40,9 +42,13 @@
     return parsed.protocol === "http:" || parsed.protocol === "https:" ? parsed.href : null;
   }
 
+  // The words to highlight: at most 20, each 2..MAX_TERM_CHARS long (a crafted link with
+  // one 50,000-letter word made a regular expression too large to compile, and the page
+  // stayed on "Searching…").
   function queryTerms(query) {
     const words = query.toLowerCase().match(/[\p{L}\p{N}]+/gu) || [];
-    return Array.from(new Set(words.filter((w) => w.length >= 2))).slice(0, 20);
+    const usable = words.filter((w) => w.length >= 2 && w.length <= MAX_TERM_CHARS);
+    return Array.from(new Set(usable)).slice(0, 20);
   }
 
   function escapeRegExp(text) {
@@ -127,7 +133,8 @@
     const params = new URLSearchParams(window.location.search);
     const asked = parseInt(params.get("page") || "1", 10) || 1;
     const page = Math.min(MAX_PAGE, Math.max(1, asked)); // ?page=500 shows page 101 as 101
-    return { q: params.get("q") || "", corpus: params.get("corpus") || "", page: page };
+    const q = (params.get("q") || "").slice(0, MAX_QUERY_CHARS); // as the server reads it
+    return { q: q, corpus: params.get("corpus") || "", page: page };
   }
 
   function writeLocation(state, replace) {
@@ -187,7 +194,8 @@
   }
 
   function fromForm(page) {
-    return { q: input.value.trim(), corpus: select.value || corpora[0] || "", page: page };
+    const q = input.value.trim().slice(0, MAX_QUERY_CHARS);
+    return { q: q, corpus: select.value || corpora[0] || "", page: page };
   }
 
   form.addEventListener("submit", (event) => {
