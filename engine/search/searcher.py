@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import operator
+import os
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -98,6 +99,7 @@ class Searcher:
         self._state = state
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
+        self._pool_pid = os.getpid()
 
     @property
     def state(self) -> SearchState:
@@ -108,6 +110,10 @@ class Searcher:
         self._state = state
 
     def _workers(self) -> ThreadPoolExecutor:
+        if self._pool_pid != os.getpid():
+            # A forked child: the pool's threads stayed behind (a job submitted to it
+            # would wait for ever), and so may the holder of its lock: start afresh.
+            self._pool, self._pool_lock, self._pool_pid = None, threading.Lock(), os.getpid()
         if self._pool is None:
             with self._pool_lock:
                 if self._pool is None:

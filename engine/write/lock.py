@@ -99,6 +99,12 @@ class WriteLock:
         """True while a thread of this process holds the lock (any thread)."""
         return self._depth > 0
 
+    @property
+    def depth(self) -> int:
+        """How many acquires of this process's holder are still to be released (0 in a
+        forked child whose holder did not come along)."""
+        return self._depth
+
     def acquire(self, timeout: float) -> bool:
         deadline = time.monotonic() + max(0.0, timeout)
         if not self._mutex.acquire(timeout=max(0.0, timeout)):

@@ -72,14 +72,20 @@ class CorpusSync:
         self._lock = None if read_only else WriteLock(directory / "write.lock")
         self._local_lock = threading.RLock()  # read-only engines: orders close and writes
         self._follow_lock = threading.Lock()
-        self._depth = 0
-        self.exclusive = False
+        self._exclusive = False
         self.dropped = False
         self.config_stamp = file_stamp(directory / "config.json")
 
     @property
     def read_only(self) -> bool:
         return self._lock is None
+
+    @property
+    def exclusive(self) -> bool:
+        """True while a write of this process holds the write lock: the only writer
+        anywhere, updating the indexes itself. Read through the lock, so a child forked
+        while another thread wrote (that thread stays behind) is not left believing it."""
+        return self._exclusive and self._lock is not None and self._lock.held
 
     def open_indexes(self) -> None:
         """Open the derived indexes: as the holder (repairing) if the write lock is free
@@ -145,25 +151,28 @@ class CorpusSync:
             raise EngineBusy(
                 f"corpus {self._name!r}: another write held the lock for {wait:g} s (busy_timeout)"
             )
-        outermost = self._depth == 0
-        self._depth += 1
+        # The lock counts its own acquires, and a forked child's lock starts from 0 when
+        # its holder stayed behind: that child's first write is the outermost, takes over
+        # and releases the lock (a count kept here went on from the parent's).
+        outermost = lock.depth == 1
         try:
             if outermost:
                 self._take_over()
             yield
         finally:
-            self._depth -= 1
             if outermost:
                 try:
                     self._settle()
                 finally:
-                    self.exclusive = False
+                    self._exclusive = False
                     lock.release()
+            else:
+                lock.release()
 
     def _take_over(self) -> None:
         """As the new holder: follow everything committed so far, then repair."""
         self._catch_up(holder=True)
-        self.exclusive = True
+        self._exclusive = True
         self._store.announce_change()
         self._indexes.repair_keyword(self._store.seq)
 

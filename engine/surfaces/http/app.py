@@ -23,6 +23,7 @@ from engine.surfaces.http.errors import install_error_handlers
 from engine.surfaces.http.in_flight import WritesInFlight
 from engine.surfaces.http.ops import RequestGuard, RequestMetrics
 from engine.surfaces.http.search_lane import SearchLane
+from engine.surfaces.http.serve import end_with_supervisor
 from engine.surfaces.http.settings import ServerSettings, load_token
 
 _WRITES_GRACE_S = 600.0
@@ -101,5 +102,8 @@ def create_app(settings: ServerSettings, *, engine_factory: EngineFactory | None
 
 
 def app_from_env() -> FastAPI:
-    """The app for a uvicorn worker process (settings from ``TANDEM_SERVE_SETTINGS``)."""
-    return create_app(ServerSettings.from_env())
+    """The app for a uvicorn worker process (settings from ``TANDEM_SERVE_SETTINGS``); a
+    worker of a multi-worker server stops when its supervisor is gone."""
+    app = create_app(ServerSettings.from_env())
+    end_with_supervisor()
+    return app

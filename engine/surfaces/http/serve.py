@@ -18,8 +18,10 @@ import signal
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import uvicorn
 from uvicorn.supervisors import Multiprocess
@@ -32,7 +34,11 @@ __all__ = ["check_many_processes", "listening_socket", "serve_http"]
 logger = logging.getLogger(__name__)
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+SUPERVISOR_ENV = "TANDEM_SERVE_SUPERVISOR"
+"""The pid of a multi-worker server's supervisor, for its workers to watch."""
 APP_FACTORY = "engine.surfaces.http.app:app_from_env"
+_METRICS_PREFIX = "tandem-metrics-"
+_WATCH_INTERVAL_S = 1.0
 
 
 def _without_nagle(sock: socket.socket) -> socket.socket:
@@ -139,12 +145,17 @@ def serve_http(
         lifespan="on",
     )
     sock = listening_socket(config)  # before anything is changed that must be undone
-    metrics_dir = tempfile.mkdtemp(prefix="tandem-metrics-") if workers > 1 else None
-    saved = {name: os.environ.get(name) for name in (SETTINGS_ENV, MULTIPROC_ENV)}
+    metrics_dir = None
+    if workers > 1:
+        _sweep_metrics_dirs_of_dead_servers()
+        metrics_dir = tempfile.mkdtemp(prefix=f"{_METRICS_PREFIX}{os.getpid()}-")
+    names = (SETTINGS_ENV, MULTIPROC_ENV, SUPERVISOR_ENV)
+    saved = {name: os.environ.get(name) for name in names}
     try:
         os.environ[SETTINGS_ENV] = settings.to_env()
         if metrics_dir is not None:
             os.environ[MULTIPROC_ENV] = metrics_dir
+            os.environ[SUPERVISOR_ENV] = str(os.getpid())
         bound_host, bound_port = sock.getsockname()[:2]
         shown = f"[{bound_host}]" if ":" in str(bound_host) else bound_host
         plural = "worker" if workers == 1 else "workers"
@@ -169,3 +180,43 @@ def serve_http(
                 os.environ[name] = value
         if metrics_dir is not None:
             shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def end_with_supervisor() -> None:
+    """In a worker of a multi-worker server: stop (SIGTERM to itself, uvicorn's graceful
+    shutdown) once the supervisor is gone. uvicorn's workers go on serving when their
+    supervisor is killed (SIGKILL, the OOM killer): they kept the port, so a restart
+    could not listen, and the engine directory. Polled (once a second) rather than
+    ``PR_SET_PDEATHSIG``, which fires when the *thread* that started the worker ends."""
+    raw = os.environ.get(SUPERVISOR_ENV, "")
+    if not raw.isdigit():
+        return
+    supervisor = int(raw)  # uvicorn's workers are its children: another parent means it
+    # died before this worker got here (it was still starting), and the worker stops now
+
+    def watch() -> None:
+        while os.getppid() == supervisor:
+            time.sleep(_WATCH_INTERVAL_S)
+        logger.warning("the server's supervisor is gone; this worker stops")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="tandem-supervisor-watch", daemon=True).start()
+
+
+def _sweep_metrics_dirs_of_dead_servers() -> None:
+    """Remove the metrics directories of servers that died without cleaning up (a
+    supervisor killed with SIGKILL skips its ``finally``); the pid is in the name."""
+    for directory in Path(tempfile.gettempdir()).glob(f"{_METRICS_PREFIX}*-*"):
+        pid = directory.name[len(_METRICS_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, another user's
+        return True
+    return True

@@ -203,3 +203,58 @@ def test_a_port_in_use_is_one_clear_error_and_nothing_is_left_behind(
             serve_http(ServerSettings(home=home), port=port, workers=workers)
     assert not list(tmp_path.glob("tandem-metrics-*"))
     assert {name: os.environ.get(name) for name in before} == before
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.timeout(240)
+def test_workers_stop_when_their_supervisor_is_killed(tmp_path: Path) -> None:
+    """Regression: uvicorn's workers went on serving after `tandem serve --workers 2` was
+    killed with SIGKILL (the OOM killer, kill -9): they kept the port, so a restart
+    could not listen, and the engine directory open."""
+    import os
+    import signal
+    import time
+
+    home = build(tmp_path / "engine")
+    with running_server(home, ["--workers", "2"]) as (base, proc):
+        workers = _children(proc.pid)
+        assert workers
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        deadline = time.monotonic() + 120
+        while [w for w in workers if Path(f"/proc/{w}").exists()]:
+            assert time.monotonic() < deadline, "the workers outlived their supervisor"
+            time.sleep(0.5)
+        with pytest.raises(httpx.TransportError):
+            httpx.get(f"{base}readyz", timeout=5)
+
+
+def test_a_dead_servers_metrics_directory_is_swept_at_the_next_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import tempfile
+
+    from engine.surfaces.http import serve
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale = tmp_path / f"tandem-metrics-{gone.pid}-abc"
+    live = tmp_path / f"tandem-metrics-{os.getpid()}-def"
+    other = tmp_path / "tandem-metrics-notapid"
+    for directory in (stale, live, other):
+        directory.mkdir()
+    serve._sweep_metrics_dirs_of_dead_servers()
+    assert not stale.exists() and live.exists() and other.exists()

@@ -395,3 +395,68 @@ def test_network_filesystems_are_recognised(tmp_path: Path) -> None:
     assert network_filesystem(Path("/mnt/share/tandem"), mountinfo) == "nfs4"
     assert network_filesystem(Path("/mnt/shared"), mountinfo) is None
     assert network_filesystem(Path("/home/x"), mountinfo) is None
+
+
+@pytest.mark.timeout(180)
+def test_a_child_forked_during_another_threads_write_writes_follows_and_searches(
+    tmp_path: Path,
+) -> None:
+    """Regression: a child forked while another thread was inside a write inherited that
+    write's state beside the lock (its depth, "this process is the writer"), so its own
+    write never released the lock (every other process then got EngineBusy) and its reads
+    never followed another writer; and a child of a process that had run one hybrid
+    search waited for ever on the keyword arm's thread pool, whose threads stayed
+    behind."""
+    fake = WordHashEmbedder()
+    engine = SearchEngine(tmp_path, busy_timeout=30, embedder_factory=factory_for(fake))
+    corpus = engine.create_corpus(CorpusConfig(name="c", embedder="word-hash"))
+    corpus.add([Document(id=f"d{i}", text=f"alpha words {i}") for i in range(20)])
+    assert corpus.search("alpha words 3")[0].source_id == "d3"  # the pool now has a thread
+    inside, leave = threading.Event(), threading.Event()
+
+    def write() -> None:
+        with corpus._sync.writing():
+            inside.set()
+            assert leave.wait(60)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    assert inside.wait(60)
+    to_child_r, to_child_w = os.pipe()
+    to_parent_r, to_parent_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: answers on the pipe, never returns into pytest
+        code = 1
+        try:
+            os.close(to_child_w)
+            os.close(to_parent_r)
+            found = corpus.search("alpha words 5")[0].source_id  # the pool, afresh
+            corpus.add([Document(id="child", text="written by the child")])
+            os.write(to_parent_w, f"{found}\n".encode())
+            assert os.read(to_child_r, 1) == b"1"  # the parent wrote meanwhile
+            later = [h.source_id for h in corpus.search("written by the parent")]
+            os.write(to_parent_w, f"{later[0] if later else '-'}\n".encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(to_child_r)
+    os.close(to_parent_w)
+    try:
+        leave.set()
+        writer.join(60)
+        with os.fdopen(to_parent_r, "rb") as answers:
+            assert answers.readline().strip() == b"d5"
+            # The child still runs; its write must have released the lock.
+            corpus.add([Document(id="parent", text="written by the parent")])
+            os.write(to_child_w, b"1")
+            assert answers.readline().strip() == b"parent"
+        _, status = os.waitpid(pid, 0)
+        assert status == 0
+        assert corpus.fetch_source("child").text == "written by the child"
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+        os.close(to_child_w)
+        engine.close()
