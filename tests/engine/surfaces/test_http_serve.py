@@ -8,6 +8,7 @@ one process) are one clear line and exit code 1.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 from pathlib import Path
 
@@ -230,14 +231,19 @@ def test_workers_stop_when_their_supervisor_is_killed(tmp_path: Path) -> None:
     with running_server(home, ["--workers", "2"]) as (base, proc):
         workers = _children(proc.pid)
         assert workers
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(30)
-        deadline = time.monotonic() + 120
-        while [w for w in workers if Path(f"/proc/{w}").exists()]:
-            assert time.monotonic() < deadline, "the workers outlived their supervisor"
-            time.sleep(0.5)
-        with pytest.raises(httpx.TransportError):
-            httpx.get(f"{base}readyz", timeout=5)
+        try:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+            deadline = time.monotonic() + 120
+            while [w for w in workers if Path(f"/proc/{w}").exists()]:
+                assert time.monotonic() < deadline, "the workers outlived their supervisor"
+                time.sleep(0.5)
+            with pytest.raises(httpx.TransportError):
+                httpx.get(f"{base}readyz", timeout=5)
+        finally:  # never leave orphans behind on a failure
+            for worker in workers:
+                with contextlib.suppress(OSError):
+                    os.kill(worker, signal.SIGKILL)
 
 
 def test_a_dead_servers_metrics_directory_is_swept_at_the_next_start(
