@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +28,8 @@ from prometheus_client.metrics_core import Metric
 from engine.search.strategy import Arm, FallbackReason, Strategy
 
 logger = logging.getLogger(__name__)
+
+_MULTIPROCESS_ENV = ("PROMETHEUS_MULTIPROC_DIR", "prometheus_multiproc_dir")
 
 Refresher = Callable[[], None]
 
@@ -221,7 +224,12 @@ class EngineMetrics:
             self.repaired.labels(corpus)
 
     def forget(self, corpus: str) -> None:
-        """Drop every series of a dropped corpus."""
+        """Drop every series of a dropped corpus. Not in prometheus_client's multiprocess
+        mode (``tandem serve --workers N``): its values live in the workers' files, which
+        ``remove`` does not touch (it only warns, on every drop); the scrape leaves out
+        corpora that are gone instead."""
+        if any(name in os.environ for name in _MULTIPROCESS_ENV):
+            return
         for metric in (
             self.documents,
             self.documents_degraded,

@@ -7,6 +7,7 @@ import shutil
 import socket
 import subprocess
 import urllib.request
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -205,6 +206,20 @@ def test_dropping_a_corpus_forgets_its_series(engine: SearchEngine) -> None:
     assert value(scrape(server.url), "tandem_documents", corpus="gone") == 2
     engine.drop_corpus("gone")
     assert not [s for s in scrape(server.url) if s.labels.get("corpus") == "gone"]
+
+
+def test_a_drop_in_multiprocess_mode_neither_warns_nor_fails(
+    engine: SearchEngine, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """prometheus_client's ``remove`` only warns in multiprocess mode (`tandem serve
+    --workers N`): every drop printed its warning once per series and worker."""
+    engine.create_corpus(CorpusConfig(name="gone", embedder=_spec())).add(docs(2))
+    engine.corpus("gone").search("alpha")
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        engine.drop_corpus("gone")
+    assert "gone" not in engine.list_corpora()
 
 
 def test_scrapes_reuse_one_reader_connection_per_store(
