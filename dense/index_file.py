@@ -260,13 +260,12 @@ def _mapped_digest(array: object) -> str | None:
 def _check_mapped(array: object) -> None:
     """Hash a mapped section through its map; ``FaissIndexCorrupt`` if its file no
     longer holds what it recorded (nothing to check for any other array)."""
-    recorded = _mapped_digest(array)
-    if recorded is None or not isinstance(array, np.ndarray):
+    if not isinstance(array, _MappedSection) or array.sha256 is None:
         return
     hasher = hashlib.sha256()
     for piece in _pieces(array):
         hasher.update(piece)
-    _compare(array, recorded, hasher.hexdigest())
+    _compare(array, array.sha256, hasher.hexdigest())
 
 
 def _compare(array: object, recorded: str, got: str) -> None:

@@ -55,7 +55,7 @@ from engine.cluster.routing import group_by_shard
 from engine.cluster.shard import EmbedderFactory
 from engine.cluster.sharded import ShardedCorpus
 from engine.cluster.wire import to_row
-from engine.cluster.writes import _dimension_if_up
+from engine.cluster.writes import dimension_if_up
 from engine.config import FieldType
 from engine.embedders import default_embedder_factory
 from engine.errors import InvalidArgument
@@ -150,7 +150,7 @@ def ingest(
     # The length every row's own vector must have (None: the provider is down and cannot
     # say; each batch then takes its first good vector's, and the shards have the last word).
     embedder = corpus._embedder
-    dimension = None if vector_column is None or embedder is None else _dimension_if_up(embedder)
+    dimension = None if vector_column is None or embedder is None else dimension_if_up(embedder)
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = progress
     handles = corpus._calls.handles

@@ -165,7 +165,7 @@ class ShardWriter:
         assert embedder is not None
         states = self._content_state([d.id for d in docs])
         todo = [i for i, d in enumerate(docs) if states.get(d.id) != (content_hash(d), True)]
-        width = _dimension_if_up(embedder) if todo else None
+        width = dimension_if_up(embedder) if todo else None
         if width is None:
             todo, width = [], 1  # rows of NaN: sent without vectors, stored degraded
         out = np.full((len(docs), width), np.nan, dtype=np.float32)
@@ -200,7 +200,7 @@ class ShardWriter:
         return merged
 
 
-def _dimension_if_up(embedder: Embedder) -> int | None:
+def dimension_if_up(embedder: Embedder) -> int | None:
     """The embedder's dimension, or None while it is down (asking may need the provider:
     Ollama learns its dimension by embedding a probe)."""
     try:

@@ -71,10 +71,7 @@ class DocumentStore:
         self._changes: ChangeCounter | None = None
         changes_path = _changes_path(path)
         if read_only:
-            self._identity = _identity(path)
-            self.state()  # fails now, clearly, if there is no readable store
-            with contextlib.suppress(OSError):
-                self._changes = ChangeCounter(changes_path, writable=False)
+            self._open_for_reading(changes_path)
             return
         try:
             self._writer_conn = self._open_writer()
@@ -91,10 +88,7 @@ class DocumentStore:
             )
             self._read_only = True
             self._no_room = True
-            self._identity = _identity(path)
-            self.state()
-            with contextlib.suppress(OSError):
-                self._changes = ChangeCounter(changes_path, writable=False)
+            self._open_for_reading(changes_path)
             return
         try:
             self._changes = ChangeCounter(changes_path, writable=True)
@@ -117,10 +111,15 @@ class DocumentStore:
             raise StorageError(f"{self._path} is open read-only")
         return self._writer_conn
 
+    def _open_for_reading(self, changes_path: Path) -> None:
+        self._identity = _identity(self._path)
+        self.state()  # fails now, clearly, if there is no readable store
+        with contextlib.suppress(OSError):
+            self._changes = ChangeCounter(changes_path, writable=False)
+
     def _open_writer(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
+        conn = self._connect()
         try:
-            self._configure(conn)
             with conn:
                 conn.executescript(SCHEMA)
                 conn.execute(
@@ -136,17 +135,13 @@ class DocumentStore:
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
         try:
-            self._configure(conn)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute("PRAGMA busy_timeout=10000")
         except BaseException:
             conn.close()
             raise
         return conn
-
-    @staticmethod
-    def _configure(conn: sqlite3.Connection) -> None:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
-        conn.execute("PRAGMA busy_timeout=10000")
 
     def _connect_read_only(self) -> sqlite3.Connection:
         uri = self._path.resolve().as_uri()

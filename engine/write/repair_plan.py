@@ -55,10 +55,11 @@ class RepairPlan:
         """The ids to try now: one held-back document whose wait is over, alone (unless
         ``retry_held`` is False), or up to ``limit`` (fewer after failures) of
         ``degraded_ids``' oldest-first answer, leaving out the ones held back."""
-        now = self._clock()
-        for source_id, waiting in self._waiting.items():
-            if retry_held and waiting.due <= now:
-                return [source_id]
+        if retry_held:
+            now = self._clock()
+            due = next((i for i, waiting in self._waiting.items() if waiting.due <= now), None)
+            if due is not None:
+                return [due]
         size = limit if self._size_cap is None else min(limit, self._size_cap)
         held = self._waiting
         return [i for i in degraded_ids(size + len(held)) if i not in held][:size]
