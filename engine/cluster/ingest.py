@@ -3,15 +3,15 @@
     read (JSONL / Parquet)  →  prepare + skip  →  embed (actor pool)  →  write to shards
           tasks                  tasks             one CPU (or GPU) each     tasks
 
-- **prepare + skip**: every row becomes a ``Document`` (``engine.surfaces.loaders`` rules:
-  ``id`` or BEIR's ``_id``, ``title``, ``text``, ``url``, ``language_id``,
-  ``access_groups``, declared fields); a row that cannot is counted as rejected, never
-  fatal (``IngestReport.rejections`` keeps the first reasons). A row's own vector must be
-  a flat list of finite numbers, not all zero, as long as the corpus's vectors. An id
-  repeated within one batch keeps its last row, as ``Corpus.add`` does; across batches
-  rows are written in no fixed order. With ``resume=True`` (default) rows whose id the
-  owning shard already stores *with a vector* are dropped here, so a restarted job
-  embeds and writes only the rest.
+- **prepare + skip** (``engine.cluster.ingest_rows``): every row becomes a ``Document``
+  (``engine.surfaces.loaders`` rules: ``id`` or BEIR's ``_id``, ``title``, ``text``,
+  ``url``, ``language_id``, ``access_groups``, declared fields); a row that cannot is
+  counted as rejected, never fatal (``IngestReport.rejections`` keeps the first
+  reasons). A row's own vector must be a flat list of finite numbers, not all zero, as
+  long as the corpus's vectors. An id repeated within one batch keeps its last row, as
+  ``Corpus.add`` does; across batches rows are written in no fixed order. With
+  ``resume=True`` (default) rows whose id the owning shard already stores *with a
+  vector* are dropped here, so a restarted job embeds and writes only the rest.
 - **embed**: ``embed_actors`` actors, each holding one model, each reserving one CPU —
   or one GPU when the cluster has GPUs (``gpus_per_actor``). Rows that carry their own
   vector (``vector_column``, with ``embedding_model`` checked against the corpus's
@@ -29,7 +29,6 @@ Ray Data's own progress bars (``progress=False`` silences both).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import pickle
@@ -51,30 +50,20 @@ from tqdm import tqdm
 from engine.cluster.calls import reraise_engine_error
 from engine.cluster.embedding import EmbeddingWorker
 from engine.cluster.errors import ShardUnavailable
+from engine.cluster.ingest_rows import KIND, PAYLOAD, REASON, TEXT, VECTOR, prepared_batch
 from engine.cluster.routing import group_by_shard
 from engine.cluster.shard import EmbedderFactory
 from engine.cluster.sharded import ShardedCorpus
-from engine.cluster.wire import to_row
 from engine.cluster.writes import dimension_if_up
 from engine.config import FieldType
 from engine.embedders import default_embedder_factory
 from engine.errors import InvalidArgument
-from engine.limits import is_valid_source_id
 from engine.surfaces.bulk import MAX_KEPT_REJECTIONS
-from engine.write.ingest import content_hash, embedding_text
 from engine.write.vector_model import check_embedding_model
 
 logger = logging.getLogger(__name__)
 
 Handle = Any
-
-_PAYLOAD = "payload"  # a pickled wire row (plain dict)
-_ID = "id"
-_TEXT = "embed_text"
-_VECTOR = "vector"
-_KIND = "kind"  # "doc", "rejected", "skipped" (stored with this content and a vector),
-# "repeated" (its id comes again later in the batch: neither written nor counted)
-_REASON = "reason"  # why a row was rejected ("" for the others)
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,129 +235,15 @@ def _prepare(
     timeout_s: float,
     jsonl: bool,
 ) -> pa.Table:
-    """Rows → documents (or rejections, with their reasons); an id repeated in the batch
-    keeps its last row; marks those stored with the same content and a vector skipped
-    (not embedded again)."""
-    from engine.surfaces.loaders import LineError, document_from_json
+    """The prepare stage (``engine.cluster.ingest_rows``), asking the shards which rows
+    they already store with a vector when resuming."""
 
-    kinds: list[str] = []
-    ids: list[str] = []
-    reasons: list[str] = []
-    digests: list[str] = []
-    payloads: list[bytes] = []
-    texts: list[str] = []
-    vectors: list[list[float] | None] = []
-    for item in batch.to_pylist():
-        doc = None
-        named = ""  # the row's id, once known to be a valid one: it leads a rejection
-        try:
-            raw = _decoded(item, jsonl)
-            named = next((i for i in map(_as_id, (raw.get("id"), raw.get("_id"))) if i), "")
-            vector = raw.pop(vector_column, None) if vector_column else None
-            doc = document_from_json(raw, fields)
-            if vector_column:
-                checked = _checked_vector(vector, vector_column, dimension)
-                dimension = len(checked)  # when unknown, the batch's first good vector's
-        except LineError as exc:
-            kinds.append("rejected")
-            ids.append("")
-            reasons.append(f"{named}: {exc}" if named else str(exc))
-            digests.append("")
-            payloads.append(b"")
-            texts.append("")
-            vectors.append(None)
-            continue
-        kinds.append("doc")
-        ids.append(doc.id)
-        reasons.append("")
-        digests.append(content_hash(doc))
-        payloads.append(pickle.dumps(to_row(doc), protocol=pickle.HIGHEST_PROTOCOL))
-        texts.append(embedding_text(doc.title, doc.text))
-        vectors.append(checked if vector_column else None)
-    # Last occurrence of a repeated id wins, as in Corpus.add (which counts only it).
-    last = {i: n for n, (i, k) in enumerate(zip(ids, kinds, strict=True)) if k == "doc"}
-    kinds = [
-        "repeated" if k == "doc" and last[i] != n else k
-        for n, (i, k) in enumerate(zip(ids, kinds, strict=True))
-    ]
-    if resume:
-        wanted = [i for i, k in zip(ids, kinds, strict=True) if k == "doc"]
-        stored = _stored_with_vectors(handles, shards, wanted, timeout_s)
-        kinds = [
-            "skipped" if k == "doc" and stored.get(i) == digest else k
-            for i, k, digest in zip(ids, kinds, digests, strict=True)
-        ]
-    columns: dict[str, Any] = {
-        _KIND: kinds,
-        _ID: ids,
-        _REASON: reasons,
-        _PAYLOAD: pa.array(payloads, type=pa.binary()),
-        _TEXT: texts,
-    }
-    if vector_column:
-        columns[_VECTOR] = pa.array(vectors, type=pa.list_(pa.float32()))
-    return pa.table(columns)
+    def stored(ids: Sequence[str]) -> dict[str, str]:
+        return _stored_with_vectors(handles, shards, ids, timeout_s)
 
-
-def _as_id(value: object) -> str:
-    """``value`` as the loaders read an id (a string, or an integer), if it is a valid
-    one; else ""."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = str(value)
-    return value if isinstance(value, str) and is_valid_source_id(value) else ""
-
-
-def _checked_vector(value: object, column: str, dimension: int | None) -> list[float]:
-    """A row's own vector, as the shard will take it: a flat list of finite numbers (as
-    float32), not all zero, ``dimension`` long (when known); else ``LineError``."""
-    from engine.surfaces.loaders import LineError
-
-    if value is None:
-        raise LineError(f"no {column!r} value")
-    if not isinstance(value, list | tuple) or not all(
-        isinstance(x, int | float) and not isinstance(x, bool) for x in value
-    ):
-        raise LineError(f"{column!r} must be a list of numbers")
-    if not value:
-        raise LineError(f"{column!r} is empty")
-    if dimension is not None and len(value) != dimension:
-        raise LineError(
-            f"{column!r} has {len(value)} numbers; this corpus's vectors have {dimension}"
-        )
-    try:
-        with np.errstate(over="ignore"):
-            array = np.asarray(value, dtype=np.float32)
-    except OverflowError:  # an integer past float64's range
-        array = np.array([np.inf], dtype=np.float32)
-    if not np.isfinite(array).all():
-        raise LineError(f"{column!r} contains NaN or infinite values (as float32)")
-    if not np.any(array):
-        raise LineError(f"{column!r} is all zeros")
-    return list(map(float, array))
-
-
-def _decoded(item: dict[str, Any], jsonl: bool) -> dict[str, Any]:
-    """One input row as the loaders take it: a JSON line decoded, or a Parquet row."""
-    from engine.surfaces.loaders import LineError
-
-    if not jsonl:
-        return _without_nulls(item)
-    try:
-        value = json.loads(item["text"])
-    except ValueError as exc:
-        raise LineError(f"not JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise LineError("expected a JSON object")
-    return value
-
-
-def _without_nulls(raw: dict[str, Any]) -> dict[str, Any]:
-    """Parquet fills a key missing from one row with null; the loaders want it absent."""
-    out = {k: v for k, v in raw.items() if v is not None}
-    nested = out.get("fields")
-    if isinstance(nested, dict):
-        out["fields"] = {k: v for k, v in nested.items() if v is not None}
-    return out
+    return prepared_batch(
+        batch, fields, vector_column, dimension, jsonl, stored if resume else None
+    )
 
 
 def _stored_with_vectors(
@@ -388,8 +263,8 @@ class _Embed(EmbeddingWorker):
     """Ray Data's view of a worker: embeds a batch's documents (not skipped or rejected)."""
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        kinds = batch.column(_KIND).to_pylist()
-        texts = batch.column(_TEXT).to_pylist()
+        kinds = batch.column(KIND).to_pylist()
+        texts = batch.column(TEXT).to_pylist()
         todo = [i for i, k in enumerate(kinds) if k == "doc"]
         dimension = self.dimension
         vectors = np.zeros((len(kinds), dimension), dtype=np.float32)
@@ -397,7 +272,7 @@ class _Embed(EmbeddingWorker):
             vectors[todo] = self.embed([texts[i] for i in todo])
         flat = pa.array(vectors.reshape(-1), type=pa.float32())
         column = pa.FixedSizeListArray.from_arrays(flat, dimension)
-        return batch.drop_columns([_TEXT]).append_column(_VECTOR, column)
+        return batch.drop_columns([TEXT]).append_column(VECTOR, column)
 
 
 def _write(
@@ -408,9 +283,9 @@ def _write(
     timeout_s: float,
 ) -> pa.Table:
     """Send the batch's documents to their shards; one summary row per batch."""
-    kinds = batch.column(_KIND).to_pylist()
+    kinds = batch.column(KIND).to_pylist()
     reasons = [
-        r for r, k in zip(batch.column(_REASON).to_pylist(), kinds, strict=True) if k == "rejected"
+        r for r, k in zip(batch.column(REASON).to_pylist(), kinds, strict=True) if k == "rejected"
     ]
     # Stored with this content and a vector: sent without one, so each shard keeps the
     # stored vector and applies the rest of the row.
@@ -425,13 +300,13 @@ def _write(
     written = 0
     if keep:
         kept = batch.take(pa.array(keep))
-        if _VECTOR not in kept.column_names:
+        if VECTOR not in kept.column_names:
             written, refused = _send(kept, None, handles, shards, model, timeout_s)
             reasons += refused
         else:
             # One length per batch, except when the corpus's was unknown and batches
             # of different first vectors met here: each length is sent on its own.
-            column = kept.column(_VECTOR).combine_chunks()
+            column = kept.column(VECTOR).combine_chunks()
             lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)
             for length in np.unique(lengths):
                 rows = pa.array(np.flatnonzero(lengths == length))
@@ -464,7 +339,7 @@ def _send(
     single-node bulk loader does — unless both halves are refused with the group's own
     message: that refusal is about the group (a row-level one names a row, which only one
     half holds), so every row of it is refused with it, in 3 calls rather than 2n - 1."""
-    rows = [pickle.loads(payload) for payload in part.column(_PAYLOAD).to_pylist()]
+    rows = [pickle.loads(payload) for payload in part.column(PAYLOAD).to_pylist()]
     written = 0
     refused: list[str] = []
 

@@ -23,7 +23,8 @@ pytest.importorskip("ray.data")
 
 from engine.cluster import ShardedCorpus
 from engine.cluster import ingest as ingest_module
-from engine.cluster.ingest import IngestReport, _checked_vector, ingest
+from engine.cluster.ingest import IngestReport, ingest
+from engine.cluster.ingest_rows import checked_vector
 
 EMBEDDER = HashEmbedder()
 BAD_VECTORS: dict[str, Any] = {
@@ -145,12 +146,12 @@ def test_ingest_repeated_id_in_a_batch_keeps_the_last_row(
 @pytest.mark.parametrize("name", sorted(BAD_VECTORS))
 def test_checked_vector_refuses(name: str) -> None:
     with pytest.raises(LineError, match="'vec'"):
-        _checked_vector(BAD_VECTORS[name], "vec", 64)
+        checked_vector(BAD_VECTORS[name], "vec", 64)
 
 
 def test_checked_vector_takes_numbers_of_the_length() -> None:
-    assert _checked_vector([1, 0.5] + [0] * 62, "vec", 64)[:2] == [1.0, 0.5]
-    assert len(_checked_vector([0.5] * 10, "vec", None)) == 10  # length unknown: any
+    assert checked_vector([1, 0.5] + [0] * 62, "vec", 64)[:2] == [1.0, 0.5]
+    assert len(checked_vector([0.5] * 10, "vec", None)) == 10  # length unknown: any
 
 
 def _part(ids: list[str]) -> pa.Table:
