@@ -7,10 +7,11 @@ every document would have produced, up to per-shard BM25 statistics (see
 fused, once, with the corpus's fusion (``fusion.rrf`` unless the config says otherwise).
 Never an RRF of per-shard RRFs: a shard's rank 1 is not the corpus's rank 1.
 
-Ties: an equal score keeps each shard's own order and puts the lower shard index first,
-so a one-shard corpus ranks exactly as a single corpus does. Hits without a comparable
-score (the database fallback answering a keyword search) come after every scored hit,
-interleaved shard by shard in their own order.
+Ties: equal scores are ordered by source id, as each arm orders them on one node (and
+each shard's own list already is), so the merge ranks them as one index holding every
+document would. Hits without a comparable score (the database fallback answering a
+keyword search) come after every scored hit, interleaved shard by shard in their own
+order.
 """
 
 from __future__ import annotations
@@ -25,20 +26,21 @@ from engine.search.windows import ArmWindow, ScoredHit
 from fusion import FusedHit
 from sparse import KeywordHit
 
-_Key = tuple[int, float, int, int]
+_Key = tuple[int, float, str, int]
 
 
 def _keyed(shard: int, hits: Sequence[ScoredHit]) -> Iterator[tuple[_Key, ScoredHit]]:
     for rank, hit in enumerate(hits):
         if hit.score is None:
-            yield (1, float(rank), shard, rank), hit
+            yield (1, float(rank), "", shard), hit
         else:
-            yield (0, -hit.score, shard, rank), hit
+            yield (0, -hit.score, hit.id, shard), hit
 
 
 def merge_arm(per_shard: Sequence[Sequence[ScoredHit]], limit: int) -> list[ScoredHit]:
-    """The global ranking of one arm: every shard's hits by score, best first, cut at
-    ``limit``. Each shard's list must already be best first (as every arm returns it)."""
+    """The global ranking of one arm: every shard's hits by score, best first (equal
+    scores by id), cut at ``limit``. Each shard's list must already be in that order (as
+    every arm returns it)."""
     merged = heapq.merge(*(_keyed(i, hits) for i, hits in enumerate(per_shard)))
     out: list[ScoredHit] = []
     seen: set[str] = set()
@@ -78,7 +80,7 @@ def completed(
         [
             sorted(
                 (h for h in (*own.hits(), *scored.hits()) if h.id in vector_wanted),
-                key=lambda h: -(h.score or 0.0),
+                key=lambda h: (-(h.score or 0.0), h.id),
             )
             for own, _, scored in shard_answers
         ],

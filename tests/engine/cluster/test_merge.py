@@ -68,9 +68,13 @@ def test_one_shard_keeps_its_order_even_on_ties_and_odd_scores() -> None:
     assert merge_arm([single], 10) == single
 
 
-def test_ties_put_the_lower_shard_first_and_keep_each_shards_order() -> None:
-    merged = merge_arm([hits(("y", 1.0), ("x", 1.0)), hits(("b", 1.0), ("a", 1.0))], 10)
-    assert [h.id for h in merged] == ["y", "x", "b", "a"]
+def test_ties_are_ordered_by_id_across_shards_as_on_one_node() -> None:
+    """Each arm orders equal scores by id on one node (and so on each shard); the merge
+    must too, or a sharded corpus ranks tied documents by which shard holds them."""
+    merged = merge_arm(
+        [hits(("x", 1.0), ("y", 1.0)), hits(("a", 1.0), ("z", 1.0)), hits(("b", 2.0))], 10
+    )
+    assert [h.id for h in merged] == ["b", "a", "x", "y", "z"]
 
 
 def test_unscored_hits_come_after_scored_ones_interleaved() -> None:
