@@ -482,8 +482,10 @@ class Corpus:
     def _shard_reads(self) -> Iterator[Searcher]:
         """The searcher a shard answers its coordinator's window, completion and passage
         calls with (``Searcher.keyword_window`` and the rest; ``engine.cluster.shard``),
-        for one call counted in the corpus's lifetime like any public one."""
+        for one call counted in the corpus's lifetime like any public one, after taking
+        in what other processes committed (as ``search`` does)."""
         with self._lifetime.call():
+            self._sync.follow()
             yield self._searcher
 
     @in_lifetime
