@@ -31,6 +31,7 @@ import ollama
 from dense.breaker import BreakerState, CircuitBreaker
 from dense.contracts import EmbedderUnavailable, checked_texts
 from dense.ollama_errors import REMOTE_ERRORS, describe_failure
+from dense.ollama_transport import MAX_SHOW_BYTES, bounded_client
 
 __all__ = ["DEFAULT_HOST", "OllamaEmbedder"]
 
@@ -38,6 +39,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_HOST = "http://127.0.0.1:11434"
 _PROBE_TEXT = "dimension probe"
+_BYTES_PER_TEXT = 1 << 20
 
 
 def _unavailable(
@@ -59,7 +61,8 @@ class OllamaEmbedder:
         host: the server's base URL.
         health_timeout_s: timeout of the health check (``POST /api/show``, which also
             detects a model that is not pulled).
-        timeout_s: timeout of one embedding batch.
+        timeout_s: how long one embedding batch may take, its answer included (see
+            ``dense.ollama_transport``: a whole call ends within about twice this).
         batch_size: texts per ``/api/embed`` request.
         dimension: the expected dimension, if known; otherwise the first one seen.
         health_ttl_s: how long a passed health check (or a successful embedding) keeps
@@ -137,11 +140,16 @@ class OllamaEmbedder:
 
     @cached_property
     def _client(self) -> ollama.Client:
-        return ollama.Client(host=self._host, timeout=self._timeout_s)
+        # A batch's vectors in JSON: ~20 bytes a number; a megabyte a text allows ~50,000
+        # dimensions, past any embedding model's.
+        limit = (self._batch_size + 1) * _BYTES_PER_TEXT
+        return bounded_client(self._host, timeout_s=self._timeout_s, max_bytes=limit)
 
     @cached_property
     def _health_client(self) -> ollama.Client:
-        return ollama.Client(host=self._host, timeout=self._health_timeout_s)
+        return bounded_client(
+            self._host, timeout_s=self._health_timeout_s, max_bytes=MAX_SHOW_BYTES
+        )
 
     def close(self) -> None:
         """Close the HTTP connection pools (the embedder reopens them if used again)."""

@@ -13,11 +13,14 @@ import httpx
 import ollama
 import pydantic
 
+from dense.ollama_transport import ResponseTooLarge
+
 __all__ = ["REMOTE_ERRORS", "describe_failure"]
 
 REMOTE_ERRORS: tuple[type[Exception], ...] = (
     ConnectionError,  # the client turns httpx.ConnectError into this
-    httpx.HTTPError,  # timeouts, protocol errors, connections cut mid-response
+    httpx.HTTPError,  # timeouts, protocol errors, connections cut mid-response, and the
+    # bounded transport's limits (``dense.ollama_transport``: a whole call's time, size)
     ollama.ResponseError,  # HTTP status >= 400; 404 for a model that is not pulled
     ollama.RequestError,
     ValueError,  # a body that is not JSON (JSONDecodeError) or not UTF-8 (UnicodeDecodeError)
@@ -39,6 +42,8 @@ def describe_failure(exc: Exception, *, model: str, host: str, timeout_s: float)
         if exc.status_code == 404:
             return f"model {model!r} not found at Ollama {host}; run `ollama pull {model}`"
         return f"Ollama at {host} answered HTTP {exc.status_code}"
+    if isinstance(exc, ResponseTooLarge):
+        return f"Ollama at {host} sent an answer longer than {exc.limit} bytes"
     if isinstance(exc, httpx.TimeoutException):
         return f"Ollama at {host} timed out: did not answer within {timeout_s:g} s"
     if isinstance(exc, ConnectionError | httpx.TransportError):

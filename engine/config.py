@@ -196,9 +196,13 @@ class FieldType(enum.StrEnum):
 class NaturalLanguage(_Frozen):
     """Natural-language questions (``Corpus.ask``) through a local Ollama chat model.
 
-    ``timeout_s`` bounds one inference, ``health_timeout_s`` the check that the server
-    answers and has the model. Each user may ask ``requests_per_minute`` questions per
-    minute on average, in bursts of at most ``burst`` (default: ``requests_per_minute``).
+    ``timeout_s`` bounds one inference, its answer included (an answer still arriving
+    after it is dropped at its next chunk: a question waits at most about twice
+    ``timeout_s``), ``health_timeout_s`` the check that the server answers and has the
+    model. Each user may ask ``requests_per_minute`` questions per minute of each corpus
+    on average, in bursts of at most ``burst`` (default: ``requests_per_minute``); the
+    allowance lives in the open corpus, so reopening it or changing its config starts
+    it afresh.
     """
 
     model: Annotated[str, Field(min_length=1, max_length=256)] = "llama3.2"

@@ -5,8 +5,10 @@ question — nothing from the store. Before the inference call, a health check
 (``POST /api/show``, short timeout) answers fast when the server is down or the model
 is not pulled; a passed check is trusted for ``health_ttl_s``. Every remote failure is
 described by ``dense.ollama_errors`` (the one Ollama mapping) and raised as
-``NaturalSearchUnavailable``. Nothing is
-retried. Logs carry lengths, counts and latencies — never the question or the answer.
+``NaturalSearchUnavailable``. Both calls go through ``dense.ollama_transport``:
+``timeout_s`` bounds the whole inference, answer included, and the answer's size is
+capped. Nothing is retried. Logs carry lengths, counts and latencies — never the
+question or the answer.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from functools import cached_property
 import ollama
 
 from dense.ollama_errors import REMOTE_ERRORS, describe_failure
+from dense.ollama_transport import MAX_SHOW_BYTES, bounded_client
 from engine.config import FieldType, NaturalLanguage
 from engine.natural.errors import NaturalSearchUnavailable
 from engine.natural.schema import (
@@ -32,6 +35,11 @@ from engine.natural.schema import (
 )
 
 logger = logging.getLogger(__name__)
+
+MAX_ANSWER_BYTES = 1 << 20
+"""The most read of a chat answer's body: its message is refused past
+``MAX_OUTPUT_CHARS`` (8,192) characters anyway, ~100 KB even with every character
+escaped; the cap keeps a server that ignores ``num_predict`` from filling memory first."""
 
 
 def _unavailable(
@@ -68,11 +76,13 @@ class OllamaQuestionParser:
 
     @cached_property
     def _client(self) -> ollama.Client:
-        return ollama.Client(host=self._settings.host, timeout=self._settings.timeout_s)
+        s = self._settings
+        return bounded_client(s.host, timeout_s=s.timeout_s, max_bytes=MAX_ANSWER_BYTES)
 
     @cached_property
     def _health_client(self) -> ollama.Client:
-        return ollama.Client(host=self._settings.host, timeout=self._settings.health_timeout_s)
+        s = self._settings
+        return bounded_client(s.host, timeout_s=s.health_timeout_s, max_bytes=MAX_SHOW_BYTES)
 
     def close(self) -> None:
         for attr in ("_client", "_health_client"):

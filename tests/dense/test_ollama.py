@@ -7,6 +7,8 @@ asked more than once per back-off window (proved by the stand-in's request count
 
 from __future__ import annotations
 
+import gzip
+import json
 import logging
 import threading
 import time
@@ -252,6 +254,62 @@ def test_slow_server_times_out_instead_of_hanging(ollama_standin: OllamaStandIn)
     with pytest.raises(EmbedderUnavailable, match="timed out"):
         fresh.embed(["x"])
     assert time.monotonic() - started < GENEROUS_S
+
+
+def _embed_answer(texts: int, dimension: int = 8) -> bytes:
+    vectors = [standin_vector(str(i), dimension) for i in range(texts)]
+    return json.dumps({"model": MODEL, "embeddings": vectors}).encode()
+
+
+def test_an_answer_trickled_byte_by_byte_is_dropped_at_the_timeout(
+    ollama_standin: OllamaStandIn,
+) -> None:
+    """Regression: httpx's timeout bounds each read; a server sending one byte every
+    50 ms kept a batch with a 0.5 s timeout waiting for its whole answer (~10 s here)."""
+    data = _embed_answer(1)
+
+    def trickle(request: Request) -> Reply:
+        chunks = (data[i : i + 1] for i in range(len(data)))
+        return Reply(200, chunks=chunks, length=len(data), chunk_delay_s=0.05)
+
+    ollama_standin.route("POST", "/api/embed", trickle)
+    embedder = make_embedder(ollama_standin, None, dimension=8, timeout_s=SHORT_TIMEOUT_S)
+    with pytest.raises(EmbedderUnavailable, match=r"timed out: did not answer within 0\.5 s"):
+        embedder.embed(["x"])
+    assert ollama_standin.hung_up.wait(GENEROUS_S)
+    assert ollama_standin.streamed_bytes < len(data)
+
+
+def test_a_flood_of_an_answer_is_refused_as_it_arrives(ollama_standin: OllamaStandIn) -> None:
+    """A batch's answer past ~1 MiB a text is no embedding: refused before it is read."""
+    total = 256 << 20
+
+    def flood(request: Request) -> Reply:
+        megabytes = (b" " * (1 << 20) for _ in range(total >> 20))
+        return Reply(200, chunks=megabytes, length=total)
+
+    ollama_standin.route("POST", "/api/embed", flood)
+    embedder = make_embedder(ollama_standin, None, dimension=8, batch_size=2)
+    with pytest.raises(EmbedderUnavailable, match=r"answer longer than 3145728 bytes"):
+        embedder.embed(["x", "y"])
+    assert ollama_standin.hung_up.wait(GENEROUS_S)
+    assert ollama_standin.streamed_bytes < total // 4
+
+
+def test_a_compressed_answer_is_refused(ollama_standin: OllamaStandIn) -> None:
+    """Asked for an uncompressed answer, a server sending gzip is refused: its size on
+    the wire says nothing of its size decoded (a few kilobytes can inflate to gigabytes)."""
+    data = gzip.compress(_embed_answer(1))
+    ollama_standin.route(
+        "POST",
+        "/api/embed",
+        lambda request: Reply(200, raw=data, headers={"Content-Encoding": "gzip"}),
+    )
+    embedder = make_embedder(ollama_standin, None, dimension=8)
+    with pytest.raises(EmbedderUnavailable, match=r"malformed response \(DecodingError\)"):
+        embedder.embed(["x"])
+    sent = {k.lower(): v for k, v in ollama_standin.last_headers("/api/embed").items()}
+    assert sent["accept-encoding"] == "identity"
 
 
 def test_connection_refused(ollama_standin: OllamaStandIn) -> None:

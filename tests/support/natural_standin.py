@@ -10,6 +10,7 @@ is recorded so tests can assert exactly what left the engine.
 from __future__ import annotations
 
 import enum
+import itertools
 import json
 import threading
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from typing import Any
 from tests.support.ollama_standin import DEFAULT_MODEL, OllamaStandIn, Reply, Request
 
 CHAT_MODEL = "standin-chat"
+FLOOD_BYTES = 200 << 20
 
 Content = str | Callable[[Any], str]
 
@@ -31,6 +33,8 @@ class ChatBehaviour(enum.Enum):
     LIST_BODY = "list_body"  # 200 with a JSON array where an object belongs
     NOT_UTF8 = "not_utf8"  # 200 with bytes that are not UTF-8
     DEEP_BODY = "deep_body"  # 200 with JSON nested past the interpreter's limit
+    TRICKLE = "trickle"  # a valid answer, one byte every ``trickle_s`` (each read is quick)
+    FLOOD = "flood"  # a valid answer whose message is ``FLOOD_BYTES`` long, sent at once
 
 
 class ChatStandIn(OllamaStandIn):
@@ -41,6 +45,7 @@ class ChatStandIn(OllamaStandIn):
         self.content: Content = json.dumps({"keywords": [], "filters": {}})
         self.chat_behaviour = ChatBehaviour.ANSWER
         self.chat_delay_s = chat_delay_s
+        self.trickle_s = 0.05
         self._chat_lock = threading.Lock()
         self._chat_bodies: list[Any] = []
         self._release = threading.Event()
@@ -86,14 +91,24 @@ class ChatStandIn(OllamaStandIn):
             return Reply(200, raw=b'{"model": "\xff\xfe"}')
         elif behaviour is ChatBehaviour.DEEP_BODY:
             return Reply(200, raw=b"[" * 100_000 + b"]" * 100_000)
+        elif behaviour is ChatBehaviour.FLOOD:
+            head, tail = json.dumps(_answer(model, "\0")).encode().split(b"\\u0000")
+            megabytes = (b"a" * (1 << 20) for _ in range(FLOOD_BYTES >> 20))
+            chunks = itertools.chain((head,), megabytes, (tail,))
+            return Reply(200, chunks=chunks, length=len(head) + FLOOD_BYTES + len(tail))
         content = self.content(body) if callable(self.content) else self.content
-        return Reply(
-            200,
-            {
-                "model": model,
-                "created_at": "2024-01-01T00:00:00Z",
-                "message": {"role": "assistant", "content": content},
-                "done": True,
-                "done_reason": "stop",
-            },
-        )
+        if behaviour is ChatBehaviour.TRICKLE:
+            data = json.dumps(_answer(model, content)).encode()
+            trickled = (data[i : i + 1] for i in range(len(data)))
+            return Reply(200, chunks=trickled, length=len(data), chunk_delay_s=self.trickle_s)
+        return Reply(200, _answer(model, content))
+
+
+def _answer(model: object, content: str) -> dict[str, Any]:
+    return {
+        "model": model,
+        "created_at": "2024-01-01T00:00:00Z",
+        "message": {"role": "assistant", "content": content},
+        "done": True,
+        "done_reason": "stop",
+    }

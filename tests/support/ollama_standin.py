@@ -32,7 +32,7 @@ import socket
 import struct
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -74,16 +74,22 @@ class Request:
     method: str
     path: str
     body: Any  # parsed JSON, or None for an empty body
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Reply:
-    """What a route handler answers: a status and a JSON-able payload or raw bytes."""
+    """What a route handler answers: a status and a JSON-able payload or raw bytes — or
+    a body sent piece by piece (``chunks``, ``length`` bytes in all, ``chunk_delay_s``
+    apart), for a server that trickles or floods its answer."""
 
     status: int
     payload: Any = None
     raw: bytes | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    chunks: Iterable[bytes] | None = None
+    length: int = 0
+    chunk_delay_s: float = 0.0
 
 
 Handler = Callable[[Request], Reply]
@@ -125,10 +131,13 @@ class OllamaStandIn:
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
         self._bodies: dict[str, Any] = {}
+        self._headers: dict[str, dict[str, str]] = {}
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self._connections: set[socket.socket] = set()
+        self.hung_up = threading.Event()  # a client closed while a chunked body was sent
+        self.streamed_bytes = 0  # of the last chunked body, written before it ended
         self.routes: dict[tuple[str, str], Handler] = {
             ("POST", "/api/embed"): self._embed,
             ("POST", "/api/show"): self._show,
@@ -207,6 +216,11 @@ class OllamaStandIn:
         with self._lock:
             return self._bodies.get(path)
 
+    def last_headers(self, path: str) -> dict[str, str]:
+        """The last request's headers on ``path`` (names as the client sent them)."""
+        with self._lock:
+            return dict(self._headers.get(path, {}))
+
     def route(self, method: str, path: str, handler: Handler) -> None:
         """Add or replace an endpoint."""
         self.routes[(method.upper(), path)] = handler
@@ -224,6 +238,7 @@ class OllamaStandIn:
         with self._lock:
             self._counts[request.path] += 1
             self._bodies[request.path] = request.body
+            self._headers[request.path] = request.headers
         handler = self.routes.get((request.method, request.path))
         if handler is None:
             return Reply(404, {"error": f"no route {request.method} {request.path}"})
@@ -339,9 +354,13 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self._send(Reply(400, {"error": "stand-in: request body is not JSON"}))
             return
         path = self.path.split("?", 1)[0]
-        self._send(self.server.standin._dispatch(Request(method, path, body)))
+        headers = {name: value for name, value in self.headers.items()}
+        self._send(self.server.standin._dispatch(Request(method, path, body, headers)))
 
     def _send(self, reply: Reply) -> None:
+        if reply.chunks is not None:
+            self._send_chunks(reply)
+            return
         data = reply.raw if reply.raw is not None else json.dumps(reply.payload).encode()
         self.send_response(reply.status)
         self.send_header("Content-Type", "application/json; charset=utf-8")
@@ -350,6 +369,24 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
+
+    def _send_chunks(self, reply: Reply) -> None:
+        standin = self.server.standin
+        standin.streamed_bytes = 0
+        self.send_response(reply.status)
+        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(reply.length))
+        self.end_headers()
+        try:
+            for chunk in reply.chunks or ():
+                self.wfile.write(chunk)
+                self.wfile.flush()
+                standin.streamed_bytes += len(chunk)
+                if reply.chunk_delay_s and standin._stopping.wait(reply.chunk_delay_s):
+                    return
+        except OSError:  # the client hung up
+            standin.hung_up.set()
+            self.close_connection = True
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from engine.config import SentenceTransformerEmbedding
 from engine.natural import output_schema
 from engine.natural.schema import MAX_OUTPUT_CHARS, MAX_OUTPUT_TOKENS, system_prompt
 from tests.support.fakes import SwitchableEmbedder
-from tests.support.natural_standin import CHAT_MODEL, ChatBehaviour, ChatStandIn
+from tests.support.natural_standin import CHAT_MODEL, FLOOD_BYTES, ChatBehaviour, ChatStandIn
 from tests.support.ollama_standin import Behaviour
 
 FIELDS = {"author": FieldType.KEYWORD, "year": FieldType.INTEGER, "sent": FieldType.DATE}
@@ -264,6 +264,34 @@ def test_slow_answers_time_out(engine: SearchEngine, chat_standin: ChatStandIn) 
     with pytest.raises(NaturalSearchUnavailable, match=r"did not answer within 0\.3 s"):
         corpus.ask(QUESTION)
     assert time.monotonic() - started < chat_standin.chat_delay_s
+
+
+def test_an_answer_trickled_byte_by_byte_is_dropped_at_the_timeout(
+    engine: SearchEngine, chat_standin: ChatStandIn
+) -> None:
+    """Regression: httpx's timeout bounds each read, not the call — a server sending one
+    byte every 50 ms (each read quick) kept a 0.3 s question waiting ~10 s, the time the
+    whole answer takes to trickle out (~100 s in the review's repro)."""
+    corpus = _corpus(engine, chat_standin, timeout_s=0.3)
+    chat_standin.chat_behaviour = ChatBehaviour.TRICKLE
+    with pytest.raises(NaturalSearchUnavailable, match=r"did not answer within 0\.3 s"):
+        corpus.ask(QUESTION)
+    # The client hung up while the answer was still trickling out.
+    assert chat_standin.hung_up.wait(30)
+    assert chat_standin.streamed_bytes < len(json.dumps(chat_standin.content))
+
+
+def test_a_flood_of_an_answer_is_refused_before_it_is_read(
+    engine: SearchEngine, chat_standin: ChatStandIn
+) -> None:
+    """Regression: a server ignoring ``num_predict`` sent a 200 MB message; the client read
+    and decoded all of it (~600 MB held) before the 8,192-character cap refused it."""
+    corpus = _corpus(engine, chat_standin)
+    chat_standin.chat_behaviour = ChatBehaviour.FLOOD
+    with pytest.raises(NaturalSearchUnavailable, match="answer longer than 1048576 bytes"):
+        corpus.ask(QUESTION)
+    assert chat_standin.hung_up.wait(30)
+    assert chat_standin.streamed_bytes < FLOOD_BYTES // 4
 
 
 def test_a_hung_server_fails_the_health_check(
