@@ -128,6 +128,12 @@ class BeirDataset:
         return tuple(self.documents[(i * total) // n_docs] for i in range(n_docs))
 
 
+def corpus_name(folder: str | Path) -> str:
+    """The name a BEIR folder's corpus is reported under: the final component of its
+    resolved path (``bench.run.RunConfig`` refuses two folders that share one)."""
+    return Path(folder).resolve().name
+
+
 def load_beir(folder: str | Path, split: str | None = None) -> BeirDataset:
     """Load a BEIR folder with the judgements of ``split`` (default: the first of
     ``QRELS_SPLITS`` the folder has); raises ``DatasetError`` naming the file that is
@@ -157,7 +163,7 @@ def load_beir(folder: str | Path, split: str | None = None) -> BeirDataset:
     if not queries:
         raise DatasetError(f"no query in {root / QUERIES_NAME} has a judgment")
     return BeirDataset(
-        name=root.resolve().name,
+        name=corpus_name(root),
         documents=documents,
         queries=queries,
         qrels={q.query_id: qrels[q.query_id] for q in queries},

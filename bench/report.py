@@ -195,10 +195,13 @@ def render_markdown(report: RunReport, header: dict[str, Any]) -> str:
         f"Latency: one query at a time, top-{k_latency}, p50/p95 over every judged query. "
         "Peak RSS: high-water mark of the process that ran only that system "
         f"(interpreter, libraries and model included). Quality: ir-measures, top-{k_quality} "
-        "run. Every hybrid system is called with a limit of 100 whatever it is asked for, so "
-        "its top 10 is the head of its top 100: Tandem, the glue and LanceDB fuse 100 "
-        "candidates per arm, txtai 1,000 (its hybrid search asks each index for ten times "
-        "its limit).",
+        "run. LanceDB and txtai size their fusion windows from the limit they are called "
+        "with, so they are called with a limit of 100 whatever they are asked for, and "
+        "their answer is cut to the depth asked: LanceDB fuses 100 candidates per arm, "
+        "txtai 1,000 (its hybrid search asks each index for ten times its limit). Tandem "
+        "and the glue are called with the depth asked and fuse fixed windows of 100 "
+        "candidates per arm at any depth up to 100. Every hybrid system's top 10 is thus "
+        "the head of its top 100, one configuration scored and timed.",
         "",
         "Ingest: the headline includes embedding the documents, every vector system charged "
         "the raw encoder's rate (same model) measured once on a sample spread over the "
@@ -216,7 +219,7 @@ def render_markdown(report: RunReport, header: dict[str, Any]) -> str:
         n_queries = max((r.n_queries for r in rows), default=0)
         lines += ["", f"## {corpus} ({n_docs} docs, {n_queries} queries)", ""]
         lines += _judgement_lines(floors.get(corpus))
-        lines += [f"| {COLUMNS} |", "|" + "---|" * 10]
+        lines += [f"| {COLUMNS} |", "|" + "---|" * N_COLUMNS]
         lines += [_row(r) for r in rows]
         if corpus in ratios:
             lines += ["", *_ratio_lines(ratios[corpus])]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from bench.dataset import BeirDataset, load_for_run
+from bench.dataset import BeirDataset, corpus_name, load_for_run
 from bench.encoder import DEFAULT_MODEL, EncoderBackend, SentenceEncoder
 from bench.floor import fastest_backend, measure_floor
 from bench.report import RunReport, write_report
@@ -54,12 +54,28 @@ class RunConfig:
     def __post_init__(self) -> None:
         if not self.data_dirs:
             raise ValueError("at least one data directory is required")
+        _refuse_shared_names(self.data_dirs)
         if not self.systems:
             raise ValueError("at least one system is required")
         if self.k_quality < 1 or self.k_latency < 1 or self.encode_subset < 1:
             raise ValueError("k_quality, k_latency and encode_subset must be >= 1")
         if self.k_quality < 100:
             raise ValueError("k_quality must be >= 100: Recall@100 is scored on that run")
+
+
+def _refuse_shared_names(data_dirs: tuple[Path, ...]) -> None:
+    """The report and results key every corpus by its folder's name
+    (``bench.dataset.corpus_name``): two folders with one name would be merged into one
+    section and mislabelled, so the run is refused before anything is measured."""
+    seen: dict[str, Path] = {}
+    for folder in data_dirs:
+        name = corpus_name(folder)
+        if name in seen:
+            raise ValueError(
+                f"two data directories share the corpus name {name!r}: {seen[name]} and "
+                f"{folder} (results are keyed by the resolved folder name; rename one)"
+            )
+        seen[name] = folder
 
 
 def run_benchmark(config: RunConfig) -> RunReport:

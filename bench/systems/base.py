@@ -12,11 +12,13 @@ from bench.dataset import BenchDocument
 from bench.encoder import SentenceEncoder, Vectors
 
 FUSION_WINDOW = 100
-"""The limit every hybrid system is called with whatever ``k`` the caller asks for, so its
-top 10 is the head of its top 100 (one configuration scored and timed): Tandem's default
-window and the glue's are this many candidates per arm, and LanceDB's (its limit is each
-arm's window); txtai's hybrid search asks each index for ten times its limit, so it fuses
-1,000 per arm."""
+"""The fusion window the hybrid peers are held to. LanceDB and txtai size their windows
+from the limit, so they are called with ``max(k, FUSION_WINDOW)`` whatever ``k`` the
+caller asks for and cut to ``k``: LanceDB's limit is each arm's window (100 per arm);
+txtai's hybrid search asks each index for ten times its limit, so it fuses 1,000 per arm.
+The glue takes this many candidates per arm whatever ``k``, and Tandem (called with
+``top_k=k``) fuses its default window, also 100, whatever ``k`` up to it. Every hybrid
+system's top 10 is thus the head of its top 100 (one configuration scored and timed)."""
 
 
 class SystemName(enum.StrEnum):

@@ -119,6 +119,20 @@ def test_bad_arguments_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert main(["--systems", "nope"]) == 2
 
 
+def test_two_data_folders_with_one_name_are_refused_naming_both(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Results are keyed by the folder's name: a/edge and b/edge would merge into one section.
+    first, second = write_beir(tmp_path / "a" / "edge"), write_beir(tmp_path / "b" / "edge")
+    out = tmp_path / "out"
+    args = ["--data", str(first), str(second), "--systems", "tantivy", "--out", str(out)]
+    assert main([*args, "--in-process", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "'edge'" in err and str(first) in err and str(second) in err
+    assert "Traceback" not in err
+    assert not out.exists()  # refused before anything ran
+
+
 def test_the_shipped_fixture_is_a_valid_graded_beir_folder() -> None:
     data = load_beir(FIXTURE_DIR)
     assert 300 <= len(data.documents) <= 500

@@ -143,6 +143,40 @@ def test_markdown_groups_rows_by_corpus() -> None:
     assert text.index("## c (10 docs") < text.index("## d (3 docs")
 
 
+def markdown_tables(text: str) -> list[list[list[str]]]:
+    """Every table of ``text``: runs of lines starting with ``|``, each line's cells."""
+    tables: list[list[list[str]]] = []
+    current: list[list[str]] = []
+    for line in [*text.splitlines(), ""]:
+        if line.startswith("|"):
+            current.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+        elif current:
+            tables.append(current)
+            current = []
+    return tables
+
+
+def test_every_table_has_a_separator_as_wide_as_its_header() -> None:
+    # Two corpora, an OK, a skipped and an error row: every table the report writes.
+    other = replace(RESULTS[0], corpus="d", n_docs=3)
+    failed = SystemResult(corpus="d", system="glue", status=Status.ERROR, reason="boom")
+    config = RunConfig(data_dirs=(Path("c"), Path("d")))
+    header = {
+        "revision": "r",
+        "timestamp": "t",
+        "machine": {"cpu": "c", "cores": 2, "python": "3"},
+    }
+    floors = (FLOOR, CorpusFloor("d", {"torch": 5.0}, vectors_from_cache=True))
+    text = render_markdown(RunReport(config, (*RESULTS, other, failed), floors), header)
+    tables = markdown_tables(text)
+    assert len(tables) == 3  # one per corpus, then the best-peer table
+    for table in tables:
+        head, separator, *rows = table
+        assert len(separator) == len(head), table
+        assert all(cell == "---" for cell in separator), table
+        assert all(len(row) == len(head) for row in rows), table
+
+
 def test_git_revision_is_a_sha_or_unknown(tmp_path: Path) -> None:
     assert git_revision(tmp_path) == "unknown"  # not a checkout
     rev = git_revision()
