@@ -14,7 +14,9 @@ class ClusterOptions(BaseModel):
     - ``max_concurrency``: calls one shard runs at once (searches beside a write).
     - ``shard_num_cpus``: CPUs a shard actor reserves for scheduling (0: shards never
       compete with embedding actors for Ray's CPU slots).
-    - ``search_timeout_s``: a search waits this long for a shard, then answers without it.
+    - ``search_timeout_s``: a search waits this long for its shards in all (not per
+      round; the query's embedding not counted), then answers without those that have
+      not answered; a shard that missed a round is not asked again in that search.
     - ``write_timeout_s``: a write to a dead shard is retried until this runs out, then
       raises ``ShardUnavailable``. ``read_timeout_s``: the same for reads that need a
       particular shard (``fetch_source``, ``grep``, ``len``).

@@ -18,6 +18,10 @@ arm with the sums, so a shard's BM25 scores are the ones one index holding every
 would give (up to length normalisation, which stays per shard). It costs one more round
 to the shards; in a hybrid search both rounds run on a coordinator thread while the query
 is embedded here.
+
+Time: one search waits ``ClusterOptions.search_timeout_s`` for its shards in all, not per
+round (``_Budget``), and a shard that missed a round is not asked again in that search:
+the later rounds go to the shards that answered.
 """
 
 from __future__ import annotations
@@ -45,6 +49,32 @@ from engine.search.windows import ArmWindow, ScoredHit
 from fusion import FusedHit
 from sparse import FieldFilter, TermStatistics
 from sparse.clamp import clamp_language, clamp_text
+
+# A round is given at least this share of the search timeout, even when the budget is
+# spent: a shard that hung in the first round used it up, and the shards that answered
+# still need a moment to answer the next one.
+_ROUND_FLOOR = 0.1
+
+
+class _Budget:
+    """One search's time for its shards: the search timeout from the search's start,
+    shared by every round (a shard that hangs costs it once, not once per round), plus
+    the time the coordinator spends embedding the query (its own work: no shard is being
+    waited for). A round is given what is left, and never less than ``_ROUND_FLOOR`` of
+    the timeout, so a search waits for its shards at most the timeout plus that share
+    per later round."""
+
+    def __init__(self, timeout_s: float, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._floor = timeout_s * _ROUND_FLOOR
+        self._deadline = clock() + timeout_s
+
+    def extend(self, seconds: float) -> None:
+        self._deadline += seconds
+
+    def left(self) -> float:
+        """The timeout for the next round."""
+        return max(self._floor, self._deadline - self._clock())
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -74,6 +104,7 @@ class ShardedSearcher:
         *,
         timeout_s: float,
         global_statistics: bool = False,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._config = config
         self._shards = shards
@@ -82,6 +113,7 @@ class ShardedSearcher:
         self._health = health
         self._metrics = metrics
         self._timeout_s = timeout_s
+        self._clock = clock
         self._global_statistics = global_statistics
         # With global statistics, a hybrid search's two keyword rounds run here beside the
         # query embedding (threads start on demand, one per concurrent search, up to 32).
@@ -106,6 +138,7 @@ class ShardedSearcher:
     ) -> list[Passage]:
         """``compiled``: the filter, already validated against the corpus's fields."""
         started = time.perf_counter()
+        budget = _Budget(self._timeout_s, self._clock)
         text = clamp_text(query)
         if text is None:
             return []
@@ -127,34 +160,45 @@ class ShardedSearcher:
             request = _KeywordRequest(targets, text, window, language, compiled, True, ahead)
             collect: Callable[[], tuple[dict[int, ArmWindow], TermStatistics | None]]
             if self._rounds is not None and self._statistics_round(targets):
-                collect = self._rounds.submit(self._keyword_round, request).result  # 2 rounds
+                collect = self._rounds.submit(self._keyword_round, request, budget).result
             else:
                 pending = self._submit_keyword(request, None)
-                collect = lambda: (self._calls.collect(pending, self._timeout_s), None)  # noqa: E731
+                collect = lambda: (self._calls.collect(pending, budget.left()), None)  # noqa: E731
+            embedding = self._clock()
             vector = self._query_vector(embedder, text)
+            budget.extend(self._clock() - embedding)
             keyword, statistics = collect()  # (not used if the model failed)
+            targets = sorted(keyword)  # the shards that missed a round are not asked again
         if vector is None:
             window = need
             keyword, statistics = self._keyword_round(
-                _KeywordRequest(targets, text, need, language, compiled, False, ahead)
+                _KeywordRequest(targets, text, need, language, compiled, False, ahead), budget
             )
         fused, windows, answered = self._fused(
-            text, vector, window, need, language, compiled, ahead, keyword, statistics
+            text, vector, window, need, language, compiled, ahead, keyword, statistics, budget
         )
-        if len(answered) < self._shards:
-            self._metrics.partial_searches.labels(config.name).inc()
         if vector is not None and window > config.window:  # a page past the fusion window
             small = config.window
             head_keyword, head_statistics = self._keyword_round(
-                _KeywordRequest(targets, text, small, language, compiled, True, ahead)
+                _KeywordRequest(answered, text, small, language, compiled, True, ahead), budget
             )
-            head, head_windows, head_answered = self._fused(
-                text, vector, small, small, language, compiled, ahead, head_keyword, head_statistics
+            head, head_windows, answered = self._fused(
+                text,
+                vector,
+                small,
+                small,
+                language,
+                compiled,
+                ahead,
+                head_keyword,
+                head_statistics,
+                budget,
             )
             fused = paged_ranking(head, fused, need)
             windows += head_windows
-            answered = sorted(set(answered) | set(head_answered))
-        passages = self._page(fused[skip:need], windows, answered, text, language, compiled)
+        if len(answered) < self._shards:
+            self._metrics.partial_searches.labels(config.name).inc()
+        passages = self._page(fused[skip:need], windows, answered, text, language, compiled, budget)
         self._metrics.search_duration.labels(config.name).observe(time.perf_counter() - started)
         return passages
 
@@ -169,6 +213,7 @@ class ShardedSearcher:
         ahead: int,
         keyword: dict[int, ArmWindow],
         statistics: TermStatistics | None,
+        budget: _Budget,
     ) -> tuple[list[FusedHit], list[ArmWindow], list[int]]:
         """The global arms from the shards' keyword windows and (with ``vector``) one
         vector round, completed when the corpus says so, fused ``need`` deep; with the
@@ -201,7 +246,7 @@ class ShardedSearcher:
                     held(i),
                     statistics,
                 ),
-                self._timeout_s,
+                budget.left(),
             )
         answered = [i for i in ranked if vector is None or i in rounds]
         if len(answered) < len(ranked):
@@ -220,22 +265,24 @@ class ShardedSearcher:
         return fused, windows, answered
 
     def _keyword_round(
-        self, request: _KeywordRequest
+        self, request: _KeywordRequest, budget: _Budget
     ) -> tuple[dict[int, ArmWindow], TermStatistics | None]:
         """Every shard's keyword window, scored with the term statistics summed over the
-        shards when they are on (one round for those first), and the statistics used."""
+        shards when they are on (one round for those first: the shards that did not
+        report are not asked for windows), and the statistics used."""
         statistics = None
         if self._statistics_round(request.targets):
             reported = self._calls.fan_out(
                 request.targets,
                 "term_statistics",
                 lambda _: (request.text, request.language),
-                self._timeout_s,
+                budget.left(),
             )
             parts = [s for s in reported.values() if s is not None]
             statistics = TermStatistics.combine(parts) if parts else None
+            request = dataclasses.replace(request, targets=sorted(reported))
         pending = self._submit_keyword(request, statistics)
-        windows: dict[int, ArmWindow] = self._calls.collect(pending, self._timeout_s)
+        windows: dict[int, ArmWindow] = self._calls.collect(pending, budget.left())
         return windows, statistics
 
     def _statistics_round(self, targets: Sequence[int]) -> bool:
@@ -275,6 +322,7 @@ class ShardedSearcher:
         text: str,
         language: int | None,
         filters: tuple[FieldFilter, ...],
+        budget: _Budget,
     ) -> list[Passage]:
         """Passages for the fused page: the shards sent most of them with their windows;
         the rest come from their owners in one more round trip."""
@@ -287,7 +335,7 @@ class ShardedSearcher:
                 [i for i in owners if i in answered],
                 "passages",
                 lambda i: ([missing[p] for p in owners[i]], text, language, filters),
-                self._timeout_s,
+                budget.left(),
             )
             ready.update({p.source_id: p for found in extra.values() for p in found})
         out: list[Passage] = []

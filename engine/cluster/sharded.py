@@ -147,7 +147,9 @@ class ShardedCorpus:
         options: ClusterOptions | None = None,
         registry: CollectorRegistry | None = None,
     ) -> ShardedCorpus:
-        """Create a sharded corpus in ``root`` (a new directory, or an empty one).
+        """Create a sharded corpus in ``root`` (a new directory, or an empty one: a root
+        holding ``cluster.json`` raises ``ClusterExists``, any other content — say the
+        shard folders of a corpus whose manifest was deleted — ``InvalidArgument``).
 
         ``placement`` names one Ray custom resource per shard to pin each shard's actor
         to the node whose disk holds its directory (see the README). ``embedder_factory``
@@ -169,6 +171,14 @@ class ShardedCorpus:
         except ValueError as exc:
             raise InvalidArgument(f"invalid sharded corpus: {exc}") from exc
         path = Path(root).absolute()  # shard actors have their own working directory
+        if path.is_dir() and not (path / MANIFEST_NAME).exists():  # with one: ClusterExists
+            leftovers = sorted(entry.name for entry in path.iterdir())
+            if leftovers:
+                raise InvalidArgument(
+                    f"{path} is not empty (it holds {', '.join(leftovers[:5])}): a sharded "
+                    "corpus is created in a new or empty directory; remove what is there "
+                    "or choose another"
+                )
         fresh = [
             manifest.shard_directory(path, i)
             for i in range(shards)

@@ -20,9 +20,7 @@ def test_a_coordinator_searches_what_another_one_wrote(ray_cluster: None, tmp_pa
     """Regression: a shard answered its coordinator's windows without following the
     other process's commits, so the store held the document (``fetch_source`` found it)
     and neither arm ranked it until this shard wrote something itself."""
-    first = ShardedCorpus.create(
-        tmp_path, CorpusConfig(name="c"), 2, embedder_factory=hash_factory
-    )
+    first = ShardedCorpus.create(tmp_path, CorpusConfig(name="c"), 2, embedder_factory=hash_factory)
     try:
         first.add([Document(id=f"d{i}", text=f"alpha bravo {i}") for i in range(6)])
         assert "new" not in {p.source_id for p in first.search("kumquat")}

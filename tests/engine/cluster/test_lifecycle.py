@@ -3,6 +3,7 @@ failed create leaves nothing behind, and a shard marked down is always probed ag
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from engine import CorpusConfig, Document, StorageError
+from engine import CorpusConfig, Document, InvalidArgument, StorageError
 from tests.support.cluster_fakes import broken_factory, hash_factory
 
 pytest.importorskip("ray")
@@ -95,6 +96,29 @@ def test_a_create_whose_shards_fail_leaves_nothing_and_can_be_retried(
         assert len(corpus) == len(DOCS)
     finally:
         corpus.close()
+
+
+def test_a_create_over_leftover_shard_folders_is_refused(ray_cluster: None, tmp_path: Path) -> None:
+    """Regression: with cluster.json deleted, a create with new fields silently adopted
+    the old shards' documents and config."""
+    root = tmp_path / "c"
+    corpus = ShardedCorpus.create(root, CorpusConfig(name="c"), 2, embedder_factory=hash_factory)
+    try:
+        corpus.add(DOCS)
+    finally:
+        corpus.close()
+    (root / "cluster.json").unlink()
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    fields = CorpusConfig(name="c", fields={"author": "keyword"})
+    with pytest.raises(InvalidArgument, match=re.escape(f"{root} is not empty (it holds shards)")):
+        ShardedCorpus.create(root, fields, 2, embedder_factory=hash_factory)
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before  # nothing touched
+    stray = tmp_path / "stray"
+    stray.mkdir()
+    (stray / "notes.txt").write_text("mine")
+    with pytest.raises(InvalidArgument, match=r"notes\.txt"):
+        ShardedCorpus.create(stray, fields, 2, embedder_factory=hash_factory)
+    assert [p.name for p in stray.iterdir()] == ["notes.txt"]
 
 
 def test_a_shard_marked_down_after_the_prober_decided_to_stop_is_probed_again() -> None:

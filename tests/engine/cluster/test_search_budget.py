@@ -1,0 +1,267 @@
+"""One search waits ``search_timeout_s`` for its shards in all, not once per round, and a
+shard that missed a round is not asked again in that search.
+
+Ray-free: three in-process shard bodies (``ShardActor``) behind a fake ``ShardCalls``
+that records every round and a fake clock that a round waiting for a hung shard runs
+out — no wall-clock timing. One Ray test stops a shard (SIGSTOP) and counts the calls
+that reach it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from engine import CorpusConfig
+from engine.cluster.calls import Pending
+from engine.cluster.health import ClusterMetrics
+from engine.cluster.routing import shard_for
+from engine.cluster.search import ShardedSearcher
+from engine.cluster.shard import ShardActor, ShardSpec
+from engine.embedders import build_embedder
+from tests.support.cluster_fakes import FIELDS, hash_factory, sample_documents
+
+SHARDS = 3
+TIMEOUT_S = 2.0
+FLOOR_S = 0.2  # a tenth of the timeout: the least a round is given
+ROUND_S = 0.25  # fake time a round takes when every shard in it answers
+HUNG = 2
+DOCS = sample_documents(60)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeCalls:
+    """``ShardCalls`` over in-process shards: a round costs ``ROUND_S`` of fake time, or,
+    when it includes a hung shard, the whole timeout it was given (the hung shard's
+    answer never comes)."""
+
+    def __init__(self, shards: Sequence[ShardActor], clock: Clock, hung: set[int]) -> None:
+        self.shards = shards
+        self.clock = clock
+        self.hung = hung
+        self.rounds: list[tuple[str, list[int], float]] = []  # method, targets, timeout
+
+    def submit(
+        self, indexes: Sequence[int], method: str, args: Callable[[int], tuple[Any, ...]]
+    ) -> Pending:
+        answers = [
+            None if i in self.hung else getattr(self.shards[i], method)(*args(i)) for i in indexes
+        ]
+        return Pending(method, list(indexes), answers)
+
+    def collect(self, pending: Pending, timeout_s: float, operation: object = None) -> dict:
+        self.rounds.append((pending.method, pending.indexes, timeout_s))
+        waited_out = any(i in self.hung for i in pending.indexes)
+        self.clock.now += timeout_s if waited_out else ROUND_S
+        return {
+            i: answer
+            for i, answer in zip(pending.indexes, pending.refs, strict=True)
+            if i not in self.hung
+        }
+
+    def fan_out(
+        self,
+        indexes: Sequence[int],
+        method: str,
+        args: Callable[[int], tuple[Any, ...]],
+        timeout_s: float,
+        operation: object = None,
+    ) -> dict:
+        return self.collect(self.submit(indexes, method, args), timeout_s)
+
+
+class AllUp:
+    def up(self) -> list[int]:
+        return list(range(SHARDS))
+
+
+class Inline:
+    """Runs the keyword rounds at once on the calling thread (for a deterministic clock)."""
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        future.set_result(fn(*args))
+        return future
+
+    def shutdown(self, wait: bool = True) -> None:
+        pass
+
+
+CONFIG = CorpusConfig.model_validate({"name": "budget", "fields": FIELDS, "window": 5})
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[ShardActor]]:
+    root = tmp_path_factory.mktemp("budget")
+    bodies = [
+        ShardActor(ShardSpec(i, str(root / f"{i:03d}"), CONFIG, hash_factory))
+        for i in range(SHARDS)
+    ]
+    for i, body in enumerate(bodies):
+        body._corpus.add([d for d in DOCS if shard_for(d.id, SHARDS) == i], progress=False)
+    yield bodies
+    for body in bodies:
+        body.close()
+
+
+def searcher(
+    shards: list[ShardActor], hung: set[int], *, hybrid: bool, global_statistics: bool
+) -> tuple[ShardedSearcher, FakeCalls, Clock]:
+    clock = Clock()
+    calls = FakeCalls(shards, clock, hung)
+    assert CONFIG.embedder is not None
+    found = ShardedSearcher(
+        CONFIG,
+        SHARDS,
+        build_embedder(CONFIG.embedder, hash_factory) if hybrid else None,
+        calls,  # type: ignore[arg-type]
+        AllUp(),  # type: ignore[arg-type]
+        ClusterMetrics(CollectorRegistry()),
+        timeout_s=TIMEOUT_S,
+        global_statistics=global_statistics,
+        clock=clock,
+    )
+    if found._rounds is not None:
+        found._rounds.shutdown()
+        found._rounds = Inline()  # type: ignore[assignment]
+    return found, calls, clock
+
+
+CASES = [
+    # hybrid, global statistics, offset (10: a page past the fusion window of 5)
+    pytest.param(False, False, 0, id="keyword"),
+    pytest.param(False, True, 0, id="keyword-global-stats"),
+    pytest.param(True, False, 0, id="hybrid"),
+    pytest.param(True, True, 0, id="hybrid-global-stats"),
+    pytest.param(True, True, 10, id="hybrid-global-stats-deep-page"),
+]
+
+
+@pytest.mark.parametrize(("hybrid", "global_statistics", "offset"), CASES)
+def test_every_round_gets_what_is_left_of_one_budget(
+    shards: list[ShardActor], hybrid: bool, global_statistics: bool, offset: int
+) -> None:
+    """Every shard answers: each round is given the timeout minus the time the earlier
+    rounds of the search took, and every round asks every shard."""
+    found, calls, _ = searcher(shards, set(), hybrid=hybrid, global_statistics=global_statistics)
+    assert found.search("password reset item", 5, offset, None, ())
+    assert len(calls.rounds) >= (2 if hybrid or global_statistics else 1)
+    if offset:
+        assert len(calls.rounds) >= 6  # both keyword rounds and the vector round, twice
+    for n, (_, targets, timeout) in enumerate(calls.rounds):
+        assert timeout == pytest.approx(TIMEOUT_S - n * ROUND_S)
+        if calls.rounds[n][0] != "passages":
+            assert targets == [0, 1, 2]
+
+
+@pytest.mark.parametrize(("hybrid", "global_statistics", "offset"), CASES)
+def test_a_shard_that_missed_a_round_is_not_asked_again(
+    shards: list[ShardActor], hybrid: bool, global_statistics: bool, offset: int
+) -> None:
+    """Regression: each round waited the whole timeout again, and asked the shard that
+    had just missed one again (one stopped shard of 3, timeout 2 s: a hybrid search with
+    global statistics at offset 150 took 8 s)."""
+    found, calls, clock = searcher(
+        shards, {HUNG}, hybrid=hybrid, global_statistics=global_statistics
+    )
+    started = clock.now
+    passages = found.search("password reset item", 5, offset, None, ())
+    assert passages  # from the two shards that answer
+    assert all(shard_for(p.source_id, SHARDS) != HUNG for p in passages)
+    first, *later = calls.rounds
+    assert first[1] == [0, 1, 2] and first[2] == pytest.approx(TIMEOUT_S)  # waited out once
+    assert all(HUNG not in targets for _, targets, _ in later)  # ...and never asked again
+    if hybrid or global_statistics:
+        assert later
+    assert all(timeout == pytest.approx(FLOOR_S) for _, _, timeout in later)
+    assert clock.now - started == pytest.approx(TIMEOUT_S + len(later) * ROUND_S)
+
+
+class SlowEmbedder:
+    """The hash embedder, taking ``seconds`` of fake time per call (a provider loading
+    its model)."""
+
+    name = "slow"
+
+    def __init__(self, clock: Clock, seconds: float) -> None:
+        assert CONFIG.embedder is not None
+        self.inner = build_embedder(CONFIG.embedder, hash_factory)
+        self.clock = clock
+        self.seconds = seconds
+
+    def is_available(self) -> bool:
+        return True
+
+    @property
+    def dimension(self) -> int:
+        return self.inner.dimension
+
+    def embed(self, texts: Any) -> Any:
+        self.clock.now += self.seconds
+        return self.inner.embed(texts)
+
+
+def test_the_time_spent_embedding_the_query_is_not_taken_from_the_shards(
+    shards: list[ShardActor],
+) -> None:
+    found, calls, clock = searcher(shards, set(), hybrid=True, global_statistics=False)
+    found._embedder = SlowEmbedder(clock, 10 * TIMEOUT_S)  # type: ignore[assignment]
+    assert found.search("password reset item", 5, 0, None, ())
+    keyword, vector = calls.rounds[:2]
+    assert keyword[0] == "keyword_window" and vector[0] == "vector_round"
+    assert keyword[2] == pytest.approx(TIMEOUT_S)
+    assert vector[2] == pytest.approx(TIMEOUT_S - ROUND_S)
+
+
+@pytest.mark.parametrize("global_statistics", [False, True], ids=["own-stats", "global-stats"])
+def test_a_stopped_shard_is_asked_once_per_search(
+    ray_cluster: None, tmp_path: Path, global_statistics: bool
+) -> None:
+    """With Ray: a SIGSTOPped shard receives one call per search (the first round's),
+    counted at the seam, and the search answers from the others."""
+    from engine.cluster import ClusterOptions, ShardedCorpus
+
+    corpus = ShardedCorpus.create(
+        tmp_path / "c",
+        CONFIG.model_copy(update={"name": "stopped"}),
+        SHARDS,
+        embedder_factory=hash_factory,
+        options=ClusterOptions(search_timeout_s=2.0, global_term_statistics=global_statistics),
+    )
+    info = None
+    try:
+        corpus.add(DOCS)
+        info = corpus.shard_info()[HUNG]
+        assert info is not None
+        os.kill(info.pid, signal.SIGSTOP)
+        sent: list[tuple[str, list[int]]] = []
+        calls = corpus._calls
+        submit = calls.submit
+
+        def counted(indexes: Sequence[int], method: str, args: Any) -> Pending:
+            sent.append((method, list(indexes)))
+            return submit(indexes, method, args)
+
+        calls.submit = counted  # type: ignore[method-assign]
+        passages = corpus.search("password reset item", top_k=5, offset=10)
+        assert passages and all(shard_for(p.source_id, SHARDS) != HUNG for p in passages)
+        assert sum(HUNG in indexes for _, indexes in sent) == 1
+        assert sent[0][1] == [0, 1, 2] and len(sent) >= 4
+    finally:
+        if info is not None:
+            os.kill(info.pid, signal.SIGCONT)
+        corpus.close()
