@@ -167,7 +167,7 @@ class Searcher:
         # database fallback's scans step out of it (GateFreeBackend).
         with p.gate:
             if fused is None:
-                fused, sparse_hits = self._keyword(p, text, need, language, filters)
+                fused, sparse_hits = self._keyword(p, text, need, language, filters, skip == 0)
             passages = build_passages(p, fused[skip:need], sparse_hits, text, language, filters)
         p.metrics.searches.labels(p.corpus, strategy.value).inc()
         p.metrics.search_duration.labels(p.corpus).observe(time.perf_counter() - started)
@@ -276,12 +276,17 @@ class Searcher:
         need: int,
         language: int | None,
         filters: tuple[FieldFilter, ...],
+        first_page: bool,
     ) -> tuple[list[FusedHit], list[KeywordHit]]:
         t0 = time.perf_counter()
-        # The tantivy backend cuts the excerpts from the store's texts with the term order it
-        # has at hand (``build_passages`` cutting them would analyse the query a second
-        # time: ~0.2 ms of Cranfield's ~1.4 ms answer).
-        hits = p.keyword_full.search(text, need, language, filters=filters, distinct_urls=False)
+        # On a first page the tantivy backend cuts the excerpts from the store's texts with
+        # the term order it has at hand (``build_passages`` cutting them would analyse the
+        # query a second time: ~0.2 ms of Cranfield's ~1.4 ms answer). Deeper, it would
+        # read the text of every hit above the page too (offset 1,000 of megabyte texts:
+        # a gigabyte, for 200 passages): ``build_passages`` cuts the page's alone.
+        hits = p.keyword_full.search(
+            text, need, language, filters=filters, excerpts=first_page, distinct_urls=False
+        )
         p.metrics.arm_duration.labels(p.corpus, Arm.SPARSE.value).observe(time.perf_counter() - t0)
         return fuse_arms(p.config, hits, None, need), hits
 

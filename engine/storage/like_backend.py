@@ -70,8 +70,11 @@ class DatabaseLikeBackend:
             where += f" AND source_id IN ({','.join('?' * len(query.within))})"
             params += sorted(query.within)
         params.append(query.limit)
+        # The text is read only to cut excerpts: a caller ranking ids (or paging deep,
+        # cutting its page's excerpts itself) is not sent every hit's whole text.
+        text = "text" if query.excerpts else "''"
         sql = (
-            f"SELECT source_id, title, url, text, language_id, page_uid, "
+            f"SELECT source_id, title, url, {text}, language_id, page_uid, "
             f"{' + '.join(score_parts)} AS score FROM documents WHERE {where} "
             f"ORDER BY score DESC, rowid LIMIT ?"
         )
@@ -81,7 +84,7 @@ class DatabaseLikeBackend:
                 source_id=str(r[0]),
                 title=str(r[1]),
                 url=str(r[2]),
-                excerpt=excerpt_for(str(r[3]), terms),
+                excerpt=excerpt_for(str(r[3]), terms) if query.excerpts else "",
                 language_id=int(r[4]),
                 score=float(r[6]),
                 page_uid=None if r[5] is None else int(r[5]),

@@ -4,7 +4,7 @@ count as the numbers they are, and a page never comes back short while more matc
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +12,7 @@ import pytest
 
 from engine import Corpus, CorpusConfig, Document, SearchEngine
 from engine.limits import MAX_LANGUAGE_ID, MAX_OFFSET, MAX_TOP_K
+from engine.storage import DocumentStore
 from sparse import MAX_SOURCES
 
 MATCHING = 1_250
@@ -116,3 +117,31 @@ def test_hybrid_pages_past_the_fusion_window_neither_repeat_nor_skip(
     assert [hit.source_id for hit in deep] == pages[window : window + MAX_TOP_K]
     # and ranks say where each arm put the document, in the ranking it was cut from
     assert all(hit.ranks.sparse is not None or hit.ranks.dense is not None for hit in deep)
+
+
+def test_a_deep_page_reads_the_texts_of_its_own_passages_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: a keyword page at offset 1,000 read the whole text of every hit above
+    it to cut excerpts it then threw away (1,250 texts of 1 MB: +1.2 GB for one request).
+    The page's excerpts are cut from its own texts, the same as a first page cuts them."""
+    asked: list[int] = []
+    read = DocumentStore.public_texts
+
+    def recording(store: DocumentStore, ids: Sequence[str]) -> dict[str, str]:
+        asked.append(len(ids))
+        return read(store, ids)
+
+    monkeypatch.setattr(DocumentStore, "public_texts", recording)
+    with SearchEngine(tmp_path / "deep") as engine:
+        corpus = engine.create_corpus(CorpusConfig(name="deep", embedder=None))
+        corpus.add(
+            Document(id=f"d{i:03d}", text="apple " + "filler " * (i % 50) + f"tail{i}")
+            for i in range(200)
+        )
+        first = {p.source_id: p.excerpt for p in corpus.search("apple", top_k=200)}
+        asked.clear()
+        page = corpus.search("apple", top_k=10, offset=150)
+    assert len(page) == 10
+    assert asked and max(asked) <= 10
+    assert {p.source_id: p.excerpt for p in page} == {p.source_id: first[p.source_id] for p in page}

@@ -11,8 +11,8 @@ from engine import Document
 from engine.storage import DocumentStore, EmbeddingStatus, StoredDocument
 from engine.storage.like_backend import DatabaseLikeBackend
 from engine.write.ingest import content_hash
-from sparse import SearchBackend, SparseDocument
-from tests.sparse.backend_contract import BackendFactory, SearchBackendContract
+from sparse import RetrievalQuery, SearchBackend, SparseDocument
+from tests.sparse.backend_contract import PUBLIC, BackendFactory, SearchBackendContract
 
 
 def _stored(doc: SparseDocument) -> StoredDocument:
@@ -44,3 +44,15 @@ class TestDatabaseLikeBackend(SearchBackendContract):
     def test_priority_zero(self, make_backend: BackendFactory) -> None:
         backend = make_backend([])
         assert backend.priority == 0 and backend.is_available()
+
+
+def test_ranking_ids_only_reads_no_text(tmp_path: Path) -> None:
+    """A caller that ranks ids (the hybrid arm, a deep page) is not sent every hit's text."""
+    store = DocumentStore(tmp_path / "ids.sqlite3")
+    docs = [SparseDocument(f"d{i}", f"Volcano {i}", "Lava. " * (i + 1)) for i in range(5)]
+    store.upsert([_stored(d) for d in docs], None)
+    backend = DatabaseLikeBackend(store)
+    full = backend.search(RetrievalQuery(text="lava", limit=5), PUBLIC)
+    bare = backend.search(RetrievalQuery(text="lava", limit=5, excerpts=False), PUBLIC)
+    assert [(h.source_id, h.score) for h in bare] == [(h.source_id, h.score) for h in full]
+    assert all(h.excerpt for h in full) and not any(h.excerpt for h in bare)
