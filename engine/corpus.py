@@ -573,9 +573,11 @@ class Corpus:
         self._refresh_gauges()
 
     def _refresh_gauges(self) -> None:
-        self._metrics.documents.labels(self.name).set(self._store.count())
+        # Public documents only: anyone may read a server's /metrics, and a count that
+        # moved with non-public documents would tell them those exist.
+        self._metrics.documents.labels(self.name).set(self._store.count_public())
         self._metrics.documents_degraded.labels(self.name).set(
-            self._store.count_status(EmbeddingStatus.DEGRADED)
+            self._store.count_public(EmbeddingStatus.DEGRADED)
         )
 
     @sealed

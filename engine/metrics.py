@@ -122,15 +122,15 @@ class EngineMetrics:
         # mode) a scrape reports the value set last, by whichever process; else ignored.
         self.documents = Gauge(
             "tandem_documents",
-            "Documents stored in the corpus.",
+            "Public documents stored in the corpus (those a search can return).",
             ["corpus"],
             registry=None,
             multiprocess_mode="mostrecent",
         )
         self.documents_degraded = Gauge(
             "tandem_documents_degraded",
-            "Documents stored without a vector because embedding failed; keyword-only "
-            "until re-embedded.",
+            "Public documents stored without a vector because embedding failed; "
+            "keyword-only until re-embedded.",
             ["corpus"],
             registry=None,
             multiprocess_mode="mostrecent",

@@ -518,6 +518,15 @@ class DocumentStore:
         read every row's vector, 1.5 GB of pages for a million 384-d documents."""
         return self.count_status(EmbeddingStatus.EMBEDDED)
 
+    def count_public(self, status: EmbeddingStatus | None = None) -> int:
+        """Public documents (with ``status``: those with that embedding status) — what a
+        search can return, and all a public metric may say."""
+        sql = "SELECT COUNT(*) FROM documents WHERE is_public = 1"
+        params: tuple[int, ...] = ()
+        if status is not None:
+            sql, params = sql + " AND embedding_status = ?", (int(status),)
+        return int(self._reader().execute(sql, params).fetchone()[0])
+
     def count_non_public(self) -> int:
         return int(
             self._reader()

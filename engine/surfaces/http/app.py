@@ -82,6 +82,9 @@ def create_app(settings: ServerSettings, *, engine_factory: EngineFactory | None
         redoc_url=None,
         openapi_url="/openapi.json",
         lifespan=lifespan,
+        # No redirect from "/x/" to "/x": Starlette builds its target from the request's
+        # Host header, an open redirect for whoever controls that (a cache, a proxy).
+        redirect_slashes=False,
     )
     app.state.settings = settings
     app.state.token = token

@@ -35,6 +35,15 @@ _SECURITY = {
     "Referrer-Policy": "no-referrer",
     "X-Frame-Options": "DENY",
 }
+_DOCS_SECURITY = {
+    # Swagger UI runs an inline script (and, without fastapi-offline, scripts from its
+    # CDN), so only framing, plugins and <base> are ruled out: a page that can send the
+    # API's writes must not be framed by another site.
+    "Content-Security-Policy": "frame-ancestors 'none'; object-src 'none'; base-uri 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+}
 _DOCS_ASSETS = {
     "swagger-ui-bundle.js": "text/javascript; charset=utf-8",
     "swagger-ui.css": "text/css; charset=utf-8",
@@ -74,14 +83,17 @@ async def page_asset(name: str) -> Response:
 @router.get("/docs")
 async def docs() -> HTMLResponse:
     if _docs_dir() is None:  # fastapi-offline missing: Swagger UI from its CDN
-        return get_swagger_ui_html(openapi_url="/openapi.json", title="Tandem API")
-    return get_swagger_ui_html(
-        openapi_url="/openapi.json",
-        title="Tandem API",
-        swagger_js_url="/docs/assets/swagger-ui-bundle.js",
-        swagger_css_url="/docs/assets/swagger-ui.css",
-        swagger_favicon_url="/docs/assets/favicon.png",
-    )
+        html = get_swagger_ui_html(openapi_url="/openapi.json", title="Tandem API")
+    else:
+        html = get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title="Tandem API",
+            swagger_js_url="/docs/assets/swagger-ui-bundle.js",
+            swagger_css_url="/docs/assets/swagger-ui.css",
+            swagger_favicon_url="/docs/assets/favicon.png",
+        )
+    html.headers.update(_DOCS_SECURITY)
+    return html
 
 
 @cache
@@ -98,5 +110,5 @@ async def docs_asset(name: str) -> Response:
     return Response(
         _docs_asset(name),
         media_type=_DOCS_ASSETS[name],
-        headers={"Cache-Control": "max-age=86400"},
+        headers={**_DOCS_SECURITY, "Cache-Control": "max-age=86400"},
     )

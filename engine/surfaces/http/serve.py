@@ -27,6 +27,7 @@ import uvicorn
 from uvicorn.supervisors import Multiprocess
 
 from engine import EngineLocked, InvalidArgument, SearchEngine
+from engine.surfaces.http.protocol import BoundedHeadProtocol
 from engine.surfaces.http.settings import SETTINGS_ENV, ServerSettings, load_token
 
 __all__ = ["check_many_processes", "listening_socket", "serve_http"]
@@ -133,6 +134,7 @@ def serve_http(
     config = uvicorn.Config(
         APP_FACTORY,
         factory=True,
+        http=BoundedHeadProtocol,  # httptools, with a cap on a request's head
         host=host,
         port=port,
         workers=workers,

@@ -665,7 +665,22 @@ def test_no_cors_and_a_locked_down_page(client: TestClient) -> None:
     assert client.get("/static/../app.py").status_code == 404
     docs = client.get("/docs")
     assert docs.status_code == 200 and "/docs/assets/swagger-ui-bundle.js" in docs.text
-    assert client.get("/docs/assets/swagger-ui-bundle.js").status_code == 200
+    bundle = client.get("/docs/assets/swagger-ui-bundle.js")
+    assert bundle.status_code == 200
+    # Swagger UI sends the API's writes: no other site may frame it (it could, before).
+    for answer in (docs, bundle):
+        assert answer.headers["x-frame-options"] == "DENY"
+        assert "frame-ancestors 'none'" in answer.headers["content-security-policy"]
+        assert answer.headers["x-content-type-options"] == "nosniff"
+
+
+def test_no_redirect_to_the_host_a_request_names(client: TestClient) -> None:
+    """Regression: "/v1/corpora/" answered 307 to http://<the request's Host>/v1/corpora,
+    an open redirect for whoever sets the Host header (a shared cache, a proxy)."""
+    for path in ("/v1/corpora/", "/docs/", "/metrics/"):
+        answer = client.get(path, headers={"Host": "evil.example"}, follow_redirects=False)
+        assert answer.status_code == 404, path
+        assert "location" not in answer.headers
 
 
 def test_the_server_loads_each_query_model_before_it_is_ready(tmp_path: Path) -> None:

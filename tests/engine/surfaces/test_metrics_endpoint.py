@@ -15,7 +15,7 @@ import prometheus_client
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine import CorpusConfig, InvalidArgument, SearchEngine
+from engine import CorpusConfig, Document, InvalidArgument, SearchEngine
 from engine.config import EmbedderSpec, SentenceTransformerEmbedding
 from engine.surfaces.metrics_http import serve_metrics
 from tests.support.fakes import RecordingEmbedder
@@ -57,6 +57,25 @@ def _refused(port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(2)
         return sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_the_document_gauges_say_nothing_of_non_public_documents(
+    engine: SearchEngine, embedder: RecordingEmbedder
+) -> None:
+    """Regression: anyone may read /metrics, and ``tandem_documents`` counted non-public
+    documents too (a scrape told how many hidden ones a corpus held, and when they came)."""
+    corpus = engine.create_corpus(CorpusConfig(name="docs", embedder=_spec()))
+    server = engine.serve_metrics(port=0)
+    embedder.down = True  # every document degraded, public or not
+    corpus.add(docs(3))
+    corpus.add(
+        Document(id=f"hidden{i}", text="alpha hidden", access_groups=frozenset({"staff"}))
+        for i in range(5)
+    )
+    samples = scrape(server.url)
+    assert value(samples, "tandem_documents", corpus="docs") == 3
+    assert value(samples, "tandem_documents_degraded", corpus="docs") == 3
+    assert corpus.stats()["documents"] == 8  # the operator's own count still says all
 
 
 def test_scrape_parses_and_follows_degradation(
