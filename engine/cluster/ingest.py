@@ -50,7 +50,15 @@ from tqdm import tqdm
 from engine.cluster.calls import reraise_engine_error
 from engine.cluster.embedding import EmbeddingWorker
 from engine.cluster.errors import ShardUnavailable
-from engine.cluster.ingest_rows import KIND, PAYLOAD, REASON, TEXT, VECTOR, prepared_batch
+from engine.cluster.ingest_rows import (
+    KIND,
+    PAYLOAD,
+    REASON,
+    TEXT,
+    VECTOR,
+    file_lines,
+    prepared_batch,
+)
 from engine.cluster.routing import group_by_shard
 from engine.cluster.shard import EmbedderFactory
 from engine.cluster.sharded import ShardedCorpus
@@ -107,7 +115,9 @@ def ingest(
 ) -> IngestReport:
     """Load JSON Lines (plain or ``.gz``) or Parquet files into ``corpus`` through Ray Data.
 
-    ``file_format``: ``"jsonl"`` or ``"parquet"`` (default: from the first path's suffix).
+    ``file_format``: ``"jsonl"`` or ``"parquet"`` (default: a folder, a ``.parquet`` name
+    or Parquet's magic bytes make the first path Parquet, anything else JSON Lines, plain
+    or gzip — told by content, as ``tandem add`` tells it).
     ``gpus_per_actor``: ``None`` uses one GPU per embedding actor when the cluster has
     GPUs, else CPUs. ``embedder_factory`` must pickle (default: the engine's providers).
     ``io_tasks``: how many read, prepare and write tasks run at once; they reserve no
@@ -148,9 +158,14 @@ def ingest(
     if kind == "parquet":
         ds = ray.data.read_parquet(files, num_cpus=0, concurrency=io_tasks)
     else:
-        # Lines as text, decoded by the loaders' own rules: a JSON reader's type
-        # inference would turn a column with one missing integer into floats.
-        ds = ray.data.read_text(files, num_cpus=0, drop_empty_lines=True, concurrency=io_tasks)
+        # Files as bytes, cut into lines by the loaders' own rules (``file_lines``): a
+        # JSON reader's type inference would turn a column with one missing integer into
+        # floats, and Ray's text reader splits at U+2028 and the like (legal inside a JSON
+        # string), keeps a byte order mark, fails a whole file on one bad byte and tells
+        # gzip by the file's name.
+        ds = ray.data.read_binary_files(
+            files, include_paths=True, num_cpus=0, concurrency=io_tasks
+        ).flat_map(file_lines, num_cpus=0, concurrency=io_tasks)
     ds = ds.map_batches(
         _prepare,  # type: ignore[arg-type]  # extra arguments come from fn_args
         fn_args=(
@@ -208,13 +223,16 @@ def ingest(
     return IngestReport(written, skipped, rejected, seconds, tuple(rejections))
 
 
+_PARQUET_MAGIC = b"PAR1"
+
+
 def _format_of(path: str) -> str:
-    name = path.lower()
-    if name.endswith(".parquet") or Path(path).is_dir():
+    """Parquet for a directory, a ``.parquet`` name or Parquet's magic bytes; else JSON
+    Lines (plain or gzip, told by content as ``tandem add`` tells it)."""
+    if path.lower().endswith(".parquet") or Path(path).is_dir():
         return "parquet"
-    if name.endswith((".jsonl", ".jsonl.gz", ".json", ".json.gz", ".ndjson")):
-        return "jsonl"
-    raise InvalidArgument(f"cannot tell the format of {path}; pass file_format")
+    with open(path, "rb") as head:
+        return "parquet" if head.read(4) == _PARQUET_MAGIC else "jsonl"
 
 
 def _gpus(gpus_per_actor: float | None) -> float:

@@ -1,18 +1,22 @@
-"""Distributed ingest, the prepare stage: input rows become wire rows or rejections.
+"""Distributed ingest, the read and prepare stages: input becomes wire rows or rejections.
 
-Pure functions over one Ray Data batch (``engine.cluster.ingest`` runs them as tasks):
-every row becomes a ``Document`` by the loaders' rules (``engine.surfaces.loaders``) or
-a rejection with its reason; a row's own vector is checked as the shard will take it; an
-id repeated within the batch keeps its last row; rows already stored with the same
-content and a vector are marked skipped, from a lookup the caller supplies (the shard
-calls stay in ``engine.cluster.ingest``).
+Pure functions (``engine.cluster.ingest`` runs them as Ray Data tasks). ``file_lines``
+cuts a JSON Lines file (its bytes; gzip told by content) into lines by the rules of
+``tandem add`` (``engine.surfaces.loaders``: lines end at ``\n`` only, each decoded on
+its own, a byte order mark dropped, an over-long line rejected unread).
+``prepared_batch`` makes every row a ``Document`` by the loaders' rules and checks it as
+``Corpus.add`` would (``engine.surfaces.bulk.refusal_of``), or rejects it with its
+reason; a row's own vector is checked as the shard will take it; an id repeated within
+the batch keeps its last good row; rows already stored with the same content and a
+vector are marked skipped, from a lookup the caller supplies (the shard calls stay in
+``engine.cluster.ingest``).
 """
 
 from __future__ import annotations
 
-import json
 import pickle
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,6 +24,7 @@ import pyarrow as pa
 
 from engine.cluster.wire import to_row
 from engine.config import FieldType
+from engine.documents import Document
 from engine.limits import is_valid_source_id
 from engine.write.ingest import content_hash, embedding_text
 
@@ -34,6 +39,30 @@ REASON = "reason"  # why a row was rejected ("" for the others)
 StoredLookup = Callable[[Sequence[str]], dict[str, str]]
 """Ids -> content hash of those stored with a vector (the shards' answer)."""
 
+LINE = "text"  # a JSON Lines row: the line's text ...
+LINE_ERROR = "error"  # ... or why it has none ("" when it has)
+WHERE = "where"  # "<file name> line <n>": names a rejected line that has no valid id
+
+
+def file_lines(row: dict[str, Any]) -> Iterator[dict[str, str]]:
+    """One JSON Lines file (Ray Data's binary read: ``bytes`` and ``path``) → one row per
+    non-blank line: its text, or why it cannot be read."""
+    from engine.surfaces.loaders import LineError, Rejected, line_text, open_lines, raw_lines
+
+    name = Path(str(row["path"])).name
+    for number, line in raw_lines(open_lines(row["bytes"])):
+        where = f"{name} line {number}"
+        if isinstance(line, Rejected):
+            yield {LINE: "", LINE_ERROR: line.reason, WHERE: where}
+            continue
+        try:
+            text = line_text(line)
+        except LineError as exc:
+            yield {LINE: "", LINE_ERROR: str(exc), WHERE: where}
+            continue
+        if text.strip():
+            yield {LINE: text, LINE_ERROR: "", WHERE: where}
+
 
 def prepared_batch(
     batch: pa.Table,
@@ -46,8 +75,6 @@ def prepared_batch(
     """Rows → documents (or rejections, with their reasons); an id repeated in the batch
     keeps its last row; with ``stored`` (resume), marks those stored with the same
     content and a vector skipped (not embedded again)."""
-    from engine.surfaces.loaders import LineError, document_from_json
-
     kinds: list[str] = []
     ids: list[str] = []
     reasons: list[str] = []
@@ -56,32 +83,26 @@ def prepared_batch(
     texts: list[str] = []
     vectors: list[list[float] | None] = []
     for item in batch.to_pylist():
-        doc = None
-        named = ""  # the row's id, once known to be a valid one: it leads a rejection
-        try:
-            raw = _decoded(item, jsonl)
-            named = next((i for i in map(as_id, (raw.get("id"), raw.get("_id"))) if i), "")
-            vector = raw.pop(vector_column, None) if vector_column else None
-            doc = document_from_json(raw, fields)
-            if vector_column:
-                checked = checked_vector(vector, vector_column, dimension)
-                dimension = len(checked)  # when unknown, the batch's first good vector's
-        except LineError as exc:
+        verdict = _verdict(item, fields, vector_column, dimension, jsonl)
+        if isinstance(verdict, str):
             kinds.append("rejected")
             ids.append("")
-            reasons.append(f"{named}: {exc}" if named else str(exc))
+            reasons.append(verdict)
             digests.append("")
             payloads.append(b"")
             texts.append("")
             vectors.append(None)
             continue
+        doc, vector = verdict
+        if vector is not None:
+            dimension = len(vector)  # when unknown, the batch's first good vector's
         kinds.append("doc")
         ids.append(doc.id)
         reasons.append("")
         digests.append(content_hash(doc))
         payloads.append(pickle.dumps(to_row(doc), protocol=pickle.HIGHEST_PROTOCOL))
         texts.append(embedding_text(doc.title, doc.text))
-        vectors.append(checked if vector_column else None)
+        vectors.append(vector)
     # Last occurrence of a repeated id wins, as in Corpus.add (which counts only it).
     last = {i: n for n, (i, k) in enumerate(zip(ids, kinds, strict=True)) if k == "doc"}
     kinds = [
@@ -104,6 +125,37 @@ def prepared_batch(
     if vector_column:
         columns[VECTOR] = pa.array(vectors, type=pa.list_(pa.float32()))
     return pa.table(columns)
+
+
+def _verdict(
+    item: dict[str, Any],
+    fields: dict[str, FieldType],
+    vector_column: str | None,
+    dimension: int | None,
+    jsonl: bool,
+) -> tuple[Document, list[float] | None] | str:
+    """One input row as a document (with its own vector, when the rows bring theirs), or
+    why it cannot be one — led by its id when it has a valid one, else by its line."""
+    from engine.surfaces.bulk import refusal_of
+    from engine.surfaces.loaders import LineError, document_from_json
+
+    named = ""
+    try:
+        raw = _decoded(item, jsonl)
+        named = next((i for i in map(as_id, (raw.get("id"), raw.get("_id"))) if i), "")
+        vector = raw.pop(vector_column, None) if vector_column else None
+        doc = document_from_json(raw, fields)
+        # What Corpus.add would refuse (a lone surrogate, a float in an integer field):
+        # refused here, alone, before it can stand for its id in the batch.
+        refusal = refusal_of(doc, fields)
+        if refusal is not None:
+            return refusal
+        if vector_column is None:
+            return doc, None
+        return doc, checked_vector(vector, vector_column, dimension)
+    except LineError as exc:
+        where = named or item.get(WHERE, "")
+        return f"{where}: {exc}" if where else str(exc)
 
 
 def as_id(value: object) -> str:
@@ -145,14 +197,13 @@ def checked_vector(value: object, column: str, dimension: int | None) -> list[fl
 
 def _decoded(item: dict[str, Any], jsonl: bool) -> dict[str, Any]:
     """One input row as the loaders take it: a JSON line decoded, or a Parquet row."""
-    from engine.surfaces.loaders import LineError
+    from engine.surfaces.loaders import LineError, parsed_json
 
     if not jsonl:
         return _without_nulls(item)
-    try:
-        value = json.loads(item["text"])
-    except ValueError as exc:
-        raise LineError(f"not JSON: {exc}") from None
+    if item[LINE_ERROR]:
+        raise LineError(item[LINE_ERROR])
+    value = parsed_json(item[LINE])
     if not isinstance(value, dict):
         raise LineError("expected a JSON object")
     return value

@@ -7,7 +7,6 @@ not pickle; a row is a plain ``dict`` with the same keys, rebuilt into a ``Docum
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,7 +18,9 @@ Row = dict[str, Any]
 def to_row(doc: Document) -> Row:
     fields: dict[str, object] = {}
     for name, value in doc.fields.items():
-        fields[name] = value if isinstance(value, str | int | dt.date) else list(value)
+        # A field's several values travel as a list; any other value as it is (the
+        # engine names a value of the wrong type, where list() of it would raise here).
+        fields[name] = list(value) if isinstance(value, list | tuple | set | frozenset) else value
     return {
         "id": doc.id,
         "title": doc.title,

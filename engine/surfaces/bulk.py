@@ -87,7 +87,7 @@ def add_all(
         if isinstance(item, Rejected):
             report.reject(item)
             continue
-        refusal = _refusal(item.document, declared)
+        refusal = refusal_of(item.document, declared)
         if refusal is not None:
             report.reject(Rejected(item.line, refusal))
             continue
@@ -106,7 +106,7 @@ def add_all(
     return report
 
 
-def _refusal(document: Document, declared: Mapping[str, FieldType]) -> str | None:
+def refusal_of(document: Document, declared: Mapping[str, FieldType]) -> str | None:
     """Why ``Corpus.add`` would refuse ``document`` on its own (its message, word for
     word), or ``None``: the engine's per-document checks, in the engine's order."""
     try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -151,12 +152,22 @@ def create(
     typer.echo(f"created {name!r} with {shards} shards in {root}")
 
 
+class FileFormat(StrEnum):
+    JSONL = "jsonl"
+    PARQUET = "parquet"
+
+
 @cluster_app.command()
 def load(
     root: RootArg,
     files: Annotated[
-        list[Path], typer.Argument(help="JSON Lines (.jsonl, .jsonl.gz) or Parquet files.")
+        list[Path],
+        typer.Argument(help="JSON Lines (plain or gzip) or Parquet files (or folders)."),
     ],
+    file_format: Annotated[
+        FileFormat | None,
+        typer.Option("--format", help="The files' format (default: told by content)."),
+    ] = None,
     embed_actors: Annotated[
         int, typer.Option("--embed-actors", min=1, help="Embedding actors (one CPU or GPU each).")
     ] = 2,
@@ -176,19 +187,29 @@ def load(
     detached: DetachedOpt = False,
 ) -> None:
     """Load documents through Ray Data: read, embed on an actor pool, write to the shards."""
+    import pyarrow as pa
+    from ray.exceptions import RayTaskError
+
     from engine.cluster.ingest import ingest
 
     with _opened(root, address, detached) as corpus:
-        report = ingest(
-            corpus,
-            [str(f) for f in files],
-            embed_actors=embed_actors,
-            batch_size=batch_size,
-            resume=not no_resume,
-            vector_column=vector_column,
-            embedding_model=embedding_model,
-            progress=not quiet,
-        )
+        try:
+            report = ingest(
+                corpus,
+                [str(f) for f in files],
+                file_format=None if file_format is None else file_format.value,
+                embed_actors=embed_actors,
+                batch_size=batch_size,
+                resume=not no_resume,
+                vector_column=vector_column,
+                embedding_model=embedding_model,
+                progress=not quiet,
+            )
+        except (pa.ArrowException, RayTaskError) as exc:
+            # Files Ray Data cannot read as one table (Parquet files whose columns
+            # disagree, say): one line, not a traceback. What was acknowledged stays.
+            cause = exc.cause if isinstance(exc, RayTaskError) else exc
+            raise CommandError(f"cannot load: {type(cause).__name__}: {cause}") from None
     typer.echo(
         f"written {report.written}, skipped {report.skipped} (already stored), "
         f"rejected {report.rejected}, {report.docs_per_s:.1f} docs/s"
@@ -198,6 +219,10 @@ def load(
         typer.echo(f"rejected: {render.safe(reason, one_line=True)}", err=True)
     if report.rejected > len(shown):
         typer.echo(f"... and {report.rejected - len(shown)} more rejected rows", err=True)
+    if report.rejected and not report.written + report.skipped:
+        # Every row refused (a file of another format, say): a script must notice, as
+        # after `tandem add`.
+        raise typer.Exit(1)
 
 
 @cluster_app.command()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import gzip
+import io
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -256,25 +257,61 @@ def read_lines(
     max_line_bytes: int = MAX_LINE_BYTES,
 ) -> Iterator[Loaded | Rejected]:
     """One verdict per non-blank line of ``stream`` (a binary file-like object)."""
+    for number, line in raw_lines(stream, max_line_bytes=max_line_bytes):
+        if isinstance(line, Rejected):
+            yield line
+        else:
+            yield from _parse_line(number, line, fields)
+
+
+def open_lines(data: bytes) -> _LineSource:
+    """A JSON Lines file's bytes as a line source: gunzipped as it is read when they are
+    gzip-compressed (told by content, not by name)."""
+    stream = io.BytesIO(data)
+    return gzip.GzipFile(fileobj=stream, mode="rb") if data[:2] == _GZIP_MAGIC else stream
+
+
+def raw_lines(
+    stream: _LineSource, *, max_line_bytes: int = MAX_LINE_BYTES
+) -> Iterator[tuple[int, bytes | Rejected]]:
+    """Each line of ``stream`` as bytes, with its number — the first one without a UTF-8
+    byte order mark — or a ``Rejected`` for a line past ``max_line_bytes`` (skipped
+    unread) and, last, for a stream that cannot be read on (a truncated gzip file)."""
     number = 0
     while True:
         try:
             chunk = stream.readline(max_line_bytes + 1)
         except (OSError, EOFError) as exc:  # truncated or corrupt gzip stream
-            yield Rejected(number + 1, f"unreadable: {exc}")
+            yield number + 1, Rejected(number + 1, f"unreadable: {exc}")
             return
         if not chunk:
             return
         number += 1
         if len(chunk) > max_line_bytes and not chunk.endswith(b"\n"):
             _skip_rest_of_line(stream, max_line_bytes)
-            yield Rejected(number, f"line is longer than {max_line_bytes} bytes")
+            yield number, Rejected(number, f"line is longer than {max_line_bytes} bytes")
             continue
         if number == 1 and chunk.startswith(_UTF8_BOM):
             # Windows editors write one; json.loads refuses it in a str, while a JSON
             # array upload (decoded from bytes) accepts it, so a line file does too.
             chunk = chunk[len(_UTF8_BOM) :]
-        yield from _parse_line(number, chunk, fields)
+        yield number, chunk
+
+
+def line_text(chunk: bytes) -> str:
+    """A line's text; ``LineError`` when it is not UTF-8."""
+    try:
+        return chunk.decode("utf-8")
+    except UnicodeDecodeError:
+        raise LineError("not valid UTF-8") from None
+
+
+def parsed_json(text: str) -> object:
+    """A line's JSON value; ``LineError`` naming the failure when it is not JSON."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise LineError(f"not valid JSON: {json_failure(exc)}") from None
 
 
 def _skip_rest_of_line(stream: _LineSource, max_line_bytes: int) -> None:
@@ -288,18 +325,9 @@ def _parse_line(
     number: int, chunk: bytes, fields: Mapping[str, FieldType]
 ) -> Iterator[Loaded | Rejected]:
     try:
-        text = chunk.decode("utf-8")
-    except UnicodeDecodeError:
-        yield Rejected(number, "not valid UTF-8")
-        return
-    if not text.strip():
-        return
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        yield Rejected(number, f"not valid JSON: {json_failure(exc)}")
-        return
-    try:
-        yield Loaded(number, document_from_json(value, fields))
+        text = line_text(chunk)
+        if not text.strip():
+            return
+        yield Loaded(number, document_from_json(parsed_json(text), fields))
     except LineError as exc:
         yield Rejected(number, str(exc))

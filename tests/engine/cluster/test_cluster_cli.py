@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -12,6 +14,7 @@ pytest.importorskip("ray.data")
 
 from engine.cluster.manifest import read_manifest
 from engine.surfaces.cli import app
+from engine.surfaces.cli_args import CommandError
 
 
 def run(*args: str) -> tuple[int, str]:
@@ -53,7 +56,19 @@ def test_create_load_search_health(ray_cluster: None, tmp_path: Path) -> None:
     code, out = run("cluster", "load", str(root), str(source), "--quiet")
     assert code == 0, out
     assert "written 31" in out and "rejected 1" in out
-    assert "rejected: not JSON" in out  # the reason, as `tandem add` shows it
+    assert "rejected: docs.jsonl line 32: not valid JSON" in out  # as `tandem add` says
+    every_line_bad = tmp_path / "bad.jsonl"
+    every_line_bad.write_text("not json\nnor this\n", "utf-8")
+    code, out = run("cluster", "load", str(root), str(every_line_bad), "--quiet")
+    assert code == 1 and "written 0" in out and "rejected 2" in out  # as after `tandem add`
+    mixed = tmp_path / "mixed"  # Parquet files that disagree on a column's type
+    mixed.mkdir()
+    pq.write_table(pa.table({"id": ["p1"], "text": ["a"], "year": [2001]}), mixed / "a.parquet")
+    pq.write_table(pa.table({"id": ["p2"], "text": ["b"], "year": ["x"]}), mixed / "b.parquet")
+    refused = CliRunner().invoke(app, ["cluster", "load", str(root), str(mixed), "--quiet"])
+    # A CommandError: `tandem` prints it as one "tandem: error:" line, not a traceback.
+    assert isinstance(refused.exception, CommandError), refused.exception
+    assert str(refused.exception).startswith("cannot load: ArrowTypeError: Unable to merge")
     code, out = run(
         "cluster",
         "search",
