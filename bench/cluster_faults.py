@@ -45,7 +45,12 @@ def _up(corpus: ShardedCorpus) -> float:
 def search_loop_with_kill(
     corpus: ShardedCorpus, texts: Sequence[str], seconds: float
 ) -> dict[str, Any]:
-    """Search in a loop for ``seconds``; SIGKILL shard 1 two seconds in."""
+    """Search in a loop for ``seconds`` (> 0) after SIGKILLing shard 1 two seconds in
+    (the corpus needs at least two shards: killing the only one stops every search)."""
+    if corpus.shards < 2:
+        raise ValueError(f"the search-loop fault needs at least 2 shards, got {corpus.shards}")
+    if seconds <= 0:
+        raise ValueError(f"seconds must be > 0, got {seconds}")
     before = len(corpus)
     errors: list[str] = []
     searches = 0
@@ -64,17 +69,23 @@ def search_loop_with_kill(
                 errors.append(type(exc).__name__)
             i += 1
 
-    worker = threading.Thread(target=loop, name="bench-search-loop")
+    # A daemon, stopped and joined on every path: an error below must not leave it
+    # searching (and the interpreter waiting for it) forever.
+    worker = threading.Thread(target=loop, name="bench-search-loop", daemon=True)
     worker.start()
-    time.sleep(2.0)
-    killed_at = time.monotonic()
-    _kill(corpus, 1)
     samples: list[tuple[float, float]] = []
-    while time.monotonic() - killed_at < seconds:
-        samples.append((time.monotonic() - killed_at, _up(corpus)))
-        time.sleep(_SAMPLE_S)
-    stop.set()
-    worker.join(timeout=60)
+    try:
+        time.sleep(2.0)
+        killed_at = time.monotonic()
+        _kill(corpus, 1)
+        while True:  # at least one sample: seconds > 0
+            samples.append((time.monotonic() - killed_at, _up(corpus)))
+            if time.monotonic() - killed_at >= seconds:
+                break
+            time.sleep(_SAMPLE_S)
+    finally:
+        stop.set()
+        worker.join(timeout=60)
     restarts = corpus.registry.get_sample_value(
         "tandem_shard_restarts_total", {"corpus": corpus.name}
     )
@@ -125,7 +136,7 @@ def ingest_with_kill(
             lowest[0] = min(lowest[0], _up(corpus))
             time.sleep(_SAMPLE_S)
 
-    sampler = threading.Thread(target=sample, name="bench-shards-up")
+    sampler = threading.Thread(target=sample, name="bench-shards-up", daemon=True)
     sampler.start()
     try:
         report = ingest(
@@ -147,6 +158,7 @@ def ingest_with_kill(
         stored = sum(1 for _, has_vector in state.values() if has_vector)
     finally:
         stop.set()
+        sampler.join(timeout=30)
         corpus.close()
     return {
         "fault_ingest_docs": len(docs),

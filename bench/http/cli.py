@@ -1,7 +1,7 @@
 """``python -m bench http``: load (wrk) and fuzz (schemathesis) runs of ``tandem serve``.
 
-Writes ``http.json`` (every figure, the revision, the load average) and ``http.md`` (the
-tables the README quotes) to ``--out``.
+Writes ``http.json`` (every figure, the run's options, the revision, the load average)
+and ``http.md`` (the tables the README quotes) to ``--out``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import json
 import os
 import platform
 import secrets
-import statistics
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -78,6 +77,15 @@ def main(argv: Sequence[str]) -> int:
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
         "python": platform.python_version(),
         "loadavg_start": list(os.getloadavg()),
+        "options": {
+            "duration_s": args.duration,
+            "overhead_rounds": args.overhead_rounds,
+            "fuzz_examples": args.fuzz_examples,
+            "workers": args.workers,
+            "hybrid": not args.no_hybrid,
+            "load": not args.no_load,
+            "model": args.model,
+        },
         "note": "wrk, the server and the machine's other work share the same cores; "
         "latency figures are noisy (see the load averages)",
     }
@@ -135,26 +143,36 @@ def _ratio(runs: list[dict[str, Any]], corpus: str, connections: int) -> float |
     return float(two[0]["qps"] / one[0]["qps"])
 
 
+def median_round(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The round whose overhead is the median (the lower middle one of an even count), so
+    its in-process and HTTP p50 subtract to the overhead shown beside them."""
+    ordered = sorted(rounds, key=lambda r: float(r["overhead_ms"]))
+    return ordered[(len(ordered) - 1) // 2]
+
+
 def _overhead_table(rounds: list[dict[str, Any]]) -> list[str]:
-    """Median over paired rounds (see ``bench.http.load.overhead_rounds``)."""
+    """The median round of each corpus (see ``bench.http.load.overhead_rounds``)."""
     lines = [
         "HTTP overhead, paired rounds (each: the queries through `Corpus.search` in the bench "
         "process, then through one wrk connection to a one-worker server on the same "
-        "directory):",
+        "directory). Each row is the round whose overhead is the median (of an even number "
+        "of rounds, the lower middle one): its in-process and HTTP p50 subtract to its "
+        "overhead; min .. max over all rounds beside it.",
         "",
-        "| corpus | rounds | in-process p50 ms | HTTP p50 ms | overhead ms, median (min .. max) "
-        "| floor: no-op app, p50 ms |",
+        "| corpus | rounds | in-process p50 ms | HTTP p50 ms | overhead ms, median round "
+        "(min .. max) | floor: no-op app, p50 ms |",
         "|---|---|---|---|---|---|",
     ]
     for corpus in dict.fromkeys(r["corpus"] for r in rounds):
         mine = [r for r in rounds if r["corpus"] == corpus]
         over = [r["overhead_ms"] for r in mine]
+        middle = median_round(mine)
         lines.append(
             f"| {corpus} | {len(mine)} | "
-            f"{statistics.median(r['in_process_p50_ms'] for r in mine):.2f} | "
-            f"{statistics.median(r['http_p50_ms'] for r in mine):.2f} | "
-            f"{statistics.median(over):+.2f} ({min(over):+.2f} .. {max(over):+.2f}) | "
-            f"{statistics.median(r.get('floor_p50_ms', 0.0) for r in mine):.2f} |"
+            f"{middle['in_process_p50_ms']:.2f} | "
+            f"{middle['http_p50_ms']:.2f} | "
+            f"{middle['overhead_ms']:+.2f} ({min(over):+.2f} .. {max(over):+.2f}) | "
+            f"{middle.get('floor_p50_ms', 0.0):.2f} |"
         )
     lines += [
         "",
@@ -172,11 +190,18 @@ def render(result: dict[str, Any]) -> str:
         "",
     ]
     runs: list[dict[str, Any]] = result.get("runs", [])
+    options: dict[str, Any] = result.get("options", {})
     if runs:
         data = result["dataset"]
         lines += [
             f"Dataset {data['name']}: {data['documents']} documents, {data['queries']} queries "
-            "cycled; top-10 search bodies POSTed by wrk on 127.0.0.1.",
+            "cycled; top-10 search bodies POSTed by wrk on 127.0.0.1"
+            + (
+                f"; wrk load runs of {options['duration_s']:g} s, "
+                f"{options['overhead_rounds']} overhead rounds."
+                if options
+                else "."
+            ),
             "",
             "| workers | corpus | connections | QPS | p50 ms | p95 ms | p99 ms | errors "
             "| server: request / search / HTTP layer, mean ms | load 1m |",

@@ -3,9 +3,10 @@
 For each worker count (1, and 2 when the engine admits several processes per directory),
 each corpus (keyword, hybrid) and each connection count (1, 4, 16), wrk POSTs search
 bodies cycling through the dataset's queries for ``duration_s`` seconds; a Lua script
-reports requests, p50/p95/p99 latency and errors as JSON. wrk runs on the same machine
-as the server, so it competes for the cores; the machine's load average is recorded with
-every run.
+(``search.lua``) starts each wrk thread at its own query, the same ones every run (the
+first thread at the first query, a second one half the list on), and reports requests,
+p50/p95/p99 latency and errors as JSON. wrk runs on the same machine as the server, so
+it competes for the cores; the machine's load average is recorded with every run.
 
 The HTTP overhead is measured in paired rounds (``overhead_rounds``): in each round the
 same queries are timed through ``Corpus.search`` in this process and then through one
@@ -143,8 +144,11 @@ def overhead_rounds(
                 url = f"{base}v1/corpora/{corpus}/search"
                 for _ in range(rounds):
                     local = _timed_searches(target, queries, 1)
-                    # wrk starts at a random query: ≥ 3 whole cycles keep its mix of
-                    # queries (and so its p50) that of the in-process pass
+                    # One connection, one wrk thread: it starts at the first query, as
+                    # the in-process pass does, but runs for a time, not a whole number
+                    # of cycles. Time for 3 cycles (estimated from the in-process p50,
+                    # with a margin) keeps the unfinished cycle's share of the requests,
+                    # and so its pull on the p50, to about a quarter at most
                     cycles_s = 3 * len(queries) * local.p50_ms / 1000 * 1.3
                     remote = _wrk(url, bodies, 1, max(duration_s, math.ceil(cycles_s)))
                     floor = _wrk(floor_url, bodies, 1, duration_s)
@@ -163,12 +167,13 @@ def _wrk(url: str, bodies: Path, connections: int, duration_s: float) -> dict[st
     wrk = shutil.which("wrk")
     if wrk is None:
         raise BenchError("wrk is not installed (apt-get install wrk)")
+    threads = min(connections, 2)
     script = resources.files("bench.http") / "search.lua"
     with resources.as_file(script) as script_path:
         result = subprocess.run(
             [
                 wrk,
-                f"-t{min(connections, 2)}",
+                f"-t{threads}",
                 f"-c{connections}",
                 f"-d{duration_s:g}s",
                 "--timeout",
@@ -178,6 +183,7 @@ def _wrk(url: str, bodies: Path, connections: int, duration_s: float) -> dict[st
                 url,
                 "--",
                 str(bodies),
+                str(threads),  # the script spreads the threads' start over the bodies
             ],
             capture_output=True,
             text=True,

@@ -206,10 +206,47 @@ COLUMNS = (
 )
 
 
+HNSW_THRESHOLD = 50_000
+"""``dense.FaissIndex``'s default ``hnsw_threshold``: below it the index builds no graph."""
+
+# Columns whose figures come from a graph when one serves, from the exact path otherwise;
+# the row key telling which (``measure_dense`` records it; older rows: the size).
+GRAPH_COLUMNS = {
+    "hnsw_ef_search": "hnsw_graph_serving",
+    "hnsw_recall_at_10": "hnsw_graph_serving",
+    "hnsw_ef64_recall_at_10": "hnsw_graph_serving",
+    "hnsw_ef256_recall_at_10": "hnsw_graph_serving",
+    "hnsw_p50_ms": "hnsw_graph_serving",
+    "hnsw_p95_ms": "hnsw_graph_serving",
+    "sq8_recall_at_10": "sq8_graph_serving",
+    "sq8_p50_ms": "sq8_graph_serving",
+}
+
+
+def graph_served(row: dict[str, float], flag: str) -> bool:
+    """Whether the row's graph figures (``flag``: see ``GRAPH_COLUMNS``) came from a graph."""
+    if flag in row:
+        return bool(row[flag])
+    return row.get("n_docs", 0.0) >= HNSW_THRESHOLD
+
+
 def render_scale(rows: list[dict[str, float]], header: dict[str, object]) -> str:
     def cell(row: dict[str, float], key: str, digits: int) -> str:
         value = row.get(key)
-        return "–" if value is None else f"{value:,.{digits}f}"
+        if value is None:
+            return "–"
+        flag = GRAPH_COLUMNS.get(key)
+        if flag is None or graph_served(row, flag):
+            return f"{value:,.{digits}f}"
+        if key == "hnsw_ef_search":
+            return "exact"  # no graph: efSearch was not used
+        return f"{value:,.{digits}f} (exact)"
+
+    exact_rows = any(
+        not graph_served(row, flag)
+        for row in rows
+        for flag in ("hnsw_graph_serving", "sq8_graph_serving")
+    )
 
     given: Any = header.get("config") or {}
     realistic = given.get("realistic", True)
@@ -234,6 +271,13 @@ def render_scale(rows: list[dict[str, float]], header: dict[str, object]) -> str
             "(no second build: its time is `Tandem graph ready s`, with hybrid searches "
             "running)."
             if given.get("tandem")
+            else ""
+        )
+        + (
+            f" Cells marked (exact): the index held no graph (below {HNSW_THRESHOLD:,} "
+            "vectors it builds none), so those HNSW and SQ8 figures are the exact search "
+            "path's and efSearch was not used."
+            if exact_rows
             else ""
         ),
         "",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -232,6 +233,7 @@ def test_the_raw_dense_stage_measures_a_saved_graph_without_building_one(tmp_pat
     built.close()
     out = measure_dense(source, 20, (64,), tmp_path, graph_file=saved)
     assert out["graph_from_tandem_corpus"] == 1.0
+    assert out["hnsw_graph_serving"] == 1.0 and out["sq8_graph_serving"] == 1.0
     assert "graph_build_s" not in out and "slowest_search_during_build_s" not in out
     assert out["hnsw_recall_at_10"] > 0.9 and out["exact_p50_ms"] > 0
     assert (tmp_path / "dense-sq8.faiss").is_file()  # the dense-reopen stages' input
@@ -239,3 +241,52 @@ def test_the_raw_dense_stage_measures_a_saved_graph_without_building_one(tmp_pat
     assert [s for s, _ in order][:3] == [Stage.TANDEM, Stage.REOPEN, Stage.RAW]
     assert order[2][1] == {"graph_from_tandem": True}
     assert stages_for(False)[0] == (Stage.RAW, {"graph_from_tandem": False})
+
+
+def test_ingest_timing_counts_the_calls_not_the_generation_of_their_input() -> None:
+    """The Tandem stage times ``Corpus.add`` alone, as the raw arm times its index call
+    alone: a slow generator between the calls is off the clock."""
+    from bench.scale.tandem_stage import timed_calls
+
+    clock = [0.0]
+
+    def slow_items() -> Iterator[int]:
+        for item in range(3):
+            clock[0] += 10.0  # generating each batch: 10 s
+            yield item
+
+    seen: list[int] = []
+
+    def add(item: int) -> None:
+        clock[0] += 1.0  # each call: 1 s
+        seen.append(item)
+
+    spent = timed_calls(add, slow_items(), clock=lambda: clock[0])
+    assert seen == [0, 1, 2]
+    assert spent == pytest.approx(3.0)
+
+
+def test_render_labels_graph_figures_exact_below_the_hnsw_threshold() -> None:
+    """Below 50,000 vectors the index builds no graph: the "HNSW" and "SQ8" figures are
+    the exact path's, and efSearch was not used."""
+    figures = {"hnsw_ef_search": 128.0, "hnsw_recall_at_10": 1.0, "sq8_p50_ms": 0.5}
+    small = {"n_docs": 1_000.0, **figures}  # an older row: no flag, judged by its size
+    flagged = {"n_docs": 1_000.0, **figures, "hnsw_graph_serving": 0.0, "sq8_graph_serving": 0.0}
+    big = {"n_docs": 100_000.0, **figures, "hnsw_graph_serving": 1.0, "sq8_graph_serving": 1.0}
+    header = {"revision": "r", "timestamp": "t"}
+    for row in (small, flagged):
+        text = render_scale([row], header)
+        assert "| 1,000 | exact | 1.000 (exact) |" in text
+        assert "0.50 (exact)" in text and "Cells marked (exact)" in text
+    text = render_scale([big], header)
+    assert "| 100,000 | 128 | 1.000 |" in text and "(exact)" not in text
+
+
+def test_the_report_threshold_is_the_vector_index_default() -> None:
+    import inspect
+
+    from bench.scale.run import HNSW_THRESHOLD
+    from dense import FaissIndex
+
+    default = inspect.signature(FaissIndex).parameters["hnsw_threshold"].default
+    assert default == HNSW_THRESHOLD
