@@ -16,18 +16,23 @@ from bench.cli import main
 from bench.cluster import ClusterBenchConfig, config_problem, render_table
 from bench.cluster_measures import wait_until
 
+RUN = {
+    "corpus": "tiny",
+    "documents": 10,
+    "queries": 2,
+    "shards": 4,
+    "revision": "abc",
+    "load_avg_start": [1.0, 1.0, 1.0],
+    "load_avg_end": [2.0, 1.0, 1.0],
+    "cpus": 2,
+    "model": "m",
+}
+"""What every cluster result records about its run."""
+
 
 def test_report_marks_targets_met_and_missed() -> None:
     results = {
-        "corpus": "tiny",
-        "documents": 10,
-        "queries": 2,
-        "shards": 4,
-        "revision": "abc",
-        "load_avg_start": [1.0, 1.0, 1.0],
-        "load_avg_end": [2.0, 1.0, 1.0],
-        "cpus": 2,
-        "model": "m",
+        **RUN,
         "keyword_ndcg10_delta": 0.0004,
         "p50_overhead_ms": 4.2,
         "lost_documents": 0,
@@ -112,15 +117,7 @@ def test_the_search_loop_refuses_one_shard_and_no_duration() -> None:
 
 def test_report_shows_the_dfs_cost_beside_its_own_baseline() -> None:
     results = {
-        "corpus": "tiny",
-        "documents": 10,
-        "queries": 2,
-        "shards": 4,
-        "revision": "abc",
-        "load_avg_start": [1.0],
-        "load_avg_end": [1.0],
-        "cpus": 2,
-        "model": "m",
+        **RUN,
         "sharded_p50_ms": 9.0,
         "hybrid_dfs_baseline_p50_ms": 10.0,
         "hybrid_dfs_sharded_p50_ms": 10.5,
