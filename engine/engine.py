@@ -310,12 +310,16 @@ class SearchEngine:
             directory = self._corpus_dir(name)
             if not (directory / "config.json").is_file():
                 raise CorpusNotFound(f"no corpus named {name!r}")
-            corpus = self._corpora.pop(name, None)
-            if corpus is not None:
-                corpus._discard()  # waits for this process's calls in flight on it
-            # Waits for a write in progress; other processes learn of the drop from the
-            # store and stop answering for this corpus.
-            mark_dropped(directory, self._busy_timeout)
+
+            def discard() -> None:
+                corpus = self._corpora.pop(name, None)
+                if corpus is not None:
+                    corpus._discard()  # waits for this process's calls in flight on it
+
+            # Waits for a write in progress, and only then discards this process's
+            # object: a drop refused with EngineBusy leaves the corpus open and whole.
+            # Other processes learn of the drop from the store and stop answering for it.
+            mark_dropped(directory, self._busy_timeout, first=discard)
             self._remove(name, directory)
 
     def _remove(self, name: str, directory: Path) -> None:

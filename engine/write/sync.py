@@ -209,14 +209,19 @@ class CorpusSync:
             self._lock.close()
 
 
-def mark_dropped(directory: Path, busy_timeout: float) -> None:
-    """Before a corpus directory is deleted: wait for its write lock, then record the
-    drop in its store, so every process that has it open stops answering for it."""
+def mark_dropped(
+    directory: Path, busy_timeout: float, *, first: Callable[[], None] = lambda: None
+) -> None:
+    """Before a corpus directory is deleted: wait for its write lock, run ``first`` (the
+    caller's own teardown: only once nothing can fail for want of the lock), then record
+    the drop in its store, so every process that has it open stops answering for it.
+    ``EngineBusy`` when a write holds the lock past ``busy_timeout``: nothing was done."""
     lock = WriteLock(directory / "write.lock")
     if not lock.acquire(busy_timeout):
         lock.close()
         raise EngineBusy(f"{directory.name}: a write held the lock for {busy_timeout:g} s")
     try:
+        first()
         store = DocumentStore(directory / "store.sqlite3")
         try:
             store.mark_dropped()

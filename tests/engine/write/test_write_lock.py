@@ -97,6 +97,12 @@ def test_a_busy_writer_makes_others_wait_then_engine_busy_and_reads_go_on(
                 corpus.delete(["first"])
             with pytest.raises(EngineBusy):
                 corpus.flush()
+            # A drop refused for the lock leaves the open corpus whole (it was discarded
+            # before the wait: "was dropped" on every later call, the same object kept).
+            with pytest.raises(EngineBusy):
+                engine.drop_corpus("c")
+            assert engine.list_corpora() == ["c"] and engine.corpus("c") is corpus
+            assert [h.source_id for h in corpus.search("first document")] == ["first"]
             assert store_snapshot(root / "corpora" / "c") == before  # nothing half-written
             assert holder.stdin is not None
             holder.stdin.write("go on\n")
