@@ -395,7 +395,7 @@ class Corpus:
         after each batch. Returns how many documents were re-embedded; any the provider
         failed on stay degraded and heal like other degraded documents.
         """
-        check_switch(self._config, config, batch_size)
+        check_switch(self._config, config, embedder, batch_size)
         with self._sync.writing():
             if self._embedder is None:
                 raise InvalidArgument(

@@ -12,18 +12,32 @@ from collections.abc import Callable
 
 from tqdm import tqdm
 
+from dense import Embedder
 from engine.config import CorpusConfig
 from engine.errors import InvalidArgument
 from engine.write.ingest import Ingestor
 
 
-def check_switch(current: CorpusConfig, config: CorpusConfig, batch_size: int) -> None:
-    """Refuse a switch that would rename the corpus, drop its embedder or change its
-    declared fields, or a batch size outside 1..10000."""
-    if config.name != current.name or config.embedder is None:
+def check_switch(
+    current: CorpusConfig, config: object, embedder: object, batch_size: object
+) -> None:
+    """Refuse, before anything is touched, a switch that would change more than the
+    embedder (a name, the fields, the languages — which the keyword index was built
+    with —, the fusion, ...), one without an embedder, or a batch size that is not an
+    integer in 1..10000."""
+    if not isinstance(config, CorpusConfig) or config.name != current.name:
         raise InvalidArgument("switch_embedder needs this corpus's config with an embedder")
+    if config.embedder is None or not isinstance(embedder, Embedder):
+        raise InvalidArgument("switch_embedder needs an embedder; None turns vectors off")
     if config.fields != current.fields:
         raise InvalidArgument("switch_embedder cannot change the declared filterable fields")
+    if config.model_copy(update={"embedder": current.embedder}) != current:
+        raise InvalidArgument(
+            "switch_embedder changes the embedder only; the rest of a corpus's config "
+            "stays as it was created"
+        )
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool):
+        raise InvalidArgument("batch_size must be an integer in 1..10000")
     if not 1 <= batch_size <= 10_000:
         raise InvalidArgument("batch_size must be in 1..10000")
 

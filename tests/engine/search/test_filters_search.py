@@ -184,6 +184,34 @@ def test_switching_embedder_cannot_change_fields(engine: SearchEngine) -> None:
         corpus.switch_embedder(changed, HashEmbedder())
 
 
+def test_a_switch_with_bad_arguments_is_refused_before_anything_is_touched(
+    engine: SearchEngine,
+) -> None:
+    """Regression: a float batch size, a None embedder or a config changing more than the
+    embedder (the languages the keyword index was built with, the fusion) got past the
+    checks; the vectors were dropped and the new config saved before the pass failed,
+    leaving a keyword-only corpus (or an object that failed every later call)."""
+    config = _config(True)
+    corpus = engine.create_corpus(config)
+    corpus.add([Document(id="a", text="war letters", fields={"author": "Emma"})])
+    before = corpus.stats()
+    other = CorpusConfig.model_validate({**config.model_dump(), "embedder": "other-model"})
+    bad_calls: list[tuple[object, object, object]] = [
+        (other, HashEmbedder(), 2.5),
+        (other, HashEmbedder(), "5"),
+        (other, HashEmbedder(), True),
+        (other, None, 8),
+        (other.model_dump(), HashEmbedder(), 8),
+        (other.model_copy(update={"fusion": "zscore"}), HashEmbedder(), 8),
+        (other.model_copy(update={"languages": {0: "simple"}}), HashEmbedder(), 8),
+    ]
+    for changed, embedder, batch_size in bad_calls:
+        with pytest.raises(InvalidArgument):
+            corpus.switch_embedder(changed, embedder, batch_size=batch_size)  # type: ignore[arg-type]
+    assert corpus.config == config and corpus.stats() == before
+    assert [p.ranks.dense for p in corpus.search("war letters")] == [1]
+
+
 # -- properties ------------------------------------------------------------------------------
 
 
