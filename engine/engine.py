@@ -39,6 +39,7 @@ from engine.errors import (
     EngineError,
     EngineReadOnly,
     InvalidArgument,
+    StorageError,
     sealed,
 )
 from engine.limits import is_valid_corpus_name, is_wait_seconds
@@ -134,6 +135,8 @@ class SearchEngine:
         self._gate: contextlib.AbstractContextManager[None] = (
             SearchGate() if serialize_searches else contextlib.nullcontext()
         )
+        if not isinstance(path, str | os.PathLike):
+            raise InvalidArgument(f"path must be a str or os.PathLike, got {type(path).__name__}")
         self._root = Path(path)
         if self._read_only:
             if not (self._root / "corpora").is_dir():
@@ -143,8 +146,14 @@ class SearchEngine:
                 )
             self._engine_lock: WriteLock | None = None
         else:
-            (self._root / "corpora").mkdir(parents=True, exist_ok=True)
-            self._engine_lock = WriteLock(self._root / ".lock")
+            try:
+                (self._root / "corpora").mkdir(parents=True, exist_ok=True)
+                self._engine_lock = WriteLock(self._root / ".lock")
+            except OSError as exc:  # a file in the way, a read-only or full disk
+                raise StorageError(
+                    f"cannot open {self._root} as an engine directory "
+                    f"({type(exc).__name__}: {exc.strerror or exc})"
+                ) from exc
             kind = network_filesystem(self._root)
             if kind is not None:
                 logger.warning(

@@ -73,10 +73,13 @@ class DocumentStore:
         if read_only:
             self._open_for_reading(changes_path)
             return
+        # Only a store that holds something can be read without a writer: opening a new
+        # one on a full disk leaves an empty file, which is no store to read.
+        existed = path.is_file() and path.stat().st_size > 0
         try:
             self._writer_conn = self._open_writer()
         except sqlite3.Error as exc:
-            if not (path.is_file() and _out_of_room(exc, path.parent)):
+            if not (existed and _out_of_room(exc, path.parent)):
                 raise
             # A cleanly closed store has no -wal/-shm files, and a writer must create
             # them even to read: on a full disk the corpus would not open at all. It is

@@ -356,3 +356,16 @@ def test_finishing_a_dead_drop_never_removes_a_corpus_created_since(
         monkeypatch.undo()
         assert [hit.source_id for hit in reopened.search("created since")] == ["new"]
         assert other.list_corpora() == ["c"]
+
+
+def test_an_unusable_path_is_an_engine_error(tmp_path: Path) -> None:
+    """Regression: a file where the directory should be raised NotADirectoryError and a
+    path of the wrong type TypeError, past the engine's own error types."""
+    afile = tmp_path / "afile"
+    afile.write_text("not a directory", "utf-8")
+    with pytest.raises(StorageError, match=r"cannot open .*afile as an engine directory"):
+        SearchEngine(afile)
+    with pytest.raises(StorageError, match="cannot open"):
+        SearchEngine(afile / "below")
+    with pytest.raises(InvalidArgument, match="path must be"):
+        SearchEngine(None)  # type: ignore[arg-type]

@@ -265,6 +265,26 @@ def test_a_store_that_cannot_open_a_writer_for_lack_of_room_is_read(
         assert "full" not in str(raised.value)
 
 
+def test_a_corpus_created_without_room_says_the_disk_is_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: SQLite leaves an empty file behind when a new store cannot be written;
+    the full-disk fallback took it for a store to read and answered "no such table"."""
+
+    def no_room(self: DocumentStore) -> sqlite3.Connection:
+        self._path.touch()  # what SQLite leaves
+        exc = sqlite3.OperationalError("database or disk is full")
+        exc.sqlite_errorcode = 13  # type: ignore[attr-defined]
+        raise exc
+
+    monkeypatch.setattr(DocumentStore, "_open_writer", no_room)
+    monkeypatch.setattr("engine.storage.store._out_of_room", lambda exc, directory: True)
+    with SearchEngine(tmp_path) as engine:
+        with pytest.raises(StorageError, match="disk is full"):
+            engine.create_corpus(CorpusConfig(name="c", embedder=None))
+        assert engine.list_corpora() == []
+
+
 def test_a_store_read_with_immutable_sees_the_next_commit(tmp_path: Path) -> None:
     """A read-only store falls back to SQLite's ``immutable=1`` when no process could
     write it at connect time (no -shm file and no room or right to make one); that mode
