@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, cast
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -154,11 +154,13 @@ Pattern = Annotated[
 ]
 Limit = Annotated[int, Field(ge=1, le=MAX_GREP_MATCHES, description="Most matches returned.")]
 Filters = Annotated[
-    dict[str, Any] | None,
+    dict[str, Any] | list[dict[str, Any]] | None,
     Field(
         description=(
             "Only documents whose declared fields match: field name to a value, a list of "
-            'values, or operators, e.g. {"author": "Walter", "year": {"gte": 1942}}.'
+            'values (any of them), or operators, e.g. {"author": "Walter", "year": {"gte": '
+            '1942}}; a list of such objects must all match, e.g. [{"tag": "a"}, {"tag": '
+            '"b"}] for documents tagged both.'
         ),
     ),
 ]
@@ -245,8 +247,11 @@ def build_server(holder: EngineHolder) -> MCPServer:
         """The best passages for a query, best first: source_id, title, url, excerpt.
 
         ``filters`` (optional) keeps only documents whose declared fields match."""
+        # A list of filter objects is AND-ed, as Corpus.search reads it (its hint names
+        # the dict and JSON forms only).
+        given = cast(Any, filters)
         passages = _with_corpus(
-            holder, corpus, lambda c: c.search(query, top_k=top_k, filters=filters)
+            holder, corpus, lambda c: c.search(query, top_k=top_k, filters=given)
         )
         return SearchOut(
             passages=[

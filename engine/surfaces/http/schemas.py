@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from engine import FieldType, GrepMatch, Passage, SourceText
 from engine.config import DEFAULT_MODEL
 from engine.limits import CORPUS_NAME_PATTERN, MAX_GREP_PATTERN, MAX_TITLE_CHARS
+from engine.surfaces.loaders import DOCUMENT_KEYS
 from engine.surfaces.memory import MAX_MEMORY_CHARS, Recalled
 from sparse import DEFAULT_TITLE_WEIGHT, MAX_QUERY_LENGTH, MAX_TITLE_WEIGHT, Analyzer
 
@@ -99,7 +100,9 @@ class CreateCorpusRequest(_Request):
         description="A sentence-transformers model name; null makes a keyword-only corpus.",
     )
     fields: dict[str, FieldType] = Field(
-        default_factory=dict, description='Filterable fields, e.g. {"year": "integer"}.'
+        default_factory=dict,
+        description='Filterable fields, e.g. {"year": "integer"}; not named like a '
+        "document key (" + ", ".join(sorted(DOCUMENT_KEYS)) + ").",
     )
     fusion: Literal["rrf", "zscore"] = Field(
         "rrf",
@@ -119,6 +122,19 @@ class CreateCorpusRequest(_Request):
         + ", ".join(a.value for a in Analyzer)
         + ". Id 0 is English unless named; an unnamed id gets the CJK fallback.",
     )
+
+    @field_validator("fields")
+    @classmethod
+    def _fields_not_document_keys(cls, fields: dict[str, FieldType]) -> dict[str, FieldType]:
+        # An upload's top-level "title" is the document's title: a field of that name
+        # could only be filled from a "fields" object, so its values would be lost.
+        for name in fields:
+            if name in DOCUMENT_KEYS:
+                raise ValueError(
+                    f"{name!r} is a document key in the documents this server takes; name "
+                    f"the field otherwise (e.g. doc_{name})"
+                )
+        return fields
 
 
 class RememberRequest(_Request):

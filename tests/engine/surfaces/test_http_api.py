@@ -400,6 +400,15 @@ def test_create_chooses_fusion_and_title_weight(client: TestClient) -> None:
             "/v1/corpora", json={"name": "bad1", "embedder": no_model}, headers=AUTH
         )
         assert answer.status_code == 422 and "embedder null" in answer.text, no_model
+    # A field named like a document key could never be filled from an upload's top-level
+    # key (that is the document's own title or URL): its values were dropped silently.
+    for key in ("url", "title"):
+        answer = client.post(
+            "/v1/corpora",
+            json={"name": "bad1", "embedder": None, "fields": {key: "keyword"}},
+            headers=AUTH,
+        )
+        assert answer.status_code == 422 and "document key" in answer.text, key
     assert "bad1" not in engine.list_corpora()
 
 

@@ -129,6 +129,18 @@ def test_mcp_remember_recall_and_search_filters(tmp_path: Path) -> None:
             )
         )
         assert [p["source_id"] for p in late["passages"]] == ["l2"]  # never l3 (private)
+        # The list form ANDs its objects, as over HTTP and the CLI (it was refused).
+        both = payload(
+            await session.call_tool(
+                "search_knowledge",
+                {
+                    "corpus": "letters",
+                    "query": "war",
+                    "filters": [{"year": {"gte": 1943}}, {"year": {"lte": 1945}}],
+                },
+            )
+        )
+        assert [p["source_id"] for p in both["passages"]] == ["l2"]
         message = await expect_tool_error(
             session,
             "search_knowledge",
