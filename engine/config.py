@@ -134,11 +134,24 @@ EmbedderSpec = Annotated[
 ]
 
 
+MIN_WEIGHT = 1e-6
+"""The smallest non-zero arm weight (see ``FusionWeights``)."""
+
+
 class FusionWeights(_Frozen):
-    """Per-arm weights in ``Σ w_i / (k + rank_i)``."""
+    """Per-arm weights in ``Σ w_i / (k + rank_i)``: 0 (the arm does not count) or
+    ``MIN_WEIGHT`` to 100 (a weight so small that ``w / (k + rank)`` underflows to 0
+    would silently act as 0)."""
 
     sparse: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] = 1.0
     dense: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] = 1.0
+
+    @field_validator("sparse", "dense")
+    @classmethod
+    def _zero_or_counted(cls, weight: float) -> float:
+        if 0 < weight < MIN_WEIGHT:
+            raise ValueError(f"a weight is 0 or at least {MIN_WEIGHT:g}")
+        return weight
 
 
 class RRFFusion(_Frozen):

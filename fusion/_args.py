@@ -43,4 +43,7 @@ def checked_limit(limit: int | None) -> int | None:
 def as_float(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise FusionError(f"{name} must be a real number, got {value!r}")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an int past float's range: not a ValueError
+        raise FusionError(f"{name} must be a finite real number, got {value!r}") from None

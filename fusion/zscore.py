@@ -151,7 +151,10 @@ def _checked_arm(index: int, ranking: ScoredRanking) -> dict[str, float]:
             raise FusionError(
                 f"scored_rankings[{index}][{position}]: score must be a real number, got {score!r}"
             )
-        value = float(score)
+        try:
+            value = float(score)
+        except OverflowError:  # an int or Fraction past float's range
+            value = math.inf
         if not math.isfinite(value):
             raise FusionError(
                 f"scored_rankings[{index}][{position}]: score must be finite, got {score!r}"

@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dense import Embedder, EmbedderUnavailable, embed_query
-from engine.config import CorpusConfig
+from engine.config import CorpusConfig, RRFFusion
 from engine.documents import Passage
 from engine.limits import MAX_LANGUAGE_ID, MAX_OFFSET, MAX_TOP_K
 from engine.metrics import EngineMetrics
@@ -284,8 +284,17 @@ class Searcher:
         # query a second time: ~0.2 ms of Cranfield's ~1.4 ms answer). Deeper, it would
         # read the text of every hit above the page too (offset 1,000 of megabyte texts:
         # a gigabyte, for 200 passages): ``build_passages`` cuts the page's alone.
+        # Z-scores standardise over a window: over the fusion window, as in a hybrid
+        # search, not over the page asked for (a one-hit page scored 0, and the next
+        # page's scores rose above this one's). Ranks alone need no more than the page.
+        wanted = need if isinstance(p.config.fusion, RRFFusion) else hybrid_window(p.config, need)
         hits = p.keyword_full.search(
-            text, need, language, filters=filters, excerpts=first_page, distinct_urls=False
+            text,
+            wanted,
+            language,
+            filters=filters,
+            excerpts=first_page and wanted == need,
+            distinct_urls=False,
         )
         p.metrics.arm_duration.labels(p.corpus, Arm.SPARSE.value).observe(time.perf_counter() - t0)
         return fuse_arms(p.config, hits, None, need), hits

@@ -76,7 +76,7 @@ class DatabaseLikeBackend:
         sql = (
             f"SELECT source_id, title, url, {text}, language_id, page_uid, "
             f"{' + '.join(score_parts)} AS score FROM documents WHERE {where} "
-            f"ORDER BY score DESC, rowid LIMIT ?"
+            f"ORDER BY score DESC, source_id LIMIT ?"
         )
         rows = self._store.connection().execute(sql, params).fetchall()
         return [

@@ -318,7 +318,9 @@ def test_one_ranking_fuses_as_it_does_beside_an_empty_one(
 # --- validation -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("k", [0, -1, -0.5, math.nan, math.inf, -math.inf, True, "60", None])
+@pytest.mark.parametrize(
+    "k", [0, -1, -0.5, math.nan, math.inf, -math.inf, True, "60", None, 2**1100]
+)
 def test_invalid_k_is_rejected(k: object) -> None:
     with pytest.raises(FusionError, match=r"\bk\b"):
         rrf([["a"]], k=k)  # type: ignore[arg-type]
@@ -333,6 +335,7 @@ def test_invalid_k_is_rejected(k: object) -> None:
         ([math.nan, 1.0], r"weights\[0\]"),
         ([1.0, math.inf], r"weights\[1\]"),
         ([1.0, "2"], r"weights\[1\]"),
+        ([1.0, 2**1100], r"weights\[1\]"),  # past float's range: not an OverflowError
         ("ab", "not a str"),
     ],
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -202,6 +203,10 @@ def test_affine_changes_of_an_arms_scores_and_scaled_weights_change_nothing(
         ([[("a", 1.0)]], None, -1),
         ([[("a", 1.0)]], None, 2.5),
         ([[("a", 1.0)]], None, True),
+        # integers and fractions past float's range (float() raised OverflowError)
+        ([[("a", 2**1100)]], None, None),
+        ([[("a", Fraction(2**1100, 3))]], None, None),
+        ([[("a", 1.0)]], [2**1100], None),
     ],
 )
 def test_invalid_arguments_raise_fusion_error(arms: object, weights: object, limit: object) -> None:

@@ -96,6 +96,33 @@ def test_zscore_keyword_fallback_keeps_the_keyword_order(
         assert all(h.ranks.dense is None and h.ranks.sparse for h in hits)
 
 
+def test_zscore_keyword_scores_do_not_depend_on_the_page_asked_for(
+    engine: SearchEngine,
+) -> None:
+    """Regression: a keyword z-score answer standardised over the hits of the page asked
+    for: a one-hit page scored 0, the same document scored otherwise at top 3, and the
+    second page's scores rose above the first page's."""
+    corpus = engine.create_corpus(
+        CorpusConfig.model_validate({"name": "zk", "embedder": None, "fusion": "zscore"})
+    )
+    corpus.add(DOCS)
+    text = "printer toner paper"
+    whole = {h.source_id: h.score for h in corpus.search(text, top_k=20)}
+    assert len(whole) >= 8 and len(set(whole.values())) > 1
+    for top_k, offset in ((1, 0), (3, 0), (4, 4)):
+        page = corpus.search(text, top_k=top_k, offset=offset)
+        assert all(h.score == whole[h.source_id] for h in page), (top_k, offset)
+    first, second = corpus.search(text, top_k=4), corpus.search(text, top_k=4, offset=4)
+    assert first[-1].score >= second[0].score
+
+
+def test_arm_weights_too_small_to_count_are_refused() -> None:
+    """A weight whose share w / (k + rank) underflows to 0 acted as 0, silently."""
+    with pytest.raises(ValidationError, match="0 or at least"):
+        CorpusConfig.model_validate({"name": "x", "weights": {"sparse": 5e-324}})
+    assert CorpusConfig.model_validate({"name": "x", "weights": {"sparse": 0}}).weights.sparse == 0
+
+
 def test_the_choice_persists_and_rejects_unknown_names(tmp_path: Path) -> None:
     factory = lambda spec: HashEmbedder()  # noqa: E731
     with SearchEngine(tmp_path / "e", embedder_factory=factory) as eng:

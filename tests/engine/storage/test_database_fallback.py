@@ -56,3 +56,16 @@ def test_ranking_ids_only_reads_no_text(tmp_path: Path) -> None:
     bare = backend.search(RetrievalQuery(text="lava", limit=5, excerpts=False), PUBLIC)
     assert [(h.source_id, h.score) for h in bare] == [(h.source_id, h.score) for h in full]
     assert all(h.excerpt for h in full) and not any(h.excerpt for h in bare)
+
+
+def test_equal_scores_are_ordered_by_id_whatever_the_insertion_order(tmp_path: Path) -> None:
+    """Regression: equal LIKE scores (small integers: ties are the rule) followed the
+    insertion order, so two builds of one corpus answered differently."""
+    docs = [SparseDocument(f"d{i}", "", "lava flows") for i in range(6)]
+    orders = []
+    for name, batch in (("forward", docs), ("backward", docs[::-1])):
+        store = DocumentStore(tmp_path / f"{name}.sqlite3")
+        store.upsert([_stored(d) for d in batch], None)
+        found = DatabaseLikeBackend(store).search(RetrievalQuery(text="lava", limit=6), PUBLIC)
+        orders.append([h.source_id for h in found])
+    assert orders[0] == orders[1] == [f"d{i}" for i in range(6)]
