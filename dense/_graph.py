@@ -177,8 +177,10 @@ def load_graph(path: Path, storage: VectorStorage, labels: Labels, dimension: in
     faiss = faiss_module()
     try:
         index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC)
-    except RuntimeError as exc:
-        raise ValueError(f"unreadable graph ({exc})") from exc
+    except (RuntimeError, MemoryError, OverflowError) as exc:
+        # A damaged length field makes FAISS try to allocate what it says (std::bad_alloc
+        # arrives as MemoryError): a damaged file, like any other, not a failed open.
+        raise ValueError(f"unreadable graph ({type(exc).__name__}: {exc})") from exc
     if not isinstance(index, faiss.IndexIDMap):
         raise ValueError("the graph is not an id-mapped index")
     graph = Graph(index, storage)

@@ -143,3 +143,32 @@ def test_an_engine_replaces_a_vector_file_damaged_in_place_from_its_store(
         corpus = eng.corpus("docs")
         assert _top(corpus, "word123")[0] == ("d123", 1)
         assert corpus.stats()["vectors"] == 401
+
+
+def test_a_damaged_graph_length_that_fails_allocation_is_corruption(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: a flipped length field in a large file's graph (opened before its
+    checksums run) made FAISS's read raise MemoryError (std::bad_alloc), which escaped as
+    a failed open instead of the FaissIndexCorrupt that rebuilds from the store."""
+    import dense._graph as graph_module
+    import dense.index_file as index_file
+
+    index, _ = _sq8()
+    path = tmp_path / "v.faiss"
+    index.save(path)
+    index.close()
+    real = graph_module.faiss_module()
+
+    class Exhausted:
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
+
+        @staticmethod
+        def read_index(*args: object) -> object:
+            raise MemoryError("std::bad_alloc")
+
+    monkeypatch.setattr(index_file, "VERIFY_AT_OPEN_BYTES", 0)  # the large-file path
+    monkeypatch.setattr(graph_module, "faiss_module", lambda: Exhausted())
+    with pytest.raises(FaissIndexCorrupt):
+        FaissIndex.load(path)
