@@ -142,7 +142,7 @@ def _verdict(
     named = ""
     try:
         raw = _decoded(item, jsonl)
-        named = next((i for i in map(as_id, (raw.get("id"), raw.get("_id"))) if i), "")
+        named = next((i for i in map(_as_id, (raw.get("id"), raw.get("_id"))) if i), "")
         vector = raw.pop(vector_column, None) if vector_column else None
         doc = document_from_json(raw, fields)
         # What Corpus.add would refuse (a lone surrogate, a float in an integer field):
@@ -158,7 +158,7 @@ def _verdict(
         return f"{where}: {exc}" if where else str(exc)
 
 
-def as_id(value: object) -> str:
+def _as_id(value: object) -> str:
     """``value`` as the loaders read an id (a string, or an integer), if it is a valid
     one; else ""."""
     if isinstance(value, int) and not isinstance(value, bool):

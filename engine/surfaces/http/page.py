@@ -36,13 +36,11 @@ _SECURITY = {
     "X-Frame-Options": "DENY",
 }
 _DOCS_SECURITY = {
+    **_SECURITY,
     # Swagger UI runs an inline script (and, without fastapi-offline, scripts from its
     # CDN), so only framing, plugins and <base> are ruled out: a page that can send the
     # API's writes must not be framed by another site.
     "Content-Security-Policy": "frame-ancestors 'none'; object-src 'none'; base-uri 'none'",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "X-Frame-Options": "DENY",
 }
 _DOCS_ASSETS = {
     "swagger-ui-bundle.js": "text/javascript; charset=utf-8",
