@@ -4,8 +4,8 @@ Without a graph every search is exact. With one, the graph answers for the base 
 covers (retired rows masked out by a selector of the labels still live in it) and the
 tail is scored exactly beside it; the two are merged by score. Filtered searches with a
 small eligible set are exact; a graph search that finds fewer (eligible) hits than asked
-falls back to exact scoring. An SQ8 graph returns twice ``k``
-candidates, re-ranked exactly from the float vectors.
+falls back to exact scoring. The graph's candidates are scored again exactly, row by row
+(an SQ8 graph returns twice ``k`` of them, re-ranked from the float vectors).
 
 Ordering everywhere: best score first, equal scores in ascending label order.
 """
@@ -125,12 +125,12 @@ def _graph_top(
     ef: int,
     threads: int | None,
 ) -> Hits:
-    if graph.storage is VectorStorage.FLOAT32:
-        return graph.search(query, k, ef, selector, threads)
-    want = k * SQ8_RERANK
-    labels, _approx = graph.search(query, want, max(ef, want), selector, threads)
-    # Row by row (not one matrix product, whose rounding depends on a row's position):
-    # identical vectors must score identically for ties to go by id.
+    want = k if graph.storage is VectorStorage.FLOAT32 else k * SQ8_RERANK
+    labels, _graph_scores = graph.search(query, want, max(ef, want), selector, threads)
+    # Every candidate is scored again row by row, as the exact path scores the tail: an
+    # SQ8 graph's scores are approximate, and even a float32 graph's (FAISS's SIMD sums)
+    # can differ from the exact path's in the last bit, so a vector in the graph and its
+    # twin in the tail would tie by where they sit instead of by id.
     scores = np.einsum(
         "ij,j->i", store.base_vectors_for_rerank(store.base_row_of(labels)), query[0]
     )
