@@ -521,6 +521,20 @@ class DocumentStore:
         read every row's vector, 1.5 GB of pages for a million 384-d documents."""
         return self.count_status(EmbeddingStatus.EMBEDDED)
 
+    def vector_dimension(self) -> int | None:
+        """The length of the first stored vector in rowid order (the one a rebuild of the
+        vector index takes its dimension from); ``None`` when no document holds one."""
+        row = (
+            self._reader()
+            .execute(
+                "SELECT length(embedding) FROM documents WHERE embedding_status = ? "
+                "ORDER BY rowid LIMIT 1",
+                (int(EmbeddingStatus.EMBEDDED),),
+            )
+            .fetchone()
+        )
+        return None if row is None or row[0] is None else int(row[0]) // 4
+
     def count_public(self, status: EmbeddingStatus | None = None) -> int:
         """Public documents (with ``status``: those with that embedding status) — what a
         search can return, and all a public metric may say."""

@@ -250,8 +250,7 @@ class DerivedIndexes:
         if marker < seq:
             self._catch_up_faiss(marker)
             self._save_at_open(seq)
-        held = 0 if self.faiss is None else len(self.faiss)
-        if held != self._store.count_with_vectors():
+        if self._disagrees_with_store():
             logger.warning("vector index disagrees with the store; rebuilding it")
             self.faiss = None
             self._catch_up_faiss(-1)
@@ -342,14 +341,22 @@ class DerivedIndexes:
         with self._store.read_snapshot() as snapshot:
             if snapshot.seq > self._applied:
                 self._catch_up_faiss(self._applied)
-            if verify and (0 if self.faiss is None else len(self.faiss)) != (
-                self._store.count_with_vectors()
-            ):
+            if verify and self._disagrees_with_store():
                 logger.warning("vector index disagrees with the store; loading stored vectors")
                 self.faiss = None
                 self._catch_up_faiss(-1)
                 self._vectors_file_stale = True
             self._applied = max(self._applied, snapshot.seq)
+
+    def _disagrees_with_store(self) -> bool:
+        """The vector index holds another number of vectors than the store, or vectors of
+        another length (a file copied from another corpus, or left by a switch of model
+        that did not finish): a search would find every query the wrong length."""
+        held = 0 if self.faiss is None else len(self.faiss)
+        if held != self._store.count_with_vectors():
+            return True
+        stored = self._store.vector_dimension() if held else None
+        return self.faiss is not None and stored is not None and stored != self.faiss.dimension
 
     def _follow_tantivy(self, seq: int) -> None:
         self._followed_seq = max(self._followed_seq, seq)

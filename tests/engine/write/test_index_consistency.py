@@ -7,9 +7,10 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from dense import Embedder
+from dense import Embedder, FaissIndex
 from engine import Corpus, CorpusConfig, Document, SearchEngine
 from engine.config import EmbedderSpec, SentenceTransformerEmbedding
 from sparse import SparseDocument
@@ -65,6 +66,29 @@ def test_damaged_indexes_are_rebuilt_without_re_embedding(
         assert hash_embedder.embed_calls == calls  # rebuilt from stored vectors
         hit = corpus.search("alpha7")[0]
         assert (hit.source_id, hit.ranks.sparse) == ("d7", 1)
+
+
+def test_a_vector_file_of_another_dimension_is_rebuilt_from_the_store(
+    tmp_path: Path, hash_embedder: SwitchableEmbedder
+) -> None:
+    """A valid file holding as many vectors of another length (copied from another
+    corpus, or left by a model switch that did not finish) is not this corpus's index:
+    kept, every query would be the wrong length and the vector arm silently off."""
+    with _open(tmp_path, hash_embedder) as eng:
+        eng.create_corpus(CorpusConfig(name="c")).add(DOCS)
+    foreign = FaissIndex(16)
+    rng = np.random.default_rng(0)
+    foreign.add([doc.id for doc in DOCS], rng.standard_normal((30, 16)).astype(np.float32))
+    foreign.save(tmp_path / "corpora" / "c" / "vectors.faiss")
+    calls = hash_embedder.embed_calls
+    with _open(tmp_path, hash_embedder) as eng:
+        corpus = eng.corpus("c")
+        hit = corpus.search("alpha7 shared")[0]
+        assert (hit.source_id, hit.ranks.dense) == ("d7", 1)
+        assert hash_embedder.embed_calls == calls + 1  # the query only: no re-embedding
+    reopened = FaissIndex.load(tmp_path / "corpora" / "c" / "vectors.faiss")
+    assert (reopened.dimension, len(reopened)) == (HashEmbedder().dimension, 30)
+    reopened.close()
 
 
 def _count_keyword_upserts(corpus: Corpus) -> list[int]:
