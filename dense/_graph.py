@@ -30,6 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dense._faiss import background_build_threads, faiss_module, omp_threads
+from dense._graph_layout import check_lengths
 from dense._vector_store import Labels, SealPlan, Vectors
 
 BUILD_CHUNK = 8_192  # rows per FAISS add: how often a build checks for a stop or a gate
@@ -171,10 +172,15 @@ def _training_sample(plan: SealPlan, dimension: int) -> Vectors:
     return out
 
 
-def load_graph(path: Path, storage: VectorStorage, labels: Labels, dimension: int) -> Graph:
-    """Memory-map the FAISS structure at the start of ``path`` and check it is safe to
-    search: ``ValueError`` if any count, offset or neighbour is out of range."""
+def load_graph(
+    path: Path, storage: VectorStorage, labels: Labels, dimension: int, section_bytes: int
+) -> Graph:
+    """Memory-map the FAISS structure at the start of ``path`` (``section_bytes`` long)
+    and check it is safe to search: ``ValueError`` if any length, count, offset or
+    neighbour is out of range."""
     faiss = faiss_module()
+    with open(path, "rb") as fh:
+        check_lengths(fh, 0, section_bytes)  # before FAISS allocates what a length says
     try:
         index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC)
     except (RuntimeError, MemoryError, OverflowError) as exc:

@@ -18,7 +18,9 @@ them); the tail holds the live rows added since. Without a graph every live row 
 Opening. The trailer, the header and the small sections (labels, retired-row mask) are
 verified against their sha256 before anything is used. The large sections — vectors and
 the graph — are then memory-mapped, not read: a million 384-d vectors reopen in the time
-it takes to parse the id table. The graph is checked structurally (every count, offset
+it takes to parse the id table. The graph's array lengths are checked against its
+section before FAISS reads them (``dense._graph_layout``: FAISS allocates what a length
+says before reading), and the graph is then checked structurally (every count, offset
 and neighbour id in range) so that walking it is memory-safe whatever the disk returned;
 the large sections' digests are checked at once when they are small
 (``VERIFY_AT_OPEN_BYTES``) and otherwise by ``Verification.run`` — the index runs it on
@@ -373,7 +375,7 @@ def _decode(
         verification = Verification(path, ())
     graph = None
     if has_graph:
-        graph = load_graph(path, storage, base_labels, dim)
+        graph = load_graph(path, storage, base_labels, dim, spans["graph"][1])
     base_reader = None
     if "base_vectors" in spans:
         offset, _length, digest = spans["base_vectors"]

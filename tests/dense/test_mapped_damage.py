@@ -172,3 +172,55 @@ def test_a_damaged_graph_length_that_fails_allocation_is_corruption(
     monkeypatch.setattr(graph_module, "faiss_module", lambda: Exhausted())
     with pytest.raises(FaissIndexCorrupt):
         FaissIndex.load(path)
+
+
+def _graph_field_offsets(path: Path) -> dict[str, int]:
+    """Where the graph's array length fields sit, read independently of the engine from
+    FAISS's layout of an ``IndexIDMap`` over an ``IndexHNSW*`` (each index header: a
+    fourcc and 33 bytes; each array: a u64 count, then the items)."""
+    data = path.read_bytes()
+    at, offsets = 2 * (4 + 33), {}
+    for name, item_bytes in (("probas", 8), ("cum", 4), ("levels", 4), ("offsets", 8)):
+        offsets[name] = at
+        at += 8 + struct.unpack_from("<Q", data, at)[0] * item_bytes
+    return offsets
+
+
+@pytest.mark.parametrize("field", ["probas", "levels", "offsets"])
+@pytest.mark.parametrize("storage", ["float32", "sq8"])
+def test_a_graph_length_past_its_section_is_refused_before_faiss_allocates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, field: str, storage: str
+) -> None:
+    """A damaged array length in a large file's graph made FAISS allocate (and zero-fill)
+    what it said before the short read failed — up to the machine's memory. The lengths
+    are now checked against the section first, and FAISS is never asked to read it."""
+    import dense._graph as graph_module
+    import dense.index_file as index_file
+    from dense._graph_layout import walk_matches_faiss
+
+    assert walk_matches_faiss()  # else the check is off, silently, for this FAISS
+    index = FaissIndex(DIM, hnsw_threshold=0, storage=storage, build_delay_s=0.0)
+    index.add([f"d{i}" for i in range(300)], _vectors(300))
+    assert index.wait_for_graph(timeout=120)
+    path = tmp_path / "v.faiss"
+    index.save(path)
+    index.close()
+    with open(path, "r+b") as fh:
+        fh.seek(_graph_field_offsets(path)[field])
+        fh.write(struct.pack("<Q", 1 << 32))  # 4 Gi items: 16-32 GiB zero-filled
+    real, reads = graph_module.faiss_module(), []
+
+    class Spy:
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
+
+        @staticmethod
+        def read_index(*args: object) -> object:
+            reads.append(args)
+            raise MemoryError("the test refuses to allocate")
+
+    monkeypatch.setattr(index_file, "VERIFY_AT_OPEN_BYTES", 0)  # the large-file path
+    monkeypatch.setattr(graph_module, "faiss_module", lambda: Spy())
+    with pytest.raises(FaissIndexCorrupt, match="claims 4294967296 items"):
+        FaissIndex.load(path)
+    assert reads == []
