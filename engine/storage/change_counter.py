@@ -1,14 +1,21 @@
 """A shared change counter beside the store: how a search learns for ~0.2 µs that nothing
 changed.
 
-``<store>.changes`` holds one little-endian 64-bit counter. Every committed write
-transaction adds one (``DocumentStore`` does it right after ``COMMIT``), and every
-process maps the file into memory, so reading it is a memory load, not a system call or
-an SQLite statement (``PRAGMA data_version`` cost a few per cent of a keyword search).
-Writers are serialised by the engine's write lock, so the read-modify-write needs no
-atomic instruction; a torn read can only look like a change, which costs one needless
-look at the store's counters, never a missed one. A commit whose process died before
-the bump is unacknowledged; the next write's bump makes every process look.
+``<store>.changes`` holds one little-endian 64-bit counter. Every process maps the file
+into memory, so reading it is a memory load, not a system call or an SQLite statement
+(``PRAGMA data_version`` cost a few per cent of a keyword search). Writers are serialised
+by the engine's write lock, so the read-modify-write needs no atomic instruction; a torn
+read can only look like a change, which costs one needless look at the store's counters,
+never a missed one.
+
+The counter is a sequence lock: ``DocumentStore`` makes it odd right before a
+``COMMIT`` (``begin_commit``) and even right after (``end_commit``). A reader that finds
+it odd cannot trust any value it remembers — the commit may land at any moment, or may
+have landed in a process that died before making the counter even — so it looks at the
+store's counters on every search until the counter is even again (``in_commit``). Before,
+a writer killed between its commit and its bump left every other process serving the
+rows it changed (a document made private, or deleted) until the next write anywhere.
+The next write-lock holder's ``bump`` makes the counter even again.
 """
 
 from __future__ import annotations
@@ -48,9 +55,29 @@ class ChangeCounter:
         return int(_FORMAT.unpack_from(mapped, 0)[0])
 
     def bump(self) -> None:
+        """Move to the next even value: every process looks at the store once."""
+        self._advance(to_odd=False)
+
+    def begin_commit(self) -> None:
+        """Move to the next odd value: a commit may land from now on."""
+        self._advance(to_odd=True)
+
+    def end_commit(self) -> None:
+        """Move to the next even value: the commit landed (or failed)."""
+        self._advance(to_odd=False)
+
+    def _advance(self, *, to_odd: bool) -> None:
         mapped = self._map
         if mapped is not None:
-            _FORMAT.pack_into(mapped, 0, (_FORMAT.unpack_from(mapped, 0)[0] + 1) & _MASK)
+            value = int(_FORMAT.unpack_from(mapped, 0)[0]) + 1
+            if bool(value & 1) != to_odd:
+                value += 1
+            _FORMAT.pack_into(mapped, 0, value & _MASK)
+
+    @staticmethod
+    def in_commit(value: int) -> bool:
+        """A value read while a commit was in flight (or its process died in it)."""
+        return bool(value & 1)
 
     def close(self) -> None:
         mapped, self._map = self._map, None

@@ -236,7 +236,10 @@ class DocumentStore:
             self._immutable = False
             self._reader()
             handle = self._local.reader
-        handle.data_version = version
+        # An odd counter: a commit in flight, or one whose process died before the counter
+        # moved on (see ``change_counter``): remember nothing, look again on every call.
+        in_commit = changes is not None and ChangeCounter.in_commit(version)
+        handle.data_version = -2 if in_commit else version
         return True
 
     def state(self) -> StoreState:
@@ -419,10 +422,15 @@ class DocumentStore:
             try:
                 self._writer.execute("BEGIN IMMEDIATE")
                 yield
-                self._writer.execute("COMMIT")
-                self._headers.invalidate()
-                if self._changes is not None:
-                    self._changes.bump()
+                changes = self._changes
+                if changes is not None:
+                    changes.begin_commit()  # see ``change_counter``: a sequence lock
+                try:
+                    self._writer.execute("COMMIT")
+                finally:
+                    self._headers.invalidate()
+                    if changes is not None:
+                        changes.end_commit()
             except sqlite3.Error as exc:
                 self._rollback()
                 raise StorageError(f"{what}: {exc}") from exc
