@@ -515,7 +515,16 @@ class Corpus:
         embedder: Embedder | None = None
         if config.embedder is not None and self._embedder is not None:
             spec = config.embedder
-            found = self._embedder_for(spec) if self._embedder_for else build_embedder(spec)
+            try:
+                found = self._embedder_for(spec) if self._embedder_for else build_embedder(spec)
+            except Exception:
+                # The new model does not build here (yet): searches answer from keywords
+                # rather than embed queries with the old model; writes wait for it (the
+                # caller keeps the config pending and retries, see ``CorpusSync``).
+                self._searcher.install(
+                    dataclasses.replace(self._searcher.state, config=config, embedder=None)
+                )
+                raise
             embedder = self._guard(found)
         self._write_with(config, embedder)
         self._searcher.install(

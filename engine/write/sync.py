@@ -20,6 +20,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from engine.write.lock import WriteLock
 logger = logging.getLogger(__name__)
 
 Stamp = tuple[int, int] | None
+CONFIG_RETRY_S = 5.0  # a config whose embedder failed to build is tried again this late
 
 
 def file_stamp(path: Path) -> Stamp:
@@ -47,7 +49,8 @@ class CorpusSync:
 
     ``on_change`` is called whenever another process's commits are about to be followed
     (the owner forgets what it cached about visibility), ``on_config_change`` when
-    ``config.json`` changed on disk since it was last read; ``name`` is for messages only.
+    ``config.json`` changed on disk since it was last adopted (it may raise: see
+    ``_adopt_changed_config``); ``name`` is for messages only.
     """
 
     def __init__(
@@ -61,6 +64,7 @@ class CorpusSync:
         busy_timeout: float,
         on_change: Callable[[], None],
         on_config_change: Callable[[], None],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._dir = directory
         self._store = store
@@ -75,6 +79,8 @@ class CorpusSync:
         self._exclusive = False
         self.dropped = False
         self.config_stamp = file_stamp(directory / "config.json")
+        self._config_retry_at: float | None = None  # a failed adoption: when to retry
+        self._clock = clock
 
     @property
     def read_only(self) -> bool:
@@ -105,6 +111,9 @@ class CorpusSync:
         """Bring this process's view up to every committed write (cheap when none)."""
         if self._store.changed():
             self._catch_up(holder=False)
+        elif self._config_retry_at is not None and self._clock() >= self._config_retry_at:
+            with self._follow_lock:
+                self._adopt_changed_config(holder=False)
         self._indexes.replace_damaged_vectors()
         if self._indexes.keyword_pending and not self.exclusive:
             self._indexes.poll_keyword()
@@ -121,19 +130,40 @@ class CorpusSync:
             # epoch before it saves the config, and a search that followed the epoch in
             # between left this process with the old model to heal and add with.
             if holder:
-                self._adopt_changed_config()
+                self._adopt_changed_config(holder=True)
             return
         with self._follow_lock:
             self._store.invalidate_caches()
             self._on_change()
-            self._adopt_changed_config()
+            self._adopt_changed_config(holder=holder)
             self._indexes.follow(state)
 
-    def _adopt_changed_config(self) -> None:
+    def _adopt_changed_config(self, *, holder: bool) -> None:
+        """Adopt a ``config.json`` another process changed. The stamp moves only once the
+        new config was adopted: if building its embedder fails (a model that cannot load
+        here right now), a search goes on — ``on_config_change`` left it answering from
+        keywords — and tries again ``CONFIG_RETRY_S`` later, while a write raises rather
+        than embed with the old model into a corpus switched to another."""
         stamp = file_stamp(self._dir / "config.json")
-        if stamp != self.config_stamp:
-            self.config_stamp = stamp
+        if stamp == self.config_stamp:
+            self._config_retry_at = None
+            return
+        try:
             self._on_config_change()
+        except Exception as exc:
+            self._config_retry_at = self._clock() + CONFIG_RETRY_S
+            if holder:
+                raise
+            logger.warning(
+                "corpus %s: could not adopt the config another process wrote (%s); "
+                "answering from keywords, retrying in %g s",
+                self._name,
+                type(exc).__name__,
+                CONFIG_RETRY_S,
+            )
+            return
+        self.config_stamp = stamp
+        self._config_retry_at = None
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -197,8 +227,8 @@ class CorpusSync:
                 if got:
                     try:
                         self._catch_up(holder=True)
-                    except CorpusNotFound:
-                        got = False
+                    except Exception:  # dropped, or another process's config not adopted:
+                        got = False  # nothing to save that the next open would not redo
                 yield got
             finally:
                 if lock.held:

@@ -364,3 +364,49 @@ def test_a_writer_that_followed_a_switch_mid_way_heals_with_the_new_model(
         with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
             models = {row[0] for row in db.execute("SELECT embedding_model FROM documents")}
         assert models == {"word-hash-b"}
+
+
+def test_a_switch_elsewhere_whose_model_fails_to_build_here_is_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The switched-to model fails to build in this process at first (a transient load
+    failure). Before, the first search raised, the config was marked adopted anyway, and
+    this process went on embedding with the old model — into a corpus switched to
+    another, silently when the two have one dimension. Now searches answer from
+    keywords, a write raises, and the config is adopted once the model builds."""
+    import engine.write.sync
+
+    monkeypatch.setattr(engine.write.sync, "CONFIG_RETRY_S", 0.0)
+    broken = {"b": True}
+
+    def same_width(spec: object) -> WordHashEmbedder:
+        return WordHashEmbedder(dimension=32, name=f"word-hash-{getattr(spec, 'model', 'a')}")
+
+    def flaky(spec: object) -> WordHashEmbedder:
+        if getattr(spec, "model", "a") == "b" and broken["b"]:
+            raise RuntimeError("model b cannot load right now")
+        return same_width(spec)
+
+    with (
+        SearchEngine(tmp_path, embedder_factory=same_width) as first,
+        SearchEngine(tmp_path, embedder_factory=flaky) as second,
+    ):
+        first.create_corpus(
+            CorpusConfig(name="c", embedder=SentenceTransformerEmbedding(model="a"))
+        ).add([Document(id=f"d{i}", text=f"printer paper tray {i}") for i in range(4)])
+        other = second.corpus("c")
+        assert other.search("printer")[0].ranks.dense is not None
+        first.switch_embedder("c", SentenceTransformerEmbedding(model="b"))
+        for _ in range(2):
+            hits = other.search("printer paper")
+            assert hits and all(hit.ranks.dense is None for hit in hits)
+        with pytest.raises(RuntimeError, match="cannot load"):
+            other.add([Document(id="early", text="parcel locker")])
+        broken["b"] = False
+        hits = other.search("printer paper")
+        assert hits and hits[0].ranks.dense is not None
+        assert other.config.embedder == SentenceTransformerEmbedding(model="b")
+        other.add([Document(id="late", text="parcel locker")])
+    with sqlite3.connect(tmp_path / "corpora" / "c" / "store.sqlite3") as db:
+        models = db.execute("SELECT source_id, embedding_model FROM documents").fetchall()
+    assert dict(models) == {**{f"d{i}": "word-hash-b" for i in range(4)}, "late": "word-hash-b"}
