@@ -242,6 +242,13 @@ class DocumentStore:
         handle.data_version = -2 if in_commit else version
         return True
 
+    def look_again(self) -> None:
+        """Make this thread's next ``changed()`` answer True (a follow that failed half-way
+        must be tried again, not forgotten until the next commit)."""
+        handle: ReaderHandle | None = getattr(self._local, "reader", None)
+        if handle is not None:
+            handle.data_version = -2
+
     def state(self) -> StoreState:
         """The change counters as committed now (see ``StoreState``)."""
         rows = dict(

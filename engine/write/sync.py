@@ -110,7 +110,11 @@ class CorpusSync:
     def follow(self) -> None:
         """Bring this process's view up to every committed write (cheap when none)."""
         if self._store.changed():
-            self._catch_up(holder=False)
+            try:
+                self._catch_up(holder=False)
+            except BaseException:
+                self._store.look_again()
+                raise
         elif self._config_retry_at is not None and self._clock() >= self._config_retry_at:
             with self._follow_lock:
                 self._adopt_changed_config(holder=False)

@@ -35,6 +35,7 @@ from engine import (
     InvalidArgument,
     SearchEngine,
     SentenceTransformerEmbedding,
+    StorageError,
 )
 from tests.support.fakes import SwitchableEmbedder, WordHashEmbedder, factory_for
 from tests.support.reliability_support import stored_rows
@@ -410,3 +411,31 @@ def test_a_switch_elsewhere_whose_model_fails_to_build_here_is_retried(
     with sqlite3.connect(tmp_path / "corpora" / "c" / "store.sqlite3") as db:
         models = db.execute("SELECT source_id, embedding_model FROM documents").fetchall()
     assert dict(models) == {**{f"d{i}": "word-hash-b" for i in range(4)}, "late": "word-hash-b"}
+
+
+def test_a_follow_that_failed_is_tried_again_at_the_next_search(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The change was marked seen before the follow ran: one failed follow (an I/O error
+    reloading an index) left this process blind to the commit until the next one."""
+    with (
+        SearchEngine(tmp_path, embedder_factory=_two_dims) as first,
+        SearchEngine(tmp_path, embedder_factory=_two_dims) as second,
+    ):
+        first.create_corpus(CorpusConfig(name="c")).add([Document(id="d0", text="printer")])
+        other = second.corpus("c")
+        assert [hit.source_id for hit in other.search("printer")] == ["d0"]
+        real_follow, calls = other._indexes.follow, []
+
+        def fails_once(state: Any) -> None:
+            calls.append(state)
+            if len(calls) == 1:
+                raise OSError("injected: the index could not be reloaded")
+            real_follow(state)
+
+        monkeypatch.setattr(other._indexes, "follow", fails_once)
+        first.corpus("c").add([Document(id="d1", text="parcel locker")])
+        with pytest.raises(StorageError, match="injected"):
+            other.search("parcel locker")
+        assert [hit.source_id for hit in other.search("parcel locker")][:1] == ["d1"]
+        assert len(calls) == 2
