@@ -313,7 +313,9 @@ def test_a_drop_killed_before_its_change_bump_is_still_seen_by_open_corpora(
 ) -> None:
     """Regression: an open corpus learns of a drop only through the store's change
     counter. A drop killed after marking the store and before the bump, finished later by
-    another engine, left the open object answering from the deleted store."""
+    another engine, left the open object answering from the deleted store. The counter
+    is odd from just before the drop's commit (a sequence lock), so the open corpus sees
+    the drop at once even though the drop never moved the counter on."""
     from engine.storage.change_counter import ChangeCounter
     from engine.write.sync import mark_dropped
 
@@ -321,10 +323,12 @@ def test_a_drop_killed_before_its_change_bump_is_still_seen_by_open_corpora(
         open_corpus = reader.create_corpus(CorpusConfig(name="c", embedder=None))
         open_corpus.add([Document(id="secret", text="left behind")])
         assert [h.source_id for h in open_corpus.search("left behind")] == ["secret"]
-        with monkeypatch.context() as patched:
-            patched.setattr(ChangeCounter, "bump", lambda self: None)  # killed before it
+        with monkeypatch.context() as patched:  # killed right after its COMMIT
+            patched.setattr(ChangeCounter, "end_commit", lambda self: None)
+            patched.setattr(ChangeCounter, "bump", lambda self: None)
             mark_dropped(tmp_path / "corpora" / "c", 10)
-        assert open_corpus.search("left behind")  # not seen yet: nothing bumped
+        with pytest.raises(CorpusNotFound):
+            open_corpus.search("left behind")
         with SearchEngine(tmp_path) as finisher, pytest.raises(CorpusNotFound):
             finisher.corpus("c")  # finishes the drop
         with pytest.raises(CorpusNotFound):
