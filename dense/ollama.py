@@ -9,6 +9,10 @@ one seen. Every failure is
 reported to a ``CircuitBreaker``; while it is open, ``embed()`` raises and
 ``is_available()`` answers False at once, without touching the network, so a dead server
 costs one timeout per back-off window, not one per query. Nothing is retried here.
+Only a successful embedding closes the breaker: a passing health check (``/api/show``)
+after a failure admits one trial embedding (``CircuitBreaker.admit_trial``) and leaves
+the back-off as it was, so a server that answers its health check while ``/api/embed``
+keeps failing or stalling is still asked exponentially less often.
 Bad input (a text that is no str or not valid UTF-8) is the caller's fault, not the
 server's: ``ValueError`` before any request, and the breaker is not told.
 
@@ -164,9 +168,14 @@ class OllamaEmbedder:
         """Cheap, never raises for remote trouble.
 
         Open breaker → False, no I/O. Closed and recently healthy → True, no I/O.
-        Otherwise one ``POST /api/show`` with the short health timeout (concurrent
-        callers do not pile on: they get the breaker's view while one probe runs).
+        A trial embedding admitted by a passed health check and not yet made → True, no
+        I/O (the trial decides). Otherwise one ``POST /api/show`` with the short health
+        timeout (concurrent callers do not pile on: they get the breaker's view while one
+        probe runs). A passed check after a failure does not close the breaker; it admits
+        one trial embedding.
         """
+        if self._breaker.trial_pending:
+            return True
         if not self._breaker.allow():
             return False
         with self._state_lock:
@@ -234,11 +243,19 @@ class OllamaEmbedder:
             self._breaker.record_failure()
             logger.warning("ollama model %r cannot embed (capabilities)", self._model)
             return False
-        self._mark_healthy()
+        # Not record_success: /api/show answering says nothing of /api/embed. Half-open,
+        # the next embedding is the trial that closes the breaker (or backs off further).
+        self._breaker.admit_trial()
+        self._mark_fresh()
         return True
 
     def _mark_healthy(self) -> None:
+        """An embedding succeeded: close the breaker and reset the back-off."""
         self._breaker.record_success()
+        self._mark_fresh()
+
+    def _mark_fresh(self) -> None:
+        # Read only while the breaker is closed (``is_available``).
         with self._state_lock:
             self._healthy_until = self._clock() + self._health_ttl_s
 

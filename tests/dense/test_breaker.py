@@ -96,6 +96,66 @@ def test_success_from_any_state_closes() -> None:
     assert breaker.retry_after_s() == 0.0
 
 
+def test_a_passed_check_admits_one_trial_without_resetting_the_backoff() -> None:
+    """A health check is not the real call: it may let one real call through, but only
+    that call's outcome decides, and a failing one backs off further (it flapped at the
+    base window for ever when a passing check closed the breaker)."""
+    breaker, clock = make(base=1.0)
+    breaker.record_failure()
+    clock.advance(1.0)
+    assert breaker.allow()  # the probe: a health check
+    breaker.admit_trial()  # it passed
+    assert state_of(breaker) is BreakerState.HALF_OPEN
+    assert breaker.consecutive_failures == 1  # the back-off is untouched
+    assert breaker.trial_pending and breaker.retry_after_s() == 0.0
+    assert breaker.allow()  # the trial: one real call
+    assert not breaker.trial_pending
+    assert not breaker.allow()  # nobody else
+    breaker.record_failure()  # the real call failed: the window doubles
+    assert breaker.consecutive_failures == 2
+    clock.advance(1.999)
+    assert not breaker.allow()
+    clock.advance(0.001)
+    assert breaker.allow()
+    breaker.admit_trial()
+    assert breaker.allow()
+    breaker.record_success()  # only a real call's success closes and resets
+    assert breaker.state is BreakerState.CLOSED
+    assert breaker.consecutive_failures == 0
+    assert not breaker.trial_pending
+
+
+def test_the_trial_gets_a_window_of_its_own() -> None:
+    """A trial that never reports is replaced one window after it was let through."""
+    breaker, clock = make(base=2.0)
+    breaker.record_failure()
+    clock.advance(2.0)
+    assert breaker.allow()
+    clock.advance(1.5)  # a slow health check
+    breaker.admit_trial()
+    assert breaker.allow()  # the trial, at 3.5 s into the probe's window
+    clock.advance(1.9)
+    assert not breaker.allow()
+    clock.advance(0.1)
+    assert breaker.allow()
+
+
+def test_admit_trial_does_nothing_unless_half_open() -> None:
+    breaker, clock = make(base=1.0)
+    breaker.admit_trial()  # closed: nothing to admit
+    assert not breaker.trial_pending
+    breaker.record_failure()
+    breaker.admit_trial()  # open: a check that raced the failure admits nobody
+    assert not breaker.trial_pending
+    assert not breaker.allow()
+    clock.advance(1.0)
+    assert breaker.allow()
+    breaker.admit_trial()
+    breaker.record_failure()  # a failure withdraws a trial not yet let through
+    assert not breaker.trial_pending
+    assert not breaker.allow()
+
+
 @pytest.mark.parametrize(
     ("base", "cap"), [(0.0, 1.0), (-1.0, 1.0), (2.0, 1.0), (float("nan"), 1.0)]
 )
@@ -145,14 +205,15 @@ def test_backoff_is_monotone_and_capped(base: float, factor: float, failures: in
 @given(
     steps=st.lists(
         st.tuples(
-            st.sampled_from(["allow", "success", "failure"]),
+            st.sampled_from(["allow", "success", "failure", "admit"]),
             st.floats(min_value=0.0, max_value=5.0),
         ),
         max_size=60,
     )
 )
 def test_never_two_probes_in_one_window(steps: list[tuple[str, float]]) -> None:
-    """Between a failure and the next success, grants are at least one window apart."""
+    """Between a failure and the next success, grants are at least one window apart,
+    but for the one trial a passed check admits; only success resets the count."""
     breaker, clock = make(base=0.5, cap=4.0)
     last_grant: float | None = None
     for action, dt in steps:
@@ -163,11 +224,17 @@ def test_never_two_probes_in_one_window(steps: list[tuple[str, float]]) -> None:
         elif action == "failure":
             breaker.record_failure()
             last_grant = None
+        elif action == "admit":
+            failures = breaker.consecutive_failures
+            breaker.admit_trial()
+            assert breaker.consecutive_failures == failures
         else:
             state_before = breaker.state
+            trial = breaker.trial_pending
             failures = breaker.consecutive_failures
             if breaker.allow() and state_before is not BreakerState.CLOSED:
-                if last_grant is not None:
+                if last_grant is not None and not trial:
                     assert clock.now - last_grant >= breaker.backoff_s(failures)
                 last_grant = clock.now
+            assert breaker.consecutive_failures == failures
             assert breaker.backoff_s(breaker.consecutive_failures) <= 4.0

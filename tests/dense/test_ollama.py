@@ -340,8 +340,12 @@ def test_server_dies_mid_run_and_comes_back(
     clock.advance(5.0)
     assert embedder.is_available()  # the one probe
     assert ollama_standin.counts() == {"/api/show": 1}
-    assert embedder.breaker.state is BreakerState.CLOSED
+    # A health check does not close the breaker: it admits one trial embedding.
+    assert embedder.breaker.state is BreakerState.HALF_OPEN
+    assert embedder.breaker.consecutive_failures == 1
     np.testing.assert_allclose(embedder.embed(["after"]), expected(["after"]), atol=1e-6)
+    assert embedder.breaker.state is BreakerState.CLOSED
+    assert embedder.breaker.consecutive_failures == 0
 
 
 def test_one_probe_per_backoff_window(ollama_standin: OllamaStandIn, clock: FakeClock) -> None:
@@ -370,7 +374,97 @@ def test_one_probe_per_backoff_window(ollama_standin: OllamaStandIn, clock: Fake
     ollama_standin.behaviour = Behaviour.HEALTHY
     clock.advance(40.0)
     assert embedder.is_available()
+    assert embedder.breaker.consecutive_failures == 6  # a health check resets nothing
+    assert embedder.embed(["q"]).shape == (1, 8)
     assert embedder.breaker.consecutive_failures == 0
+
+
+def _failing_embed(request: Request) -> Reply:
+    return Reply(500, {"error": "model runner crashed"})
+
+
+def test_a_passing_health_check_does_not_reset_the_backoff(
+    ollama_standin: OllamaStandIn, clock: FakeClock
+) -> None:
+    """Regression: /api/show healthy, /api/embed failing. The passing health check used
+    to close the breaker, so every window stayed the base 5 s and every window's first
+    query paid a failed embedding (38 in 4 s with a 0.1 s base); now the window doubles."""
+    healthy = ollama_standin.routes[("POST", "/api/embed")]
+    ollama_standin.route("POST", "/api/embed", _failing_embed)
+    embedder = make_embedder(ollama_standin, clock, dimension=8)
+
+    def query() -> None:  # as the router and the ingest path do
+        if embedder.is_available():
+            with pytest.raises(EmbedderUnavailable):
+                embedder.embed(["q"])
+
+    query()
+    assert ollama_standin.counts() == {"/api/show": 1, "/api/embed": 1}
+    assert embedder.breaker.consecutive_failures == 1
+    for round_, window in enumerate((5.0, 10.0, 20.0, 40.0, 40.0), start=2):
+        clock.advance(window - 0.01)
+        for _ in range(10):
+            query()
+        assert ollama_standin.count("/api/embed") == round_ - 1  # the window holds
+        clock.advance(0.01)
+        for _ in range(10):
+            query()
+        assert ollama_standin.counts() == {"/api/show": round_, "/api/embed": round_}
+        assert embedder.breaker.consecutive_failures == round_
+    ollama_standin.route("POST", "/api/embed", healthy)  # the runner is back
+    clock.advance(40.0)
+    assert embedder.is_available()
+    np.testing.assert_allclose(embedder.embed(["q"]), expected(["q"]), atol=1e-6)
+    assert embedder.breaker.state is BreakerState.CLOSED
+    assert embedder.breaker.consecutive_failures == 0
+    embedder.close()
+
+
+def test_only_the_trial_embedding_reaches_a_stalled_server(
+    ollama_standin: OllamaStandIn, clock: FakeClock
+) -> None:
+    """Regression: with /api/embed stalling, the query that passed the health check
+    closed the breaker, and every query arriving while its embedding hung sent another
+    one (each waiting out the timeout). Now the others fail at once, with no request."""
+    arrived = threading.Event()
+    release = threading.Event()
+
+    def stalled(request: Request) -> Reply:  # the first request hangs, any other fails
+        if not arrived.is_set():
+            arrived.set()
+            release.wait(GENEROUS_S)
+        return _failing_embed(request)
+
+    ollama_standin.route("POST", "/api/embed", _failing_embed)
+    embedder = make_embedder(ollama_standin, clock, dimension=8)
+    with pytest.raises(EmbedderUnavailable):
+        embedder.embed(["q"])
+    ollama_standin.route("POST", "/api/embed", stalled)
+    clock.advance(5.0)
+    errors: list[EmbedderUnavailable] = []
+
+    def trial() -> None:
+        assert embedder.is_available()
+        try:
+            embedder.embed(["q"])
+        except EmbedderUnavailable as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=trial)
+    thread.start()
+    try:
+        assert arrived.wait(GENEROUS_S)  # the trial embedding is in flight
+        for _ in range(10):
+            if embedder.is_available():
+                with pytest.raises(EmbedderUnavailable, match="circuit open"):
+                    embedder.embed(["q"])
+        assert ollama_standin.counts() == {"/api/embed": 2, "/api/show": 1}
+    finally:
+        release.set()
+        thread.join(GENEROUS_S)
+        embedder.close()
+    assert len(errors) == 1
+    assert embedder.breaker.consecutive_failures == 2
 
 
 # -- arguments and logs ---------------------------------------------------------------------
