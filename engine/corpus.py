@@ -606,11 +606,17 @@ class Corpus:
         refused at once; calls in flight finish first (see ``engine.lifetime``)."""
         self._lifetime.end(self._release, self._close_wait_s)
 
+    def _drop_waiting(self) -> contextlib.AbstractContextManager[None]:
+        """For ``SearchEngine.drop_corpus`` while it waits for the write lock: this
+        process's new writes wait behind the drop instead of starving it."""
+        return self._sync.drop_waiting()
+
     def _discard(self) -> None:
         """Close for a drop: nothing is saved (the directory is about to go, and a
         corpus of the same name may be created there next), and later calls are told
         the corpus was dropped."""
         self._dropped_here = True
+        self._sync.end_for_drop()  # writes waiting for the drop's lock leave at once
         self._lifetime.end(lambda: self._release(save=False), self._close_wait_s)
 
     def _abandon(self) -> None:

@@ -328,7 +328,10 @@ class SearchEngine:
             # Waits for a write in progress, and only then discards this process's
             # object: a drop refused with EngineBusy leaves the corpus open and whole.
             # Other processes learn of the drop from the store and stop answering for it.
-            mark_dropped(directory, self._busy_timeout, first=discard)
+            # This process's own new writes wait behind the drop (``drop_waiting``).
+            open_here = self._corpora.get(name)
+            with open_here._drop_waiting() if open_here is not None else contextlib.nullcontext():
+                mark_dropped(directory, self._busy_timeout, first=discard)
             self._remove(name, directory)
 
     def _remove(self, name: str, directory: Path) -> None:

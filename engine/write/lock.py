@@ -32,7 +32,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 __all__ = ["WriteLock", "network_filesystem"]
@@ -79,6 +79,7 @@ class WriteLock:
         self._path = path
         self._mutex = threading.RLock()
         self._depth = 0
+        self._owner: int | None = None  # the holding thread's ident
         self._fd: int | None = None
         self._locked = False  # whether ``_fd`` holds the flock
         self._closed = False
@@ -105,24 +106,35 @@ class WriteLock:
         forked child whose holder did not come along)."""
         return self._depth
 
-    def acquire(self, timeout: float) -> bool:
+    @property
+    def owned(self) -> bool:
+        """True while the calling thread holds the lock."""
+        return self._depth > 0 and self._owner == threading.get_ident()
+
+    def acquire(self, timeout: float, give_up: Callable[[], bool] | None = None) -> bool:
+        """Wait up to ``timeout`` seconds; False if still busy then, or as soon as
+        ``give_up()`` answers True while waiting for another process's ``flock``."""
         deadline = time.monotonic() + max(0.0, timeout)
         if not self._mutex.acquire(timeout=max(0.0, timeout)):
             return False
         try:
             if not self._locked:
-                if not self._flock(deadline):
+                if not self._flock(deadline, give_up):
                     self._mutex.release()
                     return False
                 self._locked = True
         except BaseException:
             self._mutex.release()
             raise
+        if self._depth == 0:
+            self._owner = threading.get_ident()
         self._depth += 1
         return True
 
     def release(self) -> None:
         self._depth -= 1
+        if self._depth == 0:
+            self._owner = None
         try:
             if self._depth == 0 and self._locked:
                 self._locked = False
@@ -165,8 +177,9 @@ class WriteLock:
             # Held by a thread that does not exist in the child.
             self._mutex = threading.RLock()
             self._depth = 0
+            self._owner = None
 
-    def _flock(self, deadline: float) -> bool:
+    def _flock(self, deadline: float, give_up: Callable[[], bool] | None) -> bool:
         if self._closed:
             raise OSError(f"the lock {self._path} is closed")
         if self._fd is None:
@@ -179,7 +192,7 @@ class WriteLock:
             except BlockingIOError:
                 pass
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 or (give_up is not None and give_up()):
                 return False
             time.sleep(min(sleep, remaining))
             sleep = min(sleep * 2, _MAX_SLEEP_S)

@@ -78,6 +78,8 @@ class CorpusSync:
         self._follow_lock = threading.Lock()
         self._exclusive = False
         self.dropped = False
+        self._drop_cond = threading.Condition()
+        self._drops_waiting = 0  # this process's drops waiting for the lock
         self.config_stamp = file_stamp(directory / "config.json")
         self._config_retry_at: float | None = None  # a failed adoption: when to retry
         self._clock = clock
@@ -122,7 +124,7 @@ class CorpusSync:
         if self._indexes.keyword_pending and not self.exclusive:
             self._indexes.poll_keyword()
 
-    def _catch_up(self, *, holder: bool) -> None:
+    def _catch_up(self, *, holder: bool, adopt_config: bool = True) -> None:
         state = self._store.state()
         if state.dropped:
             self.dropped = True
@@ -133,13 +135,14 @@ class CorpusSync:
             # A writer checks the config even so: a switch elsewhere commits its new
             # epoch before it saves the config, and a search that followed the epoch in
             # between left this process with the old model to heal and add with.
-            if holder:
+            if holder and adopt_config:
                 self._adopt_changed_config(holder=True)
             return
         with self._follow_lock:
             self._store.invalidate_caches()
             self._on_change()
-            self._adopt_changed_config(holder=holder)
+            if adopt_config:
+                self._adopt_changed_config(holder=holder)
             self._indexes.follow(state)
 
     def _adopt_changed_config(self, *, holder: bool) -> None:
@@ -181,10 +184,18 @@ class CorpusSync:
         if self.dropped:
             raise CorpusNotFound(f"corpus {self._name!r} was dropped")
         wait = self._busy_timeout if timeout is None else timeout
-        if not lock.acquire(wait):
+        deadline = time.monotonic() + wait
+        if not lock.owned:
+            self._wait_behind_drop(wait)
+        if not lock.acquire(max(0.0, deadline - time.monotonic()), give_up=self._is_dropped):
+            if self.dropped:
+                raise CorpusNotFound(f"corpus {self._name!r} was dropped")
             raise EngineBusy(
                 f"corpus {self._name!r}: another write held the lock for {wait:g} s (busy_timeout)"
             )
+        if self.dropped:  # dropped while this write waited, by this process or another
+            lock.release()
+            raise CorpusNotFound(f"corpus {self._name!r} was dropped")
         # The lock counts its own acquires, and a forked child's lock starts from 0 when
         # its holder stayed behind: that child's first write is the outermost, takes over
         # and releases the lock (a count kept here went on from the parent's).
@@ -202,6 +213,39 @@ class CorpusSync:
                     lock.release()
             else:
                 lock.release()
+
+    def _is_dropped(self) -> bool:
+        return self.dropped
+
+    def _wait_behind_drop(self, wait: float) -> None:
+        """While this process waits to drop the corpus, its new writes wait behind the
+        drop. The write lock has no queue: writes back to back would take it again the
+        moment it was released and starve the drop (``EngineBusy`` after the busy
+        timeout, however short each write)."""
+        with self._drop_cond:
+            self._drop_cond.wait_for(lambda: not self._drops_waiting or self.dropped, wait)
+        if self.dropped:
+            raise CorpusNotFound(f"corpus {self._name!r} was dropped")
+
+    @contextlib.contextmanager
+    def drop_waiting(self) -> Iterator[None]:
+        """Around this process's wait for the lock to drop the corpus (see above)."""
+        with self._drop_cond:
+            self._drops_waiting += 1
+        try:
+            yield
+        finally:
+            with self._drop_cond:
+                self._drops_waiting -= 1
+                self._drop_cond.notify_all()
+
+    def end_for_drop(self) -> None:
+        """The drop holds the lock and goes ahead: writes waiting for it, behind it or
+        for the lock, give up at once with ``CorpusNotFound`` (the drop waits for the
+        calls in flight, and they would have waited for the drop's lock)."""
+        with self._drop_cond:
+            self.dropped = True
+            self._drop_cond.notify_all()
 
     def _take_over(self) -> None:
         """As the new holder: follow everything committed so far, then repair."""
@@ -229,10 +273,10 @@ class CorpusSync:
             got = lock.acquire(0)
             try:
                 if got:
-                    try:
-                        self._catch_up(holder=True)
-                    except Exception:  # dropped, or another process's config not adopted:
-                        got = False  # nothing to save that the next open would not redo
+                    try:  # a save needs no config: one another process wrote waits
+                        self._catch_up(holder=True, adopt_config=False)
+                    except CorpusNotFound:
+                        got = False
                 yield got
             finally:
                 if lock.held:

@@ -373,3 +373,39 @@ def test_an_unusable_path_is_an_engine_error(tmp_path: Path) -> None:
         SearchEngine(afile / "below")
     with pytest.raises(InvalidArgument, match="path must be"):
         SearchEngine(None)  # type: ignore[arg-type]
+
+
+def test_a_drop_is_not_starved_by_this_process_writing_back_to_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Regression: the write lock has no queue, so a thread adding back to back took it
+    again each time it let go, and a drop from another thread failed with EngineBusy
+    after the busy timeout (or, getting the lock, waited that long for the add queued on
+    it, which then failed with EngineBusy too). Writes now wait behind a drop."""
+    with SearchEngine(tmp_path, busy_timeout=10) as engine:
+        corpus = engine.create_corpus(CorpusConfig(name="c", embedder=None))
+        writing, ended = threading.Event(), []
+
+        def write_back_to_back() -> None:
+            written = 0
+            while True:
+                try:
+                    corpus.add([Document(id=f"d{written % 5}", text=f"alpha {written}")])
+                except Exception as exc:
+                    ended.append(exc)
+                    return
+                written += 1
+                if written == 20:
+                    writing.set()
+
+        writer = threading.Thread(target=write_back_to_back)
+        writer.start()
+        try:
+            assert writing.wait(60)
+            with caplog.at_level("WARNING", logger="engine.lifetime"):
+                engine.drop_corpus("c")
+        finally:
+            writer.join(60)
+        assert [type(exc) for exc in ended] == [CorpusNotFound]
+        assert "still running" not in caplog.text
+        assert "c" not in engine.list_corpora()

@@ -119,7 +119,7 @@ def test_a_close_whose_catch_up_fails_still_releases_every_file(
         corpus = engine.create_corpus(CorpusConfig(name="c"))
         corpus.add(DOCS)
 
-        def disk_full(self: CorpusSync, *, holder: bool) -> None:
+        def disk_full(self: CorpusSync, *, holder: bool, adopt_config: bool = True) -> None:
             raise StorageError("could not catch up: [Errno 28] No space left")
 
         monkeypatch.setattr(CorpusSync, "_catch_up", disk_full)
