@@ -1,17 +1,20 @@
 """Match excerpts: a window of at most ``MAX_EXCERPT_LENGTH`` characters around a match.
 
 Computed in Python from the stored body (a ``str.find`` per occurrence looked at, at
-most ``_MAX_OCCURRENCES`` a term), which costs a few microseconds per hit where tantivy's
-``SnippetGenerator`` would re-analyze the document.
+most ``_MAX_OCCURRENCES`` a term; in text with accents, a term not found as written is
+looked for as the index folds it, one ``re`` scan), which costs a few microseconds per hit
+where tantivy's ``SnippetGenerator`` would re-analyze the document.
 """
 
 from __future__ import annotations
 
+import functools
+import re
 import unicodedata
 from collections.abc import Mapping, Sequence
-from types import MappingProxyType
 
 import regex
+import tantivy
 
 from sparse.contracts import MAX_EXCERPT_LENGTH
 
@@ -19,28 +22,59 @@ _LEAD_FRACTION = 4
 """The match starts about a quarter into the window, so the excerpt shows its context."""
 
 
-def _ascii_form(character: str) -> str | None:
-    """The one ASCII letter a Latin letter with diacritics folds to, if it has one."""
-    base = unicodedata.normalize("NFKD", character)[:1]
-    return base if base.isascii() and base.isalpha() else None
+_FOLDED_BLOCKS = ((0x80, 0x2C7F), (0xA720, 0xA7FF), (0xFF00, 0xFFEF))
+"""Where tantivy's ``ascii_fold`` (Lucene's ``ASCIIFoldingFilter``) maps a letter to one
+ASCII letter: Latin-1 through Latin Extended-B, IPA and phonetic extensions, Latin
+Extended Additional (Vietnamese), letterlike and enclosed forms, Latin Extended-C and -D,
+fullwidth forms (the rest of the Basic Multilingual Plane folds no letter to one)."""
 
 
-_FOLD_ONE_TO_ONE: Mapping[int, str] = MappingProxyType(
-    {
-        **{
-            ord(character): folded
-            for character in map(chr, [*range(0xC0, 0x250), *range(0xFF21, 0xFF5B)])
-            if (folded := _ascii_form(character)) is not None
-        },
-        # letters with a stroke have no decomposition, but the index folds them too
-        **{
-            ord(letter): folded for letter, folded in zip("ØøŁłĐđĦħıŦŧ", "oollddhhitt", strict=True)
-        },
-    }
-)
-"""Latin-1 Supplement and Latin Extended-A/B letters and fullwidth Latin letters to their
-ASCII letter, one character each (``ß``, ``æ``, ``ﬁ`` and other letters that fold to two
-are left as they are: a position in the folded copy must index the text)."""
+@functools.cache
+def _fold_classes() -> Mapping[str, str]:
+    """Each character a term may hold -> the characters that match it in text folded as
+    the index folds (``ascii_fold``, asked once, lazily): ``e`` -> ``eèéêëēĕėęěȅȇȩ…ẹẻẽếề…``.
+    A character the index folds away matches only what folds to it (as in the index, the
+    folded text no longer holds it); one that folds to two (``æ``, ``ß``) matches nothing
+    new, so that a position in the text is one in the folded text."""
+    builder = tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.whitespace())
+    folder = builder.filter(tantivy.Filter.ascii_fold()).build()
+    letters = [
+        chr(code)
+        for low, high in _FOLDED_BLOCKS
+        for code in range(low, high + 1)
+        if not chr(code).isspace()
+    ]
+    folded = folder.analyze(" ".join(letters))
+    if len(folded) != len(letters):  # one token a character; anything else: no folding
+        return {}
+    classes: dict[str, set[str]] = {}
+    for letter, form in zip(letters, folded, strict=True):
+        if form != letter and len(form) == 1 and form.isascii() and form.isalnum():
+            classes.setdefault(form, {form}).add(letter)
+    found = {form: "".join(sorted(members)) for form, members in classes.items()}
+    for letter in {letter for members in classes.values() for letter in members}:
+        if letter not in found and not letter.isascii():
+            found[letter] = ""  # folded away: nothing matches it in the folded text
+    return found
+
+
+@functools.lru_cache(maxsize=256)
+def _folded_pattern(term: str) -> re.Pattern[str] | None:
+    """``term`` as found in text folded as the index folds it, as a pattern over the
+    unfolded text (so that positions index the text without building a folded copy, which
+    cost ~0.6 ms on 10 KB); None when folding adds no match (no letter of ``term`` is the
+    fold of another, as in Cyrillic, Greek or CJK, or one was folded away)."""
+    classes = _fold_classes()
+    if not any(character in classes for character in term):
+        return None
+    parts = []
+    for character in term:
+        members = classes.get(character, character)
+        if not members:
+            return None
+        escaped = "".join(map(re.escape, members))
+        parts.append(escaped if len(members) == 1 else f"[{escaped}]")
+    return re.compile("".join(parts))
 
 
 def make_excerpt(text: str, terms: Sequence[str], max_length: int = MAX_EXCERPT_LENGTH) -> str:
@@ -48,25 +82,23 @@ def make_excerpt(text: str, terms: Sequence[str], max_length: int = MAX_EXCERPT_
 
     ``terms`` are lowercase and best first (the caller orders them, rarest first): the
     window is placed around the first occurrence, at the start of a word, of the first
-    term that occurs at all. A term matches as a word prefix, so a stem (``studi``) finds
-    its surface form (``studies``). No match: the start of ``text``. Cuts fall on
-    whitespace when there is some nearby.
+    term that occurs at all — as written or with the accents the index folds ("meniere"
+    finds "Ménière", "nguyen" "Nguyễn"), both tried before the next term. A term matches
+    as a word prefix, so a stem (``studi``) finds its surface form (``studies``), but a
+    whole word soon after wins over a longer word ("cat" over "category"). No match: the
+    start of ``text``. Cuts fall on whitespace when there is some nearby.
     """
     if max_length < 1:
         raise ValueError(f"max_length must be >= 1, got {max_length}")
     if len(text) <= max_length:
         return text
     lowered = _lower_in_place(text)
-    position = _first_match(lowered, terms)
-    if position is None and not lowered.isascii():
-        # The index folds accents (``analyzers``): "meniere" found "Ménière"; look for
-        # it in a copy folded letter for letter, so positions still index ``text``.
-        position = _first_match(lowered.translate(_FOLD_ONE_TO_ONE), terms)
-        if position is None and not unicodedata.is_normalized("NFC", text):
-            # The analyzers read text composed (``Analyzer.prepare``): a match the index
-            # found in decomposed text ("Me\u0301nie\u0300re") is looked for composed too
-            # (and shown so). Only here: the check costs ~20 us on a 10 KB text.
-            return make_excerpt(unicodedata.normalize("NFC", text), terms, max_length)
+    position = _first_match(lowered, terms, fold=not lowered.isascii())
+    if position is None and not text.isascii() and not unicodedata.is_normalized("NFC", text):
+        # The analyzers read text composed (``Analyzer.prepare``): a match the index
+        # found in decomposed text ("Me\u0301nie\u0300re") is looked for composed too
+        # (and shown so). Only here: the check costs ~20 us on a 10 KB text.
+        return make_excerpt(unicodedata.normalize("NFC", text), terms, max_length)
     if position is None:
         return _cut(text, 0, max_length)
     start = max(0, position - max_length // _LEAD_FRACTION)
@@ -87,23 +119,62 @@ def _lower_in_place(text: str) -> str:
 _STAND_IN = "\ufffd"
 
 
-def _first_match(lowered: str, terms: Sequence[str]) -> int | None:
-    """Where the first term that occurs at a word start first does so (a term of a
-    script written without spaces, such as CJK, anywhere). Each term's first
-    ``_MAX_OCCURRENCES`` occurrences are looked at, no more: a megabyte of one repeated
-    letter must not make one excerpt cost seconds while the search gate is held."""
+def _first_match(lowered: str, terms: Sequence[str], *, fold: bool) -> int | None:
+    """Where the first term that occurs at a word start (a term of a script written
+    without spaces, such as CJK, anywhere) does so: as written, else — ``fold`` —
+    folded as the index folds accents ("meniere" in "Ménière"), before the next term is
+    tried."""
     for term in terms:
         if not term:
             continue
-        position = lowered.find(term)
-        for _ in range(_MAX_OCCURRENCES):
-            if position == -1:
-                break
-            if position == 0 or not lowered[position - 1].isalnum() or _unspaced(term[0]):
-                return position
-            position = lowered.find(term, position + 1)
+        position = _best_occurrence(lowered, term, None)
+        if position is None and fold and (pattern := _folded_pattern(term)) is not None:
+            position = _best_occurrence(lowered, term, pattern)
+        if position is not None:
+            return position
     return None
 
+
+def _best_occurrence(lowered: str, term: str, folded: re.Pattern[str] | None) -> int | None:
+    """The first occurrence of ``term`` (as written, or as the ``folded`` pattern) at a
+    word start, unless one of the next ``_WHOLE_WORD_LOOKS`` there is a whole word ("cat"
+    after "category"; a stem, "studi" in "studies", keeps its first). Of an unspaced term,
+    the first occurrence. At most ``_MAX_OCCURRENCES`` occurrences are looked at: a
+    megabyte of one repeated letter must not make one excerpt cost seconds while the
+    search gate is held."""
+    anywhere = _unspaced(term[0])
+    first: int | None = None
+    looks = 0
+    start = 0
+    for _ in range(_MAX_OCCURRENCES):
+        if folded is None:
+            position = lowered.find(term, start)
+        else:
+            found = folded.search(lowered, start)
+            position = -1 if found is None else found.start()
+        if position == -1:
+            return first
+        if anywhere:
+            return position
+        start = position + 1
+        if position and lowered[position - 1].isalnum():
+            continue
+        end = position + len(term)  # a folded match is as long: one letter a letter
+        if end == len(lowered) or not lowered[end].isalnum():
+            return position
+        if first is None:
+            first = position
+        else:
+            looks += 1
+            if looks >= _WHOLE_WORD_LOOKS:
+                return first
+    return first
+
+
+_WHOLE_WORD_LOOKS = 8
+"""How many further occurrences at a word start may replace the first, when it is inside
+a longer word, with a whole word: a stem ("diseas") is never one, and each look is a
+``str.find`` on the hot path (all of them ~3 us on 10 KB of a frequent stem)."""
 
 _MAX_OCCURRENCES = 64
 """Occurrences inside words ("studi" in "nonstudies") are rare in real text; 64 of them

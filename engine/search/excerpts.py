@@ -8,13 +8,17 @@ anchor word differs (rarest in the text instead of in the index).
 
 from __future__ import annotations
 
-import re
+import unicodedata
+
+import regex
 
 from sparse.excerpt import make_excerpt
 
 __all__ = ["excerpt_for", "make_excerpt", "query_terms"]
 
-_WORD = re.compile(r"\w{2,}", re.UNICODE)
+_WORD = regex.compile(r"\w{2,}")
+"""Letters, digits and the marks on them (``regex``'s ``\\w`` keeps a Devanagari vowel
+sign or an accent with no composed form inside its word; ``re``'s splits there)."""
 _MAX_TERMS = 8  # each is one scan of the document text
 # Never good anchors, and counting them costs a scan each (long questions are full of them).
 _FUNCTION_WORDS = (
@@ -27,8 +31,13 @@ _STOP_WORDS = frozenset(_FUNCTION_WORDS.split())
 
 def query_terms(query: str) -> list[str]:
     """Distinct lower-cased words of a query, longest first (better anchors), common
-    English function words dropped unless nothing else is left, capped."""
-    words = {w.lower() for w in _WORD.findall(query[:2_000])}
+    English function words dropped unless nothing else is left, capped. The query is read
+    composed (NFC), as the analyzers read it: "Ménière" typed with combining accents is
+    one word, not "nie" and "re"."""
+    query = query[:2_000]
+    if not query.isascii():
+        query = unicodedata.normalize("NFC", query)
+    words = {w.lower() for w in _WORD.findall(query)}
     content = {w for w in words if w not in _STOP_WORDS} or words
     return sorted(content, key=lambda w: (-len(w), w))[:_MAX_TERMS]
 

@@ -6,6 +6,7 @@ import unicodedata
 
 import pytest
 import regex
+import tantivy
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -64,6 +65,73 @@ def test_letters_the_index_folds_without_a_decomposition_anchor_too(
     find them and showed the start of the text."""
     text = "pad " * 150 + f"{written} is here" + " pad" * 150
     assert f"{written} is here" in make_excerpt(text, [term])
+
+
+def test_the_first_term_anchors_even_where_only_its_folded_form_occurs() -> None:
+    """Regression: the folded copy was searched only when no term occurred as written,
+    so a rarer term the document spells with accents lost to a common one ("meniere
+    disease" anchored on "disease" though the index ranked on "Ménière")."""
+    pad = "lorem ipsum dolor sit amet " * 30
+    text = "The disease is common. " + pad + "Ménière described it first in 1861. " + pad
+    assert "Ménière described" in make_excerpt(text, ["menier", "diseas"])
+    assert make_excerpt(text, ["zzz", "diseas"]).startswith("The disease")
+
+
+_FOLDER = (
+    tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.whitespace())
+    .filter(tantivy.Filter.ascii_fold())
+    .build()
+)
+
+
+def _index_folds(letter: str) -> str:
+    """What the index's folding (the English chain's ``ascii_fold``) makes of ``letter``."""
+    return "".join(_FOLDER.analyze(letter))
+
+
+def test_every_letter_the_index_folds_to_one_anchors_its_word() -> None:
+    """Regression: only Latin-1, Latin Extended-A/B and fullwidth letters were folded,
+    so "nguyen" (which the index finds in "Nguyễn") showed the start of the text. Every
+    lowercase letter the index folds to one ASCII letter or digit now anchors, asked of
+    tantivy letter by letter (Vietnamese, Latin Extended Additional, -C, -D, IPA...)."""
+    pad = "pad " * 150
+    letters = [
+        letter
+        for letter in map(chr, range(0x80, 0x10000))
+        if letter == letter.lower()
+        and not letter.isspace()
+        and not 0xD800 <= ord(letter) <= 0xDFFF
+        and (form := _index_folds(letter)) != letter
+        and len(form) == 1
+        and form.isascii()
+        and form == form.lower()
+        and form.isalnum()
+    ]
+    assert "ễ" in letters and "ḍ" in letters and "ⱥ" in letters and len(letters) > 500
+    missed = [
+        letter
+        for letter in letters
+        if f"{letter}qz here"
+        not in make_excerpt(f"{pad}{letter}qz here{pad}", [f"{_index_folds(letter)}qz"])
+    ]
+    assert missed == []
+    text = f"{pad}Ông Nguyễn Văn A là giám đốc.{pad}"
+    assert "Nguyễn Văn" in make_excerpt(text, ["nguyen"])
+
+
+def test_a_whole_word_wins_over_a_longer_word_it_begins() -> None:
+    """Regression: "cat" anchored on "category" though "cat" itself came soon after;
+    a stem, never a whole word, still anchors on its first occurrence."""
+    pad = "lorem ipsum dolor sit amet " * 20
+    text = f"{pad}This category of problems {pad} the cat sat on the mat {pad}"
+    assert "the cat sat" in make_excerpt(text, ["cat"])
+    assert "category of" in make_excerpt(text, ["categ"])
+    # the same for a folded match
+    accented = text.replace("category", "càtegory").replace("the cat", "the càt")
+    assert "the càt sat" in make_excerpt(accented, ["cat"])
+    # looked for among a few occurrences only: each look is a scan on the hot path
+    many = f"{pad}{'categories ' * 40}{pad} the cat sat {pad}"
+    assert "categories" in make_excerpt(many, ["cat"])
 
 
 @pytest.mark.parametrize("prefix", range(0, 40))

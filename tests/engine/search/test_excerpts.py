@@ -4,6 +4,7 @@ rest, anchors on the query term rarest in the text."""
 
 from __future__ import annotations
 
+import unicodedata
 from pathlib import Path
 
 from dense.local import SentenceTransformerEmbedder
@@ -32,6 +33,37 @@ def test_query_terms_skip_function_words_and_keep_the_longest_content_words() ->
     assert query_terms("what is it") == ["what", "is", "it"]  # nothing else to anchor on
     many = " ".join(f"word{i:02d}" for i in range(30))
     assert len(query_terms(many)) == 8
+
+
+def test_query_terms_read_the_query_composed_and_keep_marks_inside_words() -> None:
+    """Regression: a query typed with combining accents was split at each accent
+    ("nie", "me", "re": the database fallback then matched unrelated documents), and a
+    Devanagari word at each vowel sign (no term at all)."""
+    assert query_terms(unicodedata.normalize("NFD", "Ménière's disease")) == ["disease", "ménière"]
+    assert query_terms("हिन्दी भाषा") == ["हिन्दी", "भाषा"]
+
+
+def test_excerpts_anchor_where_the_index_found_the_folded_word(tmp_path: Path) -> None:
+    """Regression, with the real index: the rarest word, spelled with accents only in the
+    document, lost to a common one ("meniere disease" showed "The disease is common"),
+    and Vietnamese letters were not folded at all ("nguyen" showed the text's start)."""
+    pad = "lorem ipsum dolor sit amet " * 30
+    docs = [
+        Document(
+            id="m",
+            title="Inner ear",
+            text=f"The disease is common. {pad}Ménière described it first in 1861. {pad}",
+        ),
+        Document(id="v", title="Board", text=f"{pad}Ông Nguyễn Văn A là giám đốc. {pad}"),
+        *(Document(id=f"x{i}", title="x", text=f"disease number {i}") for i in range(20)),
+    ]
+    with SearchEngine(tmp_path) as eng:
+        corpus = eng.create_corpus(CorpusConfig(name="c", embedder=None))
+        corpus.add(docs)
+        meniere = {h.source_id: h.excerpt for h in corpus.search("meniere disease", top_k=30)}
+        nguyen = {h.source_id: h.excerpt for h in corpus.search("nguyen", top_k=5)}
+    assert "Ménière described" in meniere["m"]
+    assert "Nguyễn Văn" in nguyen["v"]
 
 
 def test_function_words_never_anchor_an_excerpt() -> None:

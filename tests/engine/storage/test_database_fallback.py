@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -69,3 +70,76 @@ def test_equal_scores_are_ordered_by_id_whatever_the_insertion_order(tmp_path: P
         found = DatabaseLikeBackend(store).search(RetrievalQuery(text="lava", limit=6), PUBLIC)
         orders.append([h.source_id for h in found])
     assert orders[0] == orders[1] == [f"d{i}" for i in range(6)]
+
+
+def _backend(path: Path, docs: Sequence[SparseDocument]) -> DatabaseLikeBackend:
+    store = DocumentStore(path)
+    store.upsert([_stored(d) for d in docs], None)
+    return DatabaseLikeBackend(store)
+
+
+def _found(backend: DatabaseLikeBackend, text: str) -> list[str]:
+    return [h.source_id for h in backend.search(RetrievalQuery(text=text, limit=10), PUBLIC)]
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("Москва", ["ru"]),
+        ("МОСКВА", ["ru"]),
+        ("столица", ["ru"]),
+        ("École", ["fr"]),
+        ("ÉLÈVES", ["fr"]),
+        ("élèves", ["fr"]),
+        ("Αθήνα", ["gr"]),
+        ("πρωτεύουσα", ["gr"]),
+        ("οδυσσεας", ["gr"]),  # a final sigma and its capital
+        ("Straße", ["de"]),
+    ],
+)
+def test_words_outside_ascii_match_whatever_their_case(
+    tmp_path: Path, query: str, expected: list[str]
+) -> None:
+    """Regression: the fallback lower-cased the query and SQLite's LIKE folds ASCII case
+    only, so a capitalised non-ASCII word, even typed exactly, found nothing (the index
+    finds it: it lower-cases both sides)."""
+    backend = _backend(
+        tmp_path / "case.sqlite3",
+        [
+            SparseDocument("ru", "Москва", "Москва — СТОЛИЦА России."),
+            SparseDocument("fr", "École normale", "ÉLÈVES de l'École."),
+            SparseDocument("gr", "Αθήνα", "Η ΑΘΗΝΑ είναι ΠΡΩΤΕΎΟΥΣΑ. Ο ΟΔΥΣΣΕΑΣ."),
+            SparseDocument("de", "STRASSE", "Die STRAẞE ist lang."),
+            SparseDocument("en", "Moscow", "Moscow is the capital of Russia."),
+        ],
+    )
+    assert _found(backend, query) == expected
+
+
+def test_a_title_match_outside_ascii_still_counts_double(tmp_path: Path) -> None:
+    backend = _backend(
+        tmp_path / "title.sqlite3",
+        [
+            SparseDocument("body", "Elsewhere", "Über alles: москва."),
+            SparseDocument("title", "МОСКВА", "A city."),
+        ],
+    )
+    found = backend.search(RetrievalQuery(text="Москва", limit=10), PUBLIC)
+    assert [(h.source_id, h.score) for h in found] == [("title", 2.0), ("body", 1.0)]
+
+
+def test_words_with_accents_match_composed_or_decomposed(tmp_path: Path) -> None:
+    """Regression: a query typed with combining accents (macOS, some PDF extractions) was
+    split into "nie", "me", "re", which matched "Reset your password"; the index reads
+    both spellings as one word (NFC), and so does the fallback now, on either side."""
+    decomposed = unicodedata.normalize("NFD", "Ménière")
+    backend = _backend(
+        tmp_path / "nfd.sqlite3",
+        [
+            SparseDocument("a", "Reset your password", "Use the reset link."),
+            SparseDocument("c", "Ménière disease", "Ménière's disease affects the inner ear."),
+            SparseDocument("d", "Vertigo", f"{decomposed.upper()} described it in 1861."),
+        ],
+    )
+    assert _found(backend, decomposed) == ["c", "d"]
+    assert _found(backend, "MÉNIÈRE") == ["c", "d"]
