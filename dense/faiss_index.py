@@ -221,6 +221,13 @@ class FaissIndex:
         grown = round(self.ef_search * math.pow(rows / _EF_BASE_ROWS, _EF_GROWTH))
         return max(self.ef_search, min(_EF_MAX, grown))
 
+    @property
+    def identity(self) -> object:
+        """A token unique to this index for as long as anything holds it (its allow-lists
+        do): key caches of its allow-lists by it, not by ``id(index)``, which a new index
+        created after this one was freed may take over."""
+        return self._owner
+
     def wait_for_graph(self, timeout: float | None = None) -> bool:
         """Wait until no build is due or running; ``False`` on timeout (or if closed)."""
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -49,7 +49,7 @@ class DenseVisibility:
             non_public = self._non_public[1]
             if non_public == 0 and language_id is None and not filters:
                 return None
-            key = (generation, language_id, id(index), filters)
+            key = (generation, language_id, id(index.identity), filters)
             if key not in self._cache:
                 while len(self._cache) >= MAX_CACHED:
                     del self._cache[next(iter(self._cache))]
