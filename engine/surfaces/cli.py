@@ -2,11 +2,13 @@
 
 Exit codes: 0 success, 2 usage error (click's), 1 runtime error. Expected runtime errors
 (the engine's, a missing file, ...) print one ``tandem: error: ...`` line on stderr and no
-traceback; ``main`` maps them in one place.
+traceback; ``main`` maps them in one place. A reader that goes away (``tandem list | head
+-1``) ends the command quietly with 0.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
@@ -15,10 +17,11 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import pydantic
 import typer
+from typer.core import TyperGroup
 
 from engine import (
     Corpus,
@@ -57,11 +60,38 @@ from engine.surfaces.cli_args import (
     open_engine,
 )
 from engine.surfaces.cluster_cli import cluster_app
-from engine.surfaces.loaders import DocumentFile
+from engine.surfaces.loaders import STDIN, DocumentFile
 from engine.surfaces.progress import AddProgress, wants_progress
 from sparse import DEFAULT_TITLE_WEIGHT
 
+
+class _ReaderGone(Exception):
+    """Standard output's reader went away: a ``BrokenPipeError`` that ``main`` must see."""
+
+
+class _TandemGroup(TyperGroup):
+    """Hands a broken pipe on to ``main``: click's own handler would exit 1 in silence.
+
+    Help is printed while the context is made, a command's output while it is invoked
+    (subcommands included), so the two cover every write a command makes.
+    """
+
+    # ``Any``: the context types are typer's vendored click's, which it does not export.
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().make_context(*args, **kwargs)
+        except BrokenPipeError as exc:
+            raise _ReaderGone from exc
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as exc:
+            raise _ReaderGone from exc
+
+
 app = typer.Typer(
+    cls=_TandemGroup,
     name="tandem",
     help="Tandem: hybrid keyword + vector search over local corpora.",
     no_args_is_help=True,
@@ -71,6 +101,12 @@ app = typer.Typer(
 )
 
 _OWN_LOGGERS = ("engine", "sparse", "dense", "fusion", "bench")
+
+
+def _echo(text: str, *, err: bool = False) -> None:
+    """``typer.echo`` on the streams ``main`` set up: left to choose, click writes UTF-8
+    to an ASCII stdout's byte buffer, past the ``?`` that ``_tolerant_stdout`` promises."""
+    typer.echo(text, file=sys.stderr if err else sys.stdout)
 
 
 @app.callback()
@@ -172,7 +208,7 @@ def create(
         kind += ", analyzers " + ", ".join(f"{k}:{v}" for k, v in config.languages.items())
     if config.fields:
         kind += ", fields " + ", ".join(f"{k}:{v.value}" for k, v in config.fields.items())
-    typer.echo(f"created corpus {corpus} ({kind}) in {home}")
+    _echo(f"created corpus {corpus} ({kind}) in {home}")
 
 
 @app.command("list")
@@ -180,7 +216,7 @@ def list_(ctx: typer.Context, path: PathOpt = None) -> None:
     """List the corpora in the engine directory."""
     with open_engine(ctx, path) as engine:
         for name in engine.list_corpora():
-            typer.echo(name)
+            _echo(name)
 
 
 @app.command()
@@ -189,7 +225,11 @@ def add(
     corpus: CorpusArg,
     file: Annotated[
         Path,
-        typer.Argument(help="JSON Lines (or BEIR corpus.jsonl, optionally .gz).", metavar="FILE"),
+        typer.Argument(
+            help="JSON Lines (or BEIR corpus.jsonl), optionally gzipped, or a JSON array of "
+            "documents; - (or a pipe, /dev/stdin) reads standard input.",
+            metavar="FILE",
+        ),
     ],
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="No progress line, even on a terminal.")
@@ -199,21 +239,26 @@ def add(
     """Add or update documents from a JSON Lines file; bad lines are rejected one by one.
 
     On a terminal a progress line shows documents stored (and embedded), the rate and
-    the time left; none is drawn when stderr is piped or with --quiet.
+    the time left (how far through, for a file of known size); none is drawn when stderr
+    is not a terminal or with --quiet.
     """
-    if file.is_dir():
-        raise CommandError(f"{file} is a directory; give one .jsonl, .jsonl.gz or .json file")
-    if not file.is_file():
-        raise CommandError(f"no such file: {file}")
+    if str(file) != STDIN:
+        if file.is_dir():
+            raise CommandError(
+                f"{file} is a directory; give one JSON Lines file (.jsonl, .jsonl.gz), "
+                "a JSON array (.json) or - for standard input"
+            )
+        if not file.exists():
+            raise CommandError(f"no such file: {file}")
     with open_corpus(ctx, path, corpus) as target:
         source = DocumentFile(file, fields=target.config.fields)
         report = _add_with_progress(target, source, corpus, quiet=quiet)
     summary, reasons = render.bulk_summary(report)
-    typer.echo(summary)
+    _echo(summary)
     if reasons:
-        typer.echo(reasons, err=True)
+        _echo(reasons, err=True)
     if report.degraded:
-        typer.echo(
+        _echo(
             f"{report.degraded} documents are keyword-searchable only until the embedder "
             f"answers ({_WHY_DOWN}); run 'tandem repair {corpus}' then",
             err=True,
@@ -269,7 +314,7 @@ def search(
     with open_corpus(ctx, path, corpus) as target:
         passages = target.search(query, top_k=top_k, language_id=language, filters=filter_json)
     if as_json:
-        typer.echo(render.passages_json(passages))
+        _echo(render.passages_json(passages))
     else:
         render.print_passages(console(), passages)
 
@@ -287,9 +332,9 @@ def fetch(
     """Print the full text of one source (capped)."""
     with open_corpus(ctx, path, corpus) as target:
         source = target.fetch_source(source_id)
-    typer.echo(render.source_json(source) if as_json else render.source_text(source))
+    _echo(render.source_json(source) if as_json else render.source_text(source))
     if source.truncated and not as_json:
-        typer.echo("(text truncated at the fetch cap)", err=True)
+        _echo("(text truncated at the fetch cap)", err=True)
 
 
 @app.command()
@@ -310,9 +355,9 @@ def grep(
     with open_corpus(ctx, path, corpus) as target:
         matches = target.grep(pattern, limit, fixed=fixed)
     if as_json:
-        typer.echo(render.grep_json(matches))
+        _echo(render.grep_json(matches))
     elif matches:
-        typer.echo(render.grep_lines(matches))
+        _echo(render.grep_lines(matches))
 
 
 @app.command()
@@ -337,7 +382,7 @@ def ask(
     passages = list(answer.passages)
     interpretation = answer.interpretation.to_dict()
     if as_json:
-        typer.echo(
+        _echo(
             json.dumps(
                 {
                     "interpretation": interpretation,
@@ -347,7 +392,7 @@ def ask(
             )
         )
     else:
-        typer.echo(f"understood as: {json.dumps(interpretation, ensure_ascii=False)}")
+        _echo(f"understood as: {json.dumps(interpretation, ensure_ascii=False)}")
         render.print_passages(console(), passages)
 
 
@@ -369,9 +414,9 @@ def stats(
             state = target.stats()
         numbers = render.stats_view(state)
     if as_json:
-        typer.echo(render.to_json({"corpus": corpus, **numbers}))
+        _echo(render.to_json({"corpus": corpus, **numbers}))
     else:
-        typer.echo(render.stats_lines(corpus, numbers))
+        _echo(render.stats_lines(corpus, numbers))
 
 
 @app.command()
@@ -381,9 +426,9 @@ def repair(ctx: typer.Context, corpus: CorpusArg, path: PathOpt = None) -> None:
         healed = target.repair()
         stats = target.stats()
     left = stats.get("degraded", 0)
-    typer.echo(f"re-embedded {healed} documents; {left} still degraded")
+    _echo(f"re-embedded {healed} documents; {left} still degraded")
     if left and not stats.get("embedder_up"):
-        typer.echo(f"the embedder is not answering ({_WHY_DOWN})", err=True)
+        _echo(f"the embedder is not answering ({_WHY_DOWN})", err=True)
 
 
 @app.command("serve-metrics")
@@ -397,9 +442,12 @@ def serve_metrics(
     with open_engine(ctx, path) as engine:
         for name in engine.list_corpora():
             engine.corpus(name)  # opening a corpus publishes its gauges
-        handle = engine.serve_metrics(host=host, port=port)
         try:
-            typer.echo(f"serving metrics at {handle.url}")
+            handle = engine.serve_metrics(host=host, port=port)
+        except OSError as exc:  # worded as `tandem serve` words it
+            raise CommandError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        try:
+            _echo(f"serving metrics at {handle.url}")
             _wait_for_stop_signal()
         finally:
             handle.stop()
@@ -460,7 +508,7 @@ def serve(
 
 
 def _announce(line: str) -> None:
-    typer.echo(line)
+    _echo(line)
     sys.stdout.flush()  # a supervisor reading our stdout sees the address at once
 
 
@@ -482,11 +530,24 @@ app.add_typer(cluster_app)
 
 def _message(exc: BaseException) -> str:
     if isinstance(exc, pydantic.ValidationError):
-        return "; ".join(str(e["msg"]) for e in exc.errors())
+        return "; ".join(_located(e["loc"], str(e["msg"])) for e in exc.errors())
     if isinstance(exc, OSError) and exc.strerror and exc.filename:
         return f"{exc.strerror}: {exc.filename}"
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0]
+
+
+def _located(loc: tuple[int | str, ...], message: str) -> str:
+    """A pydantic error with the setting it is about: ``model: String should have ...``."""
+    return f"{'.'.join(map(str, loc))}: {message}" if loc else message
+
+
+def _reader_gone() -> NoReturn:
+    """The reader of our output went away (``| head``): nothing to report, nothing failed.
+    ``os._exit``: flushing what stdout still buffers would only raise again at exit."""
+    with contextlib.suppress(OSError):
+        sys.stderr.close()  # what stderr buffers still goes out (unless it is the pipe)
+    os._exit(0)
 
 
 def _fail(message: str) -> NoReturn:
@@ -507,10 +568,9 @@ def main() -> None:
     _tolerant_stdout()
     try:
         app(prog_name="tandem")
+    except (_ReaderGone, BrokenPipeError):
+        _reader_gone()
     except (CommandError, EngineError, OSError, pydantic.ValidationError) as exc:
-        if isinstance(exc, BrokenPipeError):
-            sys.stderr.close()  # the reader went away (``| head``); nothing to report
-            os._exit(0)
         _fail(_message(exc))
 
 

@@ -7,16 +7,24 @@ checked here, before any engine opens, so a bad value is a usage error (exit 2).
 from __future__ import annotations
 
 import enum
+import errno
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
+import pydantic
 import typer
 from rich.console import Console
 
-from engine import Corpus, FieldType, OllamaEmbedding, SearchEngine
+from engine import (
+    Corpus,
+    FieldType,
+    OllamaEmbedding,
+    SearchEngine,
+    SentenceTransformerEmbedding,
+)
 from engine.config import names_no_model
 from engine.limits import (
     MAX_LANGUAGE_ID,
@@ -115,12 +123,27 @@ NoVectorsOpt = Annotated[
 
 def check_model_name(embedder: str | None) -> None:
     """Refuse a value of ``--embedder`` that names no model ("none", "off", ...): it
-    would be looked for as a model (and, online, downloaded)."""
-    if embedder is not None and names_no_model(embedder):
+    would be looked for as a model (and, online, downloaded); and one the config refuses
+    (empty, too long), as a usage error naming the option."""
+    if embedder is None:
+        return
+    if names_no_model(embedder):
         raise typer.BadParameter(
             f"{embedder!r} names no model; a keyword-only corpus is --no-vectors",
             param_hint="--embedder",
         )
+    with _usage_error("--embedder"):
+        SentenceTransformerEmbedding(model=embedder)
+
+
+@contextmanager
+def _usage_error(option: str) -> Iterator[None]:
+    """A value the config models refuse is a usage error of ``option`` (exit 2)."""
+    try:
+        yield
+    except pydantic.ValidationError as exc:
+        reasons = "; ".join(str(error["msg"]) for error in exc.errors())
+        raise typer.BadParameter(reasons, param_hint=option) from None
 
 
 def engine_home(ctx: typer.Context, path: Path | None) -> Path:
@@ -160,8 +183,15 @@ def open_corpus(ctx: typer.Context, path: Path | None, name: str) -> Iterator[Co
         yield engine.corpus(name)
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """rich's own exits 1; a ``BrokenPipeError`` lets ``main`` end quietly with 0, as
+        for every other write to a reader that went away (``tandem search ... | head``)."""
+        raise BrokenPipeError(errno.EPIPE, "the reader of standard output went away")
+
+
 def console() -> Console:
-    return Console(highlight=False, soft_wrap=False)
+    return _Console(highlight=False, soft_wrap=False)
 
 
 AnalyzerOpt = Annotated[
@@ -252,7 +282,9 @@ def ollama_spec(value: str, option: str = "--ollama") -> OllamaEmbedding:
     if not slash:
         if not host or sep:  # "http://h" names a host and no model
             raise typer.BadParameter(f"{value!r}: {expected}", param_hint=option)
-        return OllamaEmbedding(model=host)
+        with _usage_error(option):
+            return OllamaEmbedding(model=host)
     if not host or not model:
         raise typer.BadParameter(f"{value!r}: {expected}", param_hint=option)
-    return OllamaEmbedding(model=model, host=f"{scheme}://{host}")
+    with _usage_error(option):
+        return OllamaEmbedding(model=model, host=f"{scheme}://{host}")

@@ -11,18 +11,27 @@ mark at the start of the first line. A line that is not such an object becomes a
 ``Rejected`` with its line number and a reason — the rest of the file is still read. The
 documented caps (``engine.limits``) are checked here, so a bad line rarely costs a
 refused batch; the engine checks again at ``add`` (see ``engine.surfaces.bulk``).
+
+``DocumentFile`` also reads a JSON array of such objects (a file whose first character,
+after a byte order mark and white space, is ``[``), as the HTTP upload does with
+``application/json``: it is parsed whole, so it is capped at ``MAX_JSON_ARRAY_BYTES``,
+and a verdict's ``line`` is then the document's position in the array (1-based).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import gzip
 import io
 import json
-from collections.abc import Iterator, Mapping
+import os
+import stat
+import sys
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any, Protocol, cast
 
 from engine import Document, FieldType
 from engine.limits import (
@@ -37,9 +46,14 @@ from engine.limits import (
 
 MAX_LINE_BYTES = 16 * 1024 * 1024
 """A line longer than this is rejected unread (a document's text is capped far below it)."""
+MAX_JSON_ARRAY_BYTES = 64 * 1024 * 1024
+"""A JSON array is parsed whole: past this it is refused (the HTTP upload's cap too)."""
+STDIN = "-"
+"""The path ``DocumentFile`` reads as standard input."""
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _UTF8_BOM = b"\xef\xbb\xbf"
+_SNIFF_BYTES = 4096  # enough to see past a BOM and blank lines to the first character
 _STRING_CAPS = {"title": MAX_TITLE_CHARS, "text": MAX_DOCUMENT_CHARS, "url": MAX_URL_CHARS}
 _MAX_GROUP_CHARS = 128
 DOCUMENT_KEYS = frozenset(
@@ -83,7 +97,8 @@ def json_failure(exc: ValueError | RecursionError) -> str:
         return "not UTF-8 (JSON text is UTF-8)"
     if isinstance(exc, RecursionError):
         return "too deeply nested"
-    return str(exc) or type(exc).__name__
+    # The integer limit's text ends in advice for Python programmers, not for the sender.
+    return str(exc).partition("; use sys.set_int_max_str_digits")[0] or type(exc).__name__
 
 
 def document_from_json(value: object, fields: Mapping[str, FieldType] = _NO_FIELDS) -> Document:
@@ -184,15 +199,20 @@ def _is_control(ch: str) -> bool:
 
 def _pick_id(value: dict[str, object]) -> object:
     has_id, has_beir_id = "id" in value, "_id" in value
-    if has_id and has_beir_id and value["id"] != value["_id"]:
-        raise LineError("both id and _id are present and differ")
     if not has_id and not has_beir_id:
         raise LineError("missing id (or _id)")
-    raw = value["id"] if has_id else value["_id"]
-    if isinstance(raw, int) and not isinstance(raw, bool):
-        return str(raw)  # BEIR-style numeric ids
+    raw = _numeric_id_as_text(value["id"] if has_id else value["_id"])
+    if has_id and has_beir_id and raw != _numeric_id_as_text(value["_id"]):
+        raise LineError("both id and _id are present and differ")
     if not isinstance(raw, str):
         raise LineError(f"id must be a string, got {_json_type(raw)}")
+    return raw
+
+
+def _numeric_id_as_text(raw: object) -> object:
+    """BEIR-style numeric ids are text: ``12`` is the id ``"12"``."""
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return str(raw)
     return raw
 
 
@@ -214,40 +234,169 @@ class _LineSource(Protocol):
 
 
 class DocumentFile:
-    """A JSON Lines file (plain or gzip) read line by line.
+    """A JSON Lines file (plain or gzip), or a JSON array of documents, read one document
+    at a time.
 
-    ``progress()`` reports how many bytes of the file on disk have been consumed, so a
-    caller can draw a progress bar against ``size``.
+    ``path`` is anything that opens for reading and is not a directory: a file,
+    ``/dev/stdin``, a named pipe, a process substitution (``/dev/fd/63``), or ``STDIN``
+    (``"-"``) for standard input. Gzip and the array form are told by content, so a
+    stream that cannot seek is read once, front to back. ``size`` is the byte size of a
+    regular file, 0 when it is not known (a pipe); ``progress()`` reports how many of
+    those bytes have been consumed, so a caller can draw a progress bar against it.
     """
 
     def __init__(self, path: str | Path, fields: Mapping[str, FieldType] = _NO_FIELDS) -> None:
         self.path = Path(path)
         self.fields = fields
-        if not self.path.is_file():
-            raise FileNotFoundError(f"no such file: {self.path}")
-        self.size = self.path.stat().st_size
+        self.size = 0
         self._raw: IO[bytes] | None = None
         self._finished = False
+        if self.is_stdin:
+            with contextlib.suppress(AttributeError, OSError, ValueError):  # no file descriptor
+                self.size = _regular_file_size(os.fstat(sys.stdin.buffer.fileno()))
+            return
+        try:
+            info = self.path.stat()
+        except FileNotFoundError:
+            raise FileNotFoundError(f"no such file: {self.path}") from None
+        if stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError(f"{self.path} is a directory")
+        self.size = _regular_file_size(info)
+
+    @property
+    def is_stdin(self) -> bool:
+        return str(self.path) == STDIN
 
     def progress(self) -> int:
-        """Bytes of the file read so far (all of them once it was read to the end)."""
+        """Bytes of the file read so far (all of them once it was read to the end; 0
+        while ``size`` is not known)."""
         if self._finished:
             return self.size
-        if self._raw is None or self._raw.closed:
+        if not self.size or self._raw is None or self._raw.closed:
             return 0
-        return self._raw.tell()
+        try:
+            return min(self._raw.tell(), self.size)
+        except OSError:  # a stream that cannot tell
+            return 0
 
     def __iter__(self) -> Iterator[Loaded | Rejected]:
-        with open(self.path, "rb") as raw:
+        with self._open() as raw:
             self._raw = raw
-            compressed = raw.read(2) == _GZIP_MAGIC
-            raw.seek(0)
-            if compressed:
-                with gzip.GzipFile(fileobj=raw, mode="rb") as unzipped:
-                    yield from read_lines(unzipped, self.fields)
+            head, stream = _sniffed(raw, lambda _: False, len(_GZIP_MAGIC))
+            if head == _GZIP_MAGIC:
+                with gzip.GzipFile(fileobj=stream, mode="rb") as unzipped:
+                    yield from _documents(cast(IO[bytes], unzipped), self.fields)
             else:
-                yield from read_lines(raw, self.fields)
+                yield from _documents(stream, self.fields)
         self._finished = True
+
+    def _open(self) -> contextlib.AbstractContextManager[IO[bytes]]:
+        if self.is_stdin:
+            if sys.stdin is None:  # started with standard input closed
+                raise FileNotFoundError("no standard input to read (it is closed)")
+            return contextlib.nullcontext(sys.stdin.buffer)  # not ours to close
+        return open(self.path, "rb")
+
+
+def _regular_file_size(info: os.stat_result) -> int:
+    return info.st_size if stat.S_ISREG(info.st_mode) else 0
+
+
+class _Replay(io.RawIOBase):
+    """The bytes ``head``, already read from ``rest``, then the rest of ``rest`` (or the
+    error that reading it raised): lets the content of a stream that cannot seek back (a
+    pipe) be looked at before it is read."""
+
+    def __init__(self, head: bytes, rest: IO[bytes], error: Exception | None) -> None:
+        self._head = head
+        self._rest = rest
+        self._error = error
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        if self._head:
+            count = min(len(view), len(self._head))
+            view[:count] = self._head[:count]
+            self._head = self._head[count:]
+            return count
+        if self._error is not None:
+            raise self._error
+        data = _read_some(self._rest, len(view))
+        view[: len(data)] = data
+        return len(data)
+
+
+def _read_some(stream: IO[bytes], size: int) -> bytes:
+    """What ``stream`` has (at most ``size`` bytes), without waiting for all of them."""
+    return cast(bytes, getattr(stream, "read1", stream.read)(size))
+
+
+def _sniffed(
+    stream: IO[bytes], enough: Callable[[bytes], bool], limit: int
+) -> tuple[bytes, IO[bytes]]:
+    """The first bytes of ``stream`` — read until ``enough`` says so, ``limit`` bytes or
+    its end — and a stream that reads all of it from the start. An error met while
+    looking (a truncated gzip stream) is raised where the replay reaches it."""
+    head, error = b"", None
+    try:
+        while len(head) < limit and not enough(head):
+            chunk = _read_some(stream, limit - len(head))
+            if not chunk:
+                break
+            head += chunk
+    except (OSError, EOFError) as exc:
+        error = exc
+    return head, io.BufferedReader(_Replay(head, stream, error))
+
+
+def _starts_an_array(head: bytes) -> bool | None:
+    """Whether ``head`` begins a JSON array (after a byte order mark and white space);
+    ``None`` while it holds too little to tell."""
+    if len(head) < len(_UTF8_BOM) and _UTF8_BOM.startswith(head):
+        return None
+    text = head.removeprefix(_UTF8_BOM).lstrip()
+    return text.startswith(b"[") if text else None
+
+
+def _documents(stream: IO[bytes], fields: Mapping[str, FieldType]) -> Iterator[Loaded | Rejected]:
+    head, stream = _sniffed(stream, lambda seen: _starts_an_array(seen) is not None, _SNIFF_BYTES)
+    if _starts_an_array(head):
+        yield from _array_documents(stream, fields)
+    else:
+        yield from read_lines(stream, fields)
+
+
+def _array_documents(
+    stream: IO[bytes], fields: Mapping[str, FieldType]
+) -> Iterator[Loaded | Rejected]:
+    """One verdict per item of a JSON array, numbered by position."""
+    try:
+        data = stream.read(MAX_JSON_ARRAY_BYTES + 1)
+    except (OSError, EOFError) as exc:  # truncated or corrupt gzip stream
+        yield Rejected(1, f"unreadable: {exc}")
+        return
+    if len(data) > MAX_JSON_ARRAY_BYTES:
+        cap = MAX_JSON_ARRAY_BYTES // (1024 * 1024)
+        yield Rejected(
+            1,
+            f"a JSON array is read whole, so it is capped at {cap} MiB; give more "
+            "documents as JSON Lines (one object per line)",
+        )
+        return
+    try:
+        values = json.loads(data)  # bytes: a UTF-8 byte order mark is accepted
+    except (ValueError, RecursionError) as exc:
+        line = exc.lineno if isinstance(exc, json.JSONDecodeError) else 1
+        yield Rejected(line, f"not valid JSON: {json_failure(exc)}")
+        return
+    for position, item in enumerate(values, 1):
+        try:
+            yield Loaded(position, document_from_json(item, fields))
+        except LineError as exc:
+            yield Rejected(position, str(exc))
 
 
 def read_lines(

@@ -19,6 +19,7 @@ from engine.surfaces.bulk import BulkReport
 from engine.surfaces.http.caps import human_bytes, too_large
 from engine.surfaces.http.errors import ApiError, invalid_json
 from engine.surfaces.loaders import (
+    MAX_JSON_ARRAY_BYTES,
     LineError,
     Loaded,
     Rejected,
@@ -38,7 +39,6 @@ NDJSON_TYPES = frozenset(
     }
 )
 _IN_MEMORY_BYTES = 1024 * 1024
-MAX_JSON_ARRAY_BYTES = 64 * 1024 * 1024
 MAX_REPORTED_REJECTIONS = 1_000
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from engine import CorpusConfig, Document, SearchEngine
@@ -253,8 +253,8 @@ def test_add_refuses_a_directory_and_fails_when_every_line_is_rejected(
     home = tmp_path / "engine"
     ok(tandem("create", "kb", "--no-vectors", home=home))
     assert "is a directory" in one_line_error(tandem("add", "kb", str(tmp_path), home=home))
-    wrong = tmp_path / "array.jsonl"
-    wrong.write_text(json.dumps(DOCS), encoding="utf-8")  # one JSON array on one line
+    wrong = tmp_path / "docs.csv"
+    wrong.write_text("id,title,text\n", encoding="utf-8")  # another format: one line, refused
     refused = tandem("add", "kb", str(wrong), home=home)
     assert refused.returncode == 1 and "rejected 1" in refused.stdout
     mixed = tmp_path / "mixed.jsonl"
@@ -580,7 +580,9 @@ def test_bulk_add_bisects_a_refused_batch_down_to_the_bad_documents(tmp_path: Pa
 )
 def test_every_non_blank_line_gets_exactly_one_verdict(tmp_path: Path, lines: list[str]) -> None:
     path = tmp_path / "any.jsonl"
-    path.write_bytes(("\n".join(lines) + "\n").encode("utf-8", "surrogatepass"))
+    data = ("\n".join(lines) + "\n").encode("utf-8", "surrogatepass")
+    assume(not data.removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"["))  # a JSON array
+    path.write_bytes(data)
     verdicts = list(DocumentFile(path))
     expected = [n for n, line in enumerate(lines, 1) if line.strip()]
     assert [v.line for v in verdicts] == expected
