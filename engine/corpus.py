@@ -509,8 +509,10 @@ class Corpus:
             config = CorpusConfig.model_validate(raw)
         except (OSError, ValueError) as exc:
             logger.warning("corpus config unreadable (%s); keeping the one loaded", type(exc))
+            self._search_as_written()
             return
         if config == self._config:
+            self._search_as_written()  # e.g. switched back before a failed adoption
             return
         embedder: Embedder | None = None
         if config.embedder is not None and self._embedder is not None:
@@ -531,6 +533,15 @@ class Corpus:
             dataclasses.replace(self._searcher.state, config=config, embedder=embedder)
         )
         logger.info("corpus %s: config changed by another process; adopted", self.name)
+
+    def _search_as_written(self) -> None:
+        """Searches use the config and embedder writes use (undoes the keyword-only state
+        a failed adoption installed, once there is nothing new to adopt)."""
+        state = self._searcher.state
+        if state.config != self._config or state.embedder is not self._embedder:
+            self._searcher.install(
+                dataclasses.replace(state, config=self._config, embedder=self._embedder)
+            )
 
     def _write_with(self, config: CorpusConfig, embedder: Embedder | None) -> None:
         """Writes and questions use ``config`` and ``embedder`` from now on (searches

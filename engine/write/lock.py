@@ -83,6 +83,8 @@ class WriteLock:
         self._fd: int | None = None
         self._locked = False  # whether ``_fd`` holds the flock
         self._closed = False
+        self._yield_cond = threading.Condition(threading.Lock())
+        self._yielding = 0  # waiters (a drop) this process's new acquires yield to
         _LIVE.add(self)
 
     @property
@@ -144,6 +146,32 @@ class WriteLock:
             self._mutex.release()
 
     @contextlib.contextmanager
+    def yielding(self) -> Iterator[None]:
+        """While open, this process's new acquires (``wait_while_yielding``) wait: for a
+        waiter of this process that takes the lock through another object (a drop). The
+        lock has no queue, so writes back to back would take it again the moment it was
+        released and starve that waiter."""
+        with self._yield_cond:
+            self._yielding += 1
+        try:
+            yield
+        finally:
+            with self._yield_cond:
+                self._yielding -= 1
+                self._yield_cond.notify_all()
+
+    def wait_while_yielding(self, timeout: float, give_up: Callable[[], bool]) -> None:
+        """Wait up to ``timeout`` seconds while ``yielding`` is open (or until ``give_up()``
+        answers True after a ``wake``)."""
+        with self._yield_cond:
+            self._yield_cond.wait_for(lambda: not self._yielding or give_up(), timeout)
+
+    def wake(self) -> None:
+        """Make ``wait_while_yielding`` look at its ``give_up`` again."""
+        with self._yield_cond:
+            self._yield_cond.notify_all()
+
+    @contextlib.contextmanager
     def holding(self, timeout: float) -> Iterator[bool]:
         """``with lock.holding(t) as got:`` — ``got`` says whether it was acquired."""
         got = self.acquire(timeout)
@@ -167,6 +195,9 @@ class WriteLock:
         come along. Never ``LOCK_UN`` (that would release the parent's lock) and never a
         blocking acquire (a thread absent from the child may hold the thread lock)."""
         fd, self._fd, self._locked = self._fd, None, False
+        # A drop waiting in the parent is no drop here (and its thread is gone).
+        self._yield_cond = threading.Condition(threading.Lock())
+        self._yielding = 0
         if fd is not None:
             with contextlib.suppress(OSError):
                 os.close(fd)

@@ -78,8 +78,6 @@ class CorpusSync:
         self._follow_lock = threading.Lock()
         self._exclusive = False
         self.dropped = False
-        self._drop_cond = threading.Condition()
-        self._drops_waiting = 0  # this process's drops waiting for the lock
         self.config_stamp = file_stamp(directory / "config.json")
         self._config_retry_at: float | None = None  # a failed adoption: when to retry
         self._clock = clock
@@ -117,8 +115,8 @@ class CorpusSync:
             except BaseException:
                 self._store.look_again()
                 raise
-        elif self._config_retry_at is not None and self._clock() >= self._config_retry_at:
-            with self._follow_lock:
+        if self._config_retry_at is not None and self._clock() >= self._config_retry_at:
+            with self._follow_lock:  # the timer, not every commit, paces the retries
                 self._adopt_changed_config(holder=False)
         self._indexes.replace_damaged_vectors()
         if self._indexes.keyword_pending and not self.exclusive:
@@ -141,7 +139,7 @@ class CorpusSync:
         with self._follow_lock:
             self._store.invalidate_caches()
             self._on_change()
-            if adopt_config:
+            if adopt_config and (holder or self._config_retry_at is None):
                 self._adopt_changed_config(holder=holder)
             self._indexes.follow(state)
 
@@ -186,7 +184,9 @@ class CorpusSync:
         wait = self._busy_timeout if timeout is None else timeout
         deadline = time.monotonic() + wait
         if not lock.owned:
-            self._wait_behind_drop(wait)
+            lock.wait_while_yielding(wait, self._is_dropped)  # this process's drop first
+            if self.dropped:
+                raise CorpusNotFound(f"corpus {self._name!r} was dropped")
         if not lock.acquire(max(0.0, deadline - time.monotonic()), give_up=self._is_dropped):
             if self.dropped:
                 raise CorpusNotFound(f"corpus {self._name!r} was dropped")
@@ -217,35 +217,23 @@ class CorpusSync:
     def _is_dropped(self) -> bool:
         return self.dropped
 
-    def _wait_behind_drop(self, wait: float) -> None:
-        """While this process waits to drop the corpus, its new writes wait behind the
-        drop. The write lock has no queue: writes back to back would take it again the
-        moment it was released and starve the drop (``EngineBusy`` after the busy
-        timeout, however short each write)."""
-        with self._drop_cond:
-            self._drop_cond.wait_for(lambda: not self._drops_waiting or self.dropped, wait)
-        if self.dropped:
-            raise CorpusNotFound(f"corpus {self._name!r} was dropped")
-
     @contextlib.contextmanager
     def drop_waiting(self) -> Iterator[None]:
-        """Around this process's wait for the lock to drop the corpus (see above)."""
-        with self._drop_cond:
-            self._drops_waiting += 1
-        try:
+        """Around this process's wait for the lock to drop the corpus: its new writes
+        wait behind the drop (``WriteLock.yielding``) instead of starving it."""
+        if self._lock is None:
             yield
-        finally:
-            with self._drop_cond:
-                self._drops_waiting -= 1
-                self._drop_cond.notify_all()
+            return
+        with self._lock.yielding():
+            yield
 
     def end_for_drop(self) -> None:
         """The drop holds the lock and goes ahead: writes waiting for it, behind it or
         for the lock, give up at once with ``CorpusNotFound`` (the drop waits for the
         calls in flight, and they would have waited for the drop's lock)."""
-        with self._drop_cond:
-            self.dropped = True
-            self._drop_cond.notify_all()
+        self.dropped = True
+        if self._lock is not None:
+            self._lock.wake()
 
     def _take_over(self) -> None:
         """As the new holder: follow everything committed so far, then repair."""

@@ -439,3 +439,68 @@ def test_a_follow_that_failed_is_tried_again_at_the_next_search(
             other.search("parcel locker")
         assert [hit.source_id for hit in other.search("parcel locker")][:1] == ["d1"]
         assert len(calls) == 2
+
+
+def test_after_a_failed_adoption_commits_do_not_pace_the_retries_and_a_switch_back_heals(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model that fails to build here is tried again on the timer, not at every commit
+    another process makes (each try may load a model); and a switch back to the model
+    this process still holds puts its dense arm back (it stayed keyword-only for good)."""
+    import engine.write.sync
+
+    monkeypatch.setattr(engine.write.sync, "CONFIG_RETRY_S", 3600.0)
+    attempts: list[str] = []
+
+    def same_width(spec: object) -> WordHashEmbedder:
+        return WordHashEmbedder(dimension=32, name=f"word-hash-{getattr(spec, 'model', 'a')}")
+
+    def never_b(spec: object) -> WordHashEmbedder:
+        if getattr(spec, "model", "a") == "b":
+            attempts.append("b")
+            raise RuntimeError("model b cannot load here")
+        return same_width(spec)
+
+    with (
+        SearchEngine(tmp_path, embedder_factory=same_width) as first,
+        SearchEngine(tmp_path, embedder_factory=never_b) as second,
+    ):
+        first.create_corpus(
+            CorpusConfig(name="c", embedder=SentenceTransformerEmbedding(model="a"))
+        ).add([Document(id=f"d{i}", text=f"printer paper tray {i}") for i in range(4)])
+        other = second.corpus("c")
+        assert other.search("printer")[0].ranks.dense is not None
+        first.switch_embedder("c", SentenceTransformerEmbedding(model="b"))
+        assert other.search("printer paper")[0].ranks.dense is None
+        for i in range(3):  # commits elsewhere: followed, but no new attempt
+            first.corpus("c").add([Document(id=f"n{i}", text=f"parcel {i}")])
+            assert other.search("printer paper")[0].ranks.dense is None
+        assert attempts == ["b"]
+        first.switch_embedder("c", SentenceTransformerEmbedding(model="a"))
+        clock = other._sync._clock
+        monkeypatch.setattr(other._sync, "_clock", lambda: clock() + 7200.0)  # timer due
+        hits = other.search("printer paper")
+        assert hits and hits[0].ranks.dense is not None
+        assert attempts == ["b"]
+        assert other.config.embedder == SentenceTransformerEmbedding(model="a")
+
+
+def test_a_child_forked_while_a_drop_waits_does_not_wait_for_it(tmp_path: Path) -> None:
+    """The drop's waiting belongs to the parent's thread, which the child does not have:
+    the child's writes waited behind it for their whole busy timeout."""
+    with SearchEngine(tmp_path, busy_timeout=60) as engine:
+        corpus = engine.create_corpus(CorpusConfig(name="c", embedder=None))
+        corpus.add([Document(id="d0", text="before the fork")])
+        with corpus._drop_waiting():  # as drop_corpus does while it waits for the lock
+            pid = os.fork()
+            if pid == 0:  # the child: a write, at once, then out
+                code = 1
+                try:
+                    if not corpus._sync._lock._yielding:
+                        corpus.add([Document(id="child", text="written in the child")])
+                        code = 0
+                finally:
+                    os._exit(code)
+            _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert [hit.source_id for hit in corpus.search("written in the child")] == ["child"]
