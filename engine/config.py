@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import os
+import urllib.parse
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Generic, Literal, TypeVar
@@ -121,6 +122,21 @@ class OllamaEmbedding(_Frozen):
     timeout_s: Annotated[float, Field(gt=0, le=600)] = 30.0
     health_timeout_s: Annotated[float, Field(gt=0, le=60)] = 2.0
     passages: PassageWindows | None = None
+
+    @field_validator("host")
+    @classmethod
+    def _dialable(cls, host: str) -> str:
+        """An http(s) URL with a host name and, if any, a port in 1..65535 (``h:99999``
+        made a corpus whose every document was stored degraded); a scheme may be left
+        out, as the Ollama client allows."""
+        parts = urllib.parse.urlsplit(host if "://" in host else f"http://{host}")
+        try:
+            port = parts.port
+        except ValueError as exc:
+            raise ValueError(f"host {host!r}: {exc}") from None
+        if parts.scheme.lower() not in ("http", "https") or not parts.hostname or port == 0:
+            raise ValueError(f"host {host!r} is not an http(s) URL with a host name and port")
+        return host
 
     @model_validator(mode="after")
     def _windows_in_words(self) -> OllamaEmbedding:

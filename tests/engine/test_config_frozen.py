@@ -4,8 +4,9 @@ validation, it is hashable, and it round-trips through its JSON file unchanged."
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
-from engine import CorpusConfig, FieldType
+from engine import CorpusConfig, FieldType, OllamaEmbedding
 
 
 def _config() -> CorpusConfig:
@@ -59,3 +60,20 @@ def test_title_weight_defaults_to_the_keyword_index_default_and_is_bounded() -> 
         CorpusConfig(name="c", title_weight=1).model_dump_json()
     )
     assert again.title_weight == 1
+
+
+@pytest.mark.parametrize(
+    "host", ["http://127.0.0.1:11434", "localhost:11434", "https://ollama.example.com/"]
+)
+def test_an_ollama_host_the_client_can_dial_is_kept(host: str) -> None:
+    assert OllamaEmbedding(model="m", host=host).host == host
+
+
+@pytest.mark.parametrize(
+    "host", ["h:99999", "h:abc", "http://h:0", "ftp://h:21", "http://:11434", "http://"]
+)
+def test_an_ollama_host_no_client_can_dial_is_refused(host: str) -> None:
+    """Refused when the corpus is configured, not discovered as a corpus whose every
+    document is stored degraded."""
+    with pytest.raises(ValidationError, match="host"):
+        OllamaEmbedding(model="m", host=host)
