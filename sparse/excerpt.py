@@ -2,8 +2,9 @@
 
 Computed in Python from the stored body (a ``str.find`` per occurrence looked at, at
 most ``_MAX_OCCURRENCES`` a term; in text with accents, a term not found as written is
-looked for as the index folds it, one ``re`` scan), which costs a few microseconds per hit
-where tantivy's ``SnippetGenerator`` would re-analyze the document.
+looked for as the index folds it, one ``re`` scan for its first ``_FOLDED_LETTERS``
+letters), which costs a few microseconds per hit where tantivy's ``SnippetGenerator``
+would re-analyze the document.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Mapping, Sequence
 import regex
 import tantivy
 
+from sparse.analyzers import MAX_TOKEN_BYTES
 from sparse.contracts import MAX_EXCERPT_LENGTH
 
 _LEAD_FRACTION = 4
@@ -58,23 +60,59 @@ def _fold_classes() -> Mapping[str, str]:
     return found
 
 
-@functools.lru_cache(maxsize=256)
+_FOLDED_LETTERS = 8
+"""How many letters of a term its folded pattern spells out, each a class of up to ~50
+characters (~0.1 ms to compile, ~0.7 KB held); the rest of a longer term is compared folded
+(``str.translate``) where they match. A query's words are anonymous text: a pattern of
+all of a 150-letter word cost ~15 ms to compile and ~200 KB in the caches (``re``'s own
+too, 512 patterns), a 2,000-letter one 200 ms and 1.2 MB."""
+
+_MAX_FOLDED_TERM = MAX_TOKEN_BYTES
+"""Terms of this many characters or more are not looked for folded: a folded match, one
+letter a letter, would be a word of as many bytes or more, which every analyzer drops
+(``MAX_TOKEN_BYTES``), so the index cannot have found it. As written they still are."""
+
+
 def _folded_pattern(term: str) -> re.Pattern[str] | None:
-    """``term`` as found in text folded as the index folds it, as a pattern over the
-    unfolded text (so that positions index the text without building a folded copy, which
-    cost ~0.6 ms on 10 KB); None when folding adds no match (no letter of ``term`` is the
-    fold of another, as in Cyrillic, Greek or CJK, or one was folded away)."""
+    """The first ``_FOLDED_LETTERS`` letters of ``term`` as found in text folded as the
+    index folds it, as a pattern over the unfolded text (so that positions index the text
+    without building a folded copy, which cost ~0.6 ms on 10 KB); None when folding adds
+    no match (no letter of ``term`` is the fold of another, as in Cyrillic, Greek or CJK,
+    or one was folded away) or ``term`` is too long for the index (``_MAX_FOLDED_TERM``,
+    checked before the cache: such a term is never compiled nor cached)."""
+    if len(term) >= _MAX_FOLDED_TERM:
+        return None
+    return _cached_folded_pattern(term)
+
+
+@functools.lru_cache(maxsize=128)
+def _cached_folded_pattern(term: str) -> re.Pattern[str] | None:
+    """``_folded_pattern`` of a term shorter than ``_MAX_FOLDED_TERM``: at most 128 terms,
+    a pattern of at most ``_FOLDED_LETTERS`` classes each (~6 KB: with ``re``'s own cache of
+    512, ~3 MB at most)."""
     classes = _fold_classes()
     if not any(character in classes for character in term):
         return None
+    if not all(classes.get(character, character) for character in term):
+        return None
     parts = []
-    for character in term:
+    for character in term[:_FOLDED_LETTERS]:
         members = classes.get(character, character)
-        if not members:
-            return None
         escaped = "".join(map(re.escape, members))
         parts.append(escaped if len(members) == 1 else f"[{escaped}]")
     return re.compile("".join(parts))
+
+
+@functools.cache
+def _fold_table() -> Mapping[int, str]:
+    """Each character the index folds to one ASCII letter -> that letter: the letters of
+    a term past its pattern's are compared in ``text[...].translate(_fold_table())``."""
+    return {
+        ord(member): form
+        for form, members in _fold_classes().items()
+        for member in members
+        if member != form
+    }
 
 
 def make_excerpt(text: str, terms: Sequence[str], max_length: int = MAX_EXCERPT_LENGTH) -> str:
@@ -136,12 +174,13 @@ def _first_match(lowered: str, terms: Sequence[str], *, fold: bool) -> int | Non
 
 
 def _best_occurrence(lowered: str, term: str, folded: re.Pattern[str] | None) -> int | None:
-    """The first occurrence of ``term`` (as written, or as the ``folded`` pattern) at a
-    word start, unless one of the next ``_WHOLE_WORD_LOOKS`` there is a whole word ("cat"
-    after "category"; a stem, "studi" in "studies", keeps its first). Of an unspaced term,
-    the first occurrence. At most ``_MAX_OCCURRENCES`` occurrences are looked at: a
-    megabyte of one repeated letter must not make one excerpt cost seconds while the
-    search gate is held."""
+    """The first occurrence of ``term`` (as written, or as the ``folded`` pattern of its
+    first letters followed by the rest folded: a match of the pattern alone counts as an
+    occurrence looked at) at a word start, unless one of the next ``_WHOLE_WORD_LOOKS``
+    there is a whole word ("cat" after "category"; a stem, "studi" in "studies", keeps its
+    first). Of an unspaced term, the first occurrence. At most ``_MAX_OCCURRENCES``
+    occurrences are looked at: a megabyte of one repeated letter must not make one
+    excerpt cost seconds while the search gate is held."""
     anywhere = _unspaced(term[0])
     first: int | None = None
     looks = 0
@@ -152,6 +191,9 @@ def _best_occurrence(lowered: str, term: str, folded: re.Pattern[str] | None) ->
         else:
             found = folded.search(lowered, start)
             position = -1 if found is None else found.start()
+            if position != -1 and not _rest_matches(lowered, position, term):
+                start = position + 1  # counted: a 1 MB "aaaa…" must not cost a scan each
+                continue
         if position == -1:
             return first
         if anywhere:
@@ -169,6 +211,15 @@ def _best_occurrence(lowered: str, term: str, folded: re.Pattern[str] | None) ->
             if looks >= _WHOLE_WORD_LOOKS:
                 return first
     return first
+
+
+def _rest_matches(lowered: str, position: int, term: str) -> bool:
+    """Whether the letters of ``term`` past its folded pattern's follow, folded, the
+    pattern's match at ``position`` (one letter a letter: a slice as long as they are)."""
+    if len(term) <= _FOLDED_LETTERS:
+        return True
+    following = lowered[position + _FOLDED_LETTERS : position + len(term)]
+    return following.translate(_fold_table()) == term[_FOLDED_LETTERS:]
 
 
 _WHOLE_WORD_LOOKS = 8

@@ -12,6 +12,7 @@ import unicodedata
 
 import regex
 
+from sparse.analyzers import MAX_TOKEN_BYTES
 from sparse.excerpt import make_excerpt
 
 __all__ = ["excerpt_for", "make_excerpt", "query_terms"]
@@ -33,13 +34,19 @@ def query_terms(query: str) -> list[str]:
     """Distinct lower-cased words of a query, longest first (better anchors), common
     English function words dropped unless nothing else is left, capped. The query is read
     composed (NFC), as the analyzers read it: "Ménière" typed with combining accents is
-    one word, not "nie" and "re"."""
+    one word, not "nie" and "re". Words of ``MAX_TOKEN_BYTES`` UTF-8 bytes or more are
+    dropped, as the analyzers drop them (no index holds them; each costs a scan)."""
     query = query[:2_000]
     if not query.isascii():
         query = unicodedata.normalize("NFC", query)
-    words = {w.lower() for w in _WORD.findall(query)}
+    words = {w.lower() for w in _WORD.findall(query) if _indexable(w)}
     content = {w for w in words if w not in _STOP_WORDS} or words
     return sorted(content, key=lambda w: (-len(w), w))[:_MAX_TERMS]
+
+
+def _indexable(word: str) -> bool:
+    """Kept by the analyzers (``remove_long``): fewer than ``MAX_TOKEN_BYTES`` bytes."""
+    return len(word) < MAX_TOKEN_BYTES and len(word.encode()) < MAX_TOKEN_BYTES
 
 
 def excerpt_for(text: str, terms: list[str]) -> str:

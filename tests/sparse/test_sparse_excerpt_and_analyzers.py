@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 import pytest
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from sparse.analyzers import (
     DEFAULT_LANGUAGE_ANALYZERS,
     FALLBACK_ANALYZER,
+    MAX_TOKEN_BYTES,
     Analyzer,
     LanguageAnalyzers,
 )
@@ -132,6 +134,62 @@ def test_a_whole_word_wins_over_a_longer_word_it_begins() -> None:
     # looked for among a few occurrences only: each look is a scan on the hot path
     many = f"{pad}{'categories ' * 40}{pad} the cat sat {pad}"
     assert "categories" in make_excerpt(many, ["cat"])
+
+
+def _word(length: int, seed: int) -> str:
+    """A word of ``length`` ASCII letters no other test uses (so no cache has it)."""
+    return "".join(chr(ord("a") + (index * 7 + seed) % 26) for index in range(length))
+
+
+@pytest.fixture
+def compiled_classes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of character classes of each ``re`` pattern compiled while the test
+    runs (a fold pattern is one class per letter it spells out)."""
+    counts: list[int] = []
+    compile_ = re.compile
+
+    def recording(pattern: str, flags: int = 0) -> re.Pattern[str]:
+        counts.append(pattern.count("["))
+        return compile_(pattern, flags)
+
+    monkeypatch.setattr(re, "compile", recording)
+    return counts
+
+
+def test_a_word_longer_than_the_index_keeps_is_never_compiled_folded(
+    compiled_classes: list[int],
+) -> None:
+    """Regression: a query word the index drops (``MAX_TOKEN_BYTES`` or more) reached
+    the excerpts (the engine's own cut keeps words of 2,000 characters), and every text
+    with accents compiled it into a fold pattern of one ~40-character class a letter:
+    200 ms and 1.2 MB for 2,000 letters, held by two caches (466 MB after 400 distinct
+    queries). The index cannot have found such a word folded: nothing is compiled nor
+    cached for it, and as written it still anchors."""
+    text = "Crème brûlée à la française, " * 40
+    for length in (MAX_TOKEN_BYTES, 300, 2_000):
+        word = _word(length, seed=length)
+        assert make_excerpt(text, [word]).startswith("Crème brûlée")
+        written = f"{text}{word} is here {text}"
+        assert f"française, {word[:20]}" in make_excerpt(written, [word])
+    assert compiled_classes == []
+
+
+def test_a_long_word_s_fold_pattern_spells_out_its_first_letters_only(
+    compiled_classes: list[int],
+) -> None:
+    """Regression: the fold pattern spelled out every letter of the word (159 letters:
+    ~15 ms to compile, ~200 KB held, and a scan of a megabyte of "aaa…" 0.6 s); it spells
+    out the first few, the rest is compared folded where they match. The longest word the
+    index keeps still anchors where only its folded form occurs, after a word that
+    differs from it past those first letters."""
+    word = _word(MAX_TOKEN_BYTES - 1, seed=3)
+    accented = word.replace("e", "ễ").replace("u", "ü").replace("a", "à")
+    assert accented[:8] != word[:8] and accented[-10:] != word[-10:]
+    near_miss = accented[:100] + "q" + accented[101:]
+    pad = "lorem ipsum dolor sit amet " * 20
+    text = f"{pad}{near_miss} first {pad}{accented} here {pad}"
+    assert f"{accented[-10:]} here" in make_excerpt(text, [word])
+    assert compiled_classes and max(compiled_classes) <= 8
 
 
 @pytest.mark.parametrize("prefix", range(0, 40))

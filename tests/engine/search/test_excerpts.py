@@ -4,13 +4,17 @@ rest, anchors on the query term rarest in the text."""
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from pathlib import Path
+
+import pytest
 
 from dense.local import SentenceTransformerEmbedder
 from engine import CorpusConfig, Document, SearchEngine
 from engine.search.excerpts import excerpt_for, query_terms
 from sparse import MAX_EXCERPT_LENGTH
+from sparse.analyzers import MAX_TOKEN_BYTES
 from tests.support.fakes import SwitchableEmbedder
 
 
@@ -64,6 +68,32 @@ def test_excerpts_anchor_where_the_index_found_the_folded_word(tmp_path: Path) -
         nguyen = {h.source_id: h.excerpt for h in corpus.search("nguyen", top_k=5)}
     assert "Ménière described" in meniere["m"]
     assert "Nguyễn Văn" in nguyen["v"]
+
+
+def test_query_words_longer_than_the_index_keeps_are_not_terms(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Regression: query terms kept words of up to 2,000 characters, which every analyzer
+    drops (``MAX_TOKEN_BYTES`` UTF-8 bytes or more), so the index named no word of such a
+    query and every hit's excerpt compiled a fold pattern of one class a letter of it: a
+    300-letter word cost ~40 ms a search, a 2,000-letter one 200 ms and 1.2 MB held. The
+    cap counts bytes, as the analyzers do: 80 "é" are 160 bytes, 79 are 158."""
+    short, long_ = "z" * 300, "".join(chr(ord("a") + i % 26) for i in range(1_990))
+    assert query_terms(f"{short} Ménière {long_}") == ["ménière"]
+    assert query_terms(f"{short} {long_}") == []
+    assert query_terms(f"{'é' * 80} {'é' * 79}") == ["é" * 79]
+    assert query_terms("x" * (MAX_TOKEN_BYTES - 1)) == ["x" * (MAX_TOKEN_BYTES - 1)]
+    compiled: list[str] = []
+    compile_ = re.compile
+
+    def recording(pattern: str, flags: int = 0) -> re.Pattern[str]:
+        compiled.append(pattern)
+        return compile_(pattern, flags)
+
+    monkeypatch.setattr(re, "compile", recording)
+    text = "Crème brûlée à la française, " * 40
+    assert excerpt_for(text, query_terms(f"{short} {long_}")).startswith("Crème brûlée")
+    assert compiled == []
 
 
 def test_function_words_never_anchor_an_excerpt() -> None:
