@@ -191,9 +191,10 @@ class Corpus:
 
         Inputs are clamped, never rejected: the query is trimmed and cut to
         ``sparse.MAX_QUERY_LENGTH`` (shorter than ``sparse.MIN_QUERY_LENGTH`` → ``[]``),
-        ``top_k`` to ``1..MAX_TOP_K``, ``offset`` to ``0..MAX_OFFSET``, a negative
-        ``language_id`` to 0 (``None``: any language). Every page is cut from one order,
-        so paging neither repeats nor skips a document: the fusion window's ranking
+        ``top_k`` to ``1..MAX_TOP_K``, a negative ``offset`` to 0 (past ``MAX_OFFSET`` the
+        page is empty, so paging until an empty page stops), a negative ``language_id``
+        to 0 (``None``: any language). Every page is cut from one order, so paging
+        neither repeats nor skips a document: the fusion window's ranking
         (default 100), then — for pages past it — the ranking of the deepest window
         (``MAX_SOURCES`` per arm) without those documents.
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 import re
 import threading
 
@@ -10,7 +11,7 @@ MAX_TOP_K = 200
 """``top_k`` is clamped to ``1..MAX_TOP_K``."""
 
 MAX_OFFSET = 1_000
-"""``offset`` is clamped to ``0..MAX_OFFSET``."""
+"""The deepest page start: ``offset`` past it answers an empty page (see ``page_start``)."""
 
 MAX_DOCUMENT_CHARS = 1_000_000
 """A document's ``text`` may hold at most this many characters; more is refused at ``add``."""
@@ -47,6 +48,29 @@ CORPUS_NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 """Grammar of a corpus name; it becomes a directory name, so no separators, no dots."""
 
 MAX_LANGUAGE_ID = 1_000_000
+
+
+def page_start(offset: object) -> int | None:
+    """Where the page asked for with ``offset`` starts, or ``None``: the page is empty.
+
+    Never a refusal. A negative offset starts at 0, and so do what is no number (``None``,
+    text, a bool, NaN); a float is cut to its integer part. Past ``MAX_OFFSET`` (``+inf``
+    too) there is no page: ``None``, answered ``[]``, so a client paging until an empty
+    page stops — clamping it to ``MAX_OFFSET`` repeated the last page forever.
+    """
+    if isinstance(offset, bool):
+        return 0
+    if isinstance(offset, float):
+        if math.isnan(offset):
+            return 0
+        if math.isinf(offset):
+            return None if offset > 0 else 0
+        offset = int(offset)
+    try:
+        start = operator.index(offset)  # type: ignore[arg-type]  # ints, numpy's int64 …
+    except TypeError:
+        return 0
+    return None if start > MAX_OFFSET else max(start, 0)
 
 
 def is_valid_source_id(value: object) -> bool:

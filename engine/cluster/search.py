@@ -42,7 +42,7 @@ from engine.cluster.merge import completed, fuse, merge_arm
 from engine.cluster.routing import group_by_shard
 from engine.config import CorpusConfig
 from engine.documents import ArmRanks, Passage
-from engine.limits import MAX_LANGUAGE_ID, MAX_OFFSET, MAX_TOP_K
+from engine.limits import MAX_LANGUAGE_ID, MAX_TOP_K, page_start
 from engine.search.fusing import hybrid_window, paged_ranking
 from engine.search.searcher import clamp_int
 from engine.search.windows import ArmWindow, ScoredHit
@@ -143,7 +143,9 @@ class ShardedSearcher:
         if text is None:
             return []
         k = clamp_int(top_k, 1, MAX_TOP_K, 10)
-        skip = clamp_int(offset, 0, MAX_OFFSET, 0)
+        skip = page_start(offset)
+        if skip is None:
+            return []  # past MAX_OFFSET: an empty page, as on one node
         language = clamp_language(language_id)
         if language is not None and language > MAX_LANGUAGE_ID:
             return []

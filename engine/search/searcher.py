@@ -24,7 +24,7 @@ import numpy.typing as npt
 from dense import Embedder, EmbedderUnavailable, embed_query
 from engine.config import CorpusConfig, RRFFusion
 from engine.documents import Passage
-from engine.limits import MAX_LANGUAGE_ID, MAX_OFFSET, MAX_TOP_K
+from engine.limits import MAX_LANGUAGE_ID, MAX_TOP_K, page_start
 from engine.metrics import EngineMetrics
 from engine.search.completion import complete_windows
 from engine.search.fusing import fuse_arms, hybrid_window, paged_ranking
@@ -143,7 +143,9 @@ class Searcher:
         if text is None:
             return []
         k = clamp_int(top_k, 1, MAX_TOP_K, 10)
-        skip = clamp_int(offset, 0, MAX_OFFSET, 0)
+        skip = page_start(offset)
+        if skip is None:
+            return []  # past MAX_OFFSET: an empty page, so paging stops
         language = clamp_language(language_id)
         if language is not None and language > MAX_LANGUAGE_ID:
             return []  # no document has such a language (and SQLite ints stop at 2**63)
@@ -180,7 +182,9 @@ class Searcher:
     ) -> list[Passage]:
         """Public documents satisfying ``filters``, in insertion order (no query text)."""
         k = clamp_int(top_k, 1, MAX_TOP_K, 10)
-        skip = clamp_int(offset, 0, MAX_OFFSET, 0)
+        skip = page_start(offset)
+        if skip is None:
+            return []  # as in search: past MAX_OFFSET the page is empty
         language = clamp_language(language_id)
         if language is not None and language > MAX_LANGUAGE_ID:
             return []  # as in search: no document has such a language

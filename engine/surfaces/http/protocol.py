@@ -3,10 +3,20 @@
 httptools, the fast parser uvicorn picks, reads a request's head without any limit: one
 anonymous request with a 150 MB header held the server's event loop for ~27 s and grew
 it by ~175 MB before the application saw anything. h11 caps the head (16 KiB) but costs
-about a millisecond more per request. ``BoundedHeadProtocol`` keeps httptools and counts
-the bytes that arrive while a head is incomplete: past ``MAX_HEAD_BYTES`` the request is
-answered 431 and the connection closed. The count may overshoot by one read (the bytes
-of the read that crosses the limit are parsed first), which bounds the memory too.
+about a millisecond more per request. ``BoundedHeadProtocol`` keeps httptools and answers
+431, closing the connection, to any request whose head exceeds ``MAX_HEAD_BYTES``,
+whether it arrives in one read or trickles in over many, before the application sees it:
+
+- A read that begins inside a head (a connection's first request, the next one on a
+  kept-alive connection) is parsed only up to the cap: if the head has not ended by then,
+  it is longer than the cap, whatever the rest of the read holds. This count is exact.
+- A head that begins inside a read (pipelined behind another request) is counted as the
+  parser reports it — request line, each header's name and value, their separators and
+  line ends — and refused as soon as that passes the cap, so a URL past it gets the same
+  431 (not the 400 of a URL too long for httptools' URL parser). The count leaves out
+  only whitespace the parser skips (runs of spaces in the request line, before a header's
+  value) in the read the head began in; from the next read on, the first count holds too.
+  (uvicorn logs this refusal as an invalid request.)
 """
 
 from __future__ import annotations
@@ -23,6 +33,20 @@ MAX_HEAD_BYTES = 64 * 1024
 32 KiB by default, h11 16 KiB."""
 
 _TOO_LARGE = f"request line and headers longer than {MAX_HEAD_BYTES} bytes".encode("ascii")
+_ANSWER_431 = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+    b"content-type: text/plain; charset=utf-8\r\n"
+    b"content-length: " + str(len(_TOO_LARGE)).encode("ascii") + b"\r\n"
+    b"connection: close\r\n\r\n" + _TOO_LARGE
+)
+_LINE_FRAMING = len(b"  HTTP/1.1\r\n")
+"""A request line's bytes besides its method and URL (two spaces, the version, CRLF)."""
+_HEADER_FRAMING = len(b":\r\n")
+_HEAD_END = len(b"\r\n")
+
+
+class _HeadTooLarge(Exception):
+    """Raised from a parser callback: the parse stops where the head passed the cap."""
 
 
 class BoundedHeadProtocol(HttpToolsProtocol):
@@ -31,27 +55,64 @@ class BoundedHeadProtocol(HttpToolsProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._in_head = True  # the next bytes begin a request
-        self._head_bytes = 0
+        self._in_head = True  # the next bytes begin or continue a request's head
+        self._head_read = 0  # bytes that arrived for this head, from a read's start on
+        self._head_parsed = 0  # bytes of this head as the parser reported them
+        self._too_large = False
 
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        self._in_head = True
-        self._head_bytes = 0
+    # -- counting what the parser reports ---------------------------------------------
+
+    def _count(self, size: int) -> None:
+        self._head_parsed += size
+        if self._head_parsed > MAX_HEAD_BYTES:
+            self._too_large = True
+            raise _HeadTooLarge  # httptools stops; uvicorn answers (send_400_response)
+
+    def on_url(self, url: bytes) -> None:
+        self._count(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count(len(name) + len(value) + _HEADER_FRAMING)
+        super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
+        self._count(len(self.parser.get_method()) + _LINE_FRAMING + _HEAD_END)
         self._in_head = False
         super().on_headers_complete()
 
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_head = True  # what follows begins the next request
+        self._head_read = 0
+        self._head_parsed = 0
+
+    def send_400_response(self, msg: str) -> None:
+        if self._too_large:
+            self._refuse()
+        else:
+            super().send_400_response(msg)
+
+    # -- counting what arrives ----------------------------------------------------------
+
     def data_received(self, data: bytes) -> None:
-        if self._in_head:
-            self._head_bytes += len(data)
-        super().data_received(data)
-        if self._in_head and self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
-            self.transport.write(
-                b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
-                b"content-type: text/plain; charset=utf-8\r\n"
-                b"content-length: " + str(len(_TOO_LARGE)).encode("ascii") + b"\r\n"
-                b"connection: close\r\n\r\n" + _TOO_LARGE
-            )
+        room = MAX_HEAD_BYTES - self._head_read
+        if not self._in_head or len(data) <= room:
+            if self._in_head:
+                self._head_read += len(data)
+            super().data_received(data)
+            return
+        # This read reaches past the cap: parse only what the head may take.
+        self._head_read = MAX_HEAD_BYTES
+        super().data_received(data[:room])
+        if self.transport.is_closing() or self.transport.get_protocol() is not self:
+            return  # answered (an error, a 431) or handed over (a WebSocket upgrade)
+        if self._in_head and self._head_read == MAX_HEAD_BYTES:
+            self._refuse()  # the same head goes on past the cap
+        else:
+            self.data_received(data[room:])  # its body, or the next request from its start
+
+    def _refuse(self) -> None:
+        if not self.transport.is_closing():
+            self.transport.write(_ANSWER_431)
             self.transport.close()

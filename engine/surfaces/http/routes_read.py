@@ -16,7 +16,7 @@ from typing import Annotated, Any, TypeVar, cast
 from fastapi import APIRouter, Path, Request
 
 from engine import Corpus, SearchEngine
-from engine.limits import CORPUS_NAME_PATTERN, MAX_OFFSET
+from engine.limits import CORPUS_NAME_PATTERN, MAX_OFFSET, page_start
 from engine.surfaces.http.caps import within_budget
 from engine.surfaces.http.errors import ApiError
 from engine.surfaces.http.responses import JsonAnswer
@@ -104,7 +104,7 @@ def search_passages(corpus: Corpus, body: SearchRequest) -> list[dict[str, objec
         body.language_id,
         filters=cast(Any, body.filters),  # the dict form, or a list of them (AND)
     )
-    start = max(0, min(body.offset, MAX_OFFSET))
+    start = page_start(body.offset) or 0  # past MAX_OFFSET: no passages to number
     return [passage_body(start + i, p) for i, p in enumerate(passages, 1)]
 
 
@@ -129,7 +129,8 @@ async def list_corpora(request: Request) -> JsonAnswer:
         "The same passages as Corpus.search, in order. Inputs are clamped, never refused: "
         f"the query is trimmed and cut to {MAX_QUERY_LENGTH:,} characters (shorter than 2: "
         "no passages), "
-        "top_k to 1..200, offset to 0..1000, a negative language_id to 0. No mode is "
+        f"top_k to 1..200, a negative offset to 0 (past {MAX_OFFSET:,}: an empty page), "
+        "a negative language_id to 0. No mode is "
         "chosen or reported. A malformed filter is a 422 naming the field."
     ),
 )

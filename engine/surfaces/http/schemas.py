@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from engine import FieldType, GrepMatch, Passage, SourceText
 from engine.config import DEFAULT_MODEL
-from engine.limits import CORPUS_NAME_PATTERN, MAX_GREP_PATTERN, MAX_TITLE_CHARS
+from engine.limits import CORPUS_NAME_PATTERN, MAX_GREP_PATTERN, MAX_OFFSET, MAX_TITLE_CHARS
 from engine.surfaces.loaders import DOCUMENT_KEYS
 from engine.surfaces.memory import MAX_MEMORY_CHARS, Recalled
 from sparse import DEFAULT_TITLE_WEIGHT, MAX_QUERY_LENGTH, MAX_TITLE_WEIGHT, Analyzer
@@ -66,7 +66,13 @@ class SearchRequest(_Request):
         description=f"What to look for (trimmed; the first {MAX_QUERY_LENGTH:,} characters)."
     )
     top_k: int = Field(10, description="How many passages; clamped to 1..200.")
-    offset: int = Field(0, description="Skip this many (paging); clamped to 0..1000.")
+    offset: int = Field(
+        0,
+        description=(
+            f"Skip this many (paging); a negative offset is 0, past {MAX_OFFSET:,} the page "
+            "is empty."
+        ),
+    )
     language_id: int | None = Field(None, description="Only this language (negative: 0).")
     filters: FilterJson = None
 
@@ -260,6 +266,10 @@ class CorpusResponse(_Out):
     fields: dict[str, FieldType]
     fusion: Literal["rrf", "zscore"]
     title_weight: int
+    languages: dict[int, str] = Field(
+        description="The keyword analyzer of each language id named at creation, e.g. "
+        '{"1": "fr"} (ids as JSON object keys); empty when none was named.'
+    )
 
 
 class RejectedOut(_Out):

@@ -145,3 +145,43 @@ def test_a_deep_page_reads_the_texts_of_its_own_passages_only(
     assert len(page) == 10
     assert asked and max(asked) <= 10
     assert {p.source_id: p.excerpt for p in page} == {p.source_id: first[p.source_id] for p in page}
+
+
+# -- past the deepest page ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("offset", [MAX_OFFSET + 1, 5_000, 10**30, float("inf")])
+def test_a_page_past_the_deepest_offset_is_empty(many: Corpus, offset: float) -> None:
+    """Regression: an offset past ``MAX_OFFSET`` was clamped to it, so with 1,250 matches
+    the page at 1,200 repeated the page at 1,000."""
+    assert many.search("apple", top_k=MAX_TOP_K, offset=offset) == []
+    with many._shard_reads() as searcher:
+        assert searcher.browse(10, offset, None, ()) == []
+
+
+def test_the_page_at_the_deepest_offset_is_the_last_one(many: Corpus) -> None:
+    whole = [hit.source_id for hit in many.search("apple", top_k=MAX_TOP_K, offset=800)]
+    last = [hit.source_id for hit in many.search("apple", top_k=MAX_TOP_K, offset=MAX_OFFSET)]
+    assert len(last) == MAX_TOP_K and not set(last) & set(whole)  # 1,000..1,199
+    # negative, NaN and non-numbers still start at 0; a float is cut to its integer part
+    first = many.search("apple", top_k=5)
+    for offset in (-3, float("-inf"), float("nan"), "1200", None, True):
+        assert many.search("apple", top_k=5, offset=offset) == first, offset
+    assert many.search("apple", top_k=5, offset=1000.9) == many.search(
+        "apple", top_k=5, offset=MAX_OFFSET
+    )
+
+
+def test_paging_until_an_empty_page_stops_without_repeating(many: Corpus) -> None:
+    seen: list[str] = []
+    offset = 0
+    for _ in range(MATCHING):  # a bound, so a page that repeats forever fails, not hangs
+        page = many.search("apple", top_k=MAX_TOP_K, offset=offset)
+        if not page:
+            break
+        seen += [hit.source_id for hit in page]
+        offset += len(page)
+    else:
+        pytest.fail("paging never reached an empty page")
+    assert len(seen) == len(set(seen)) == MAX_OFFSET + MAX_TOP_K
+    assert offset == MAX_OFFSET + MAX_TOP_K

@@ -22,7 +22,7 @@ from fastapi.testclient import TestClient
 from engine import CorpusConfig, Document, SearchEngine
 from engine.limits import MAX_GREP_PATTERN
 from engine.surfaces.http import ServerSettings, create_app
-from engine.surfaces.http.schemas import passage_body
+from engine.surfaces.http.schemas import CorpusResponse, passage_body
 from tests.support.fakes import HashEmbedder, RecordingEmbedder, SwitchableEmbedder, factory_for
 
 TOKEN = "t0ken-for-tests-0123456789"
@@ -156,6 +156,37 @@ def test_search_answers_exactly_what_corpus_search_answers(client: TestClient, c
     hybrid = search(client, "help", query="reset password").json()["passages"][0]
     if corpus == "help":  # both arms answered: this corpus really is hybrid
         assert hybrid["ranks"]["sparse"] is not None and hybrid["ranks"]["dense"] is not None
+
+
+def test_paging_past_the_deepest_offset_answers_an_empty_page(client: TestClient) -> None:
+    """Regression: an offset past 1,000 was clamped to it, so with 1,250 matches the page
+    at 1,200 repeated the page at 1,000 and a client paging until an empty page never
+    stopped. Past 1,000 the page is empty — still a 200, never a refusal."""
+    engine: SearchEngine = client.app.state.engine  # type: ignore[attr-defined]
+    engine.create_corpus(CorpusConfig(name="pages", embedder=None)).add(
+        Document(id=f"d{i:04d}", title=f"t{i}", text="apple " + "filler " * (i % 50))
+        for i in range(1_250)
+    )
+    for offset in (1_001, 5_000, 10**30):
+        answer = search(client, "pages", query="apple", top_k=200, offset=offset)
+        assert answer.status_code == 200 and answer.json() == {"passages": []}, offset
+    bad = search(client, "pages", query="apple", offset=5_000, filters={"nope": 1})
+    assert error_of(bad, 422)["code"] == "invalid_argument"  # the filter is still checked
+    last = search(client, "pages", query="apple", top_k=200, offset=1_000).json()["passages"]
+    assert [p["rank"] for p in last] == list(range(1_001, 1_201))
+    seen: list[str] = []
+    offset = 0
+    for _ in range(100):  # a bound: a page that repeats forever fails, not hangs
+        page = search(client, "pages", query="apple", top_k=200, offset=offset).json()
+        if not page["passages"]:
+            break
+        assert page["passages"][0]["rank"] == offset + 1
+        seen += [p["source_id"] for p in page["passages"]]
+        offset += len(page["passages"])
+    else:
+        pytest.fail("paging never reached an empty page")
+    assert len(seen) == len(set(seen)) == 1_200
+    assert seen[1_000:] == [p["source_id"] for p in last]
 
 
 def test_a_legacy_mode_field_is_answered_as_if_absent_and_never_echoed(
@@ -432,6 +463,28 @@ def test_create_names_an_analyzer_per_language(client: TestClient) -> None:
         answer = client.post("/v1/corpora", json={"name": "bad2", "languages": bad}, headers=AUTH)
         assert answer.status_code == 422, bad
     assert "bad2" not in engine.list_corpora()
+
+
+def test_the_schema_of_a_created_corpus_declares_its_languages(client: TestClient) -> None:
+    """Regression: the 201 body of POST /v1/corpora carried "languages" that its declared
+    response model (CorpusResponse) did not list."""
+    spec = client.get("/openapi.json").json()
+    created = spec["paths"]["/v1/corpora"]["post"]["responses"]["201"]
+    ref = created["content"]["application/json"]["schema"]["$ref"]
+    schema = spec["components"]["schemas"][ref.rsplit("/", 1)[1]]
+    languages = schema["properties"]["languages"]
+    assert languages["type"] == "object" and languages["description"]
+    assert languages["additionalProperties"] == {"type": "string"}
+    assert "languages" in schema["required"]
+    made = client.post(
+        "/v1/corpora",
+        json={"name": "schemed", "embedder": None, "languages": {"3": "de"}},
+        headers=AUTH,
+    )
+    assert made.status_code == 201
+    body = made.json()
+    assert set(body) == set(schema["properties"]) == set(CorpusResponse.model_fields)
+    assert CorpusResponse.model_validate(body).languages == {3: "de"}
 
 
 def test_create_add_delete_and_drop_with_the_token(client: TestClient) -> None:

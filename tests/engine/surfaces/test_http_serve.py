@@ -11,12 +11,14 @@ from __future__ import annotations
 import contextlib
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from engine import CorpusConfig, Document, EngineLocked, SearchEngine
+from engine.surfaces.http.protocol import MAX_HEAD_BYTES
 from tests.support.serve import running_server, serve_command, stop
 
 TOKEN = "serve-test-token-0123456789abcdef"
@@ -67,6 +69,21 @@ def test_serve_answers_reads_and_token_writes_then_stops_cleanly(tmp_path: Path)
         # cap of its own: a 150 MB header held the event loop ~27 s); the server goes on.
         assert _raw_status(base, b"X-Padding: " + b"a" * (1 << 20)) == 431
         assert _raw_status(base, b"X-Padding: " + b"a" * 60_000) == 200  # under the cap
+        # Regression: the cap held only while a head was incomplete after a read, so a
+        # read that crossed 64 KiB and ended the head was answered (200, or uvicorn's 400
+        # for a URL too long for its URL parser).
+        assert _raw_status(base, b"X-Padding: " + b"a" * 70_000) == 431  # one write
+        request_line = b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
+        first, second = b"X-A: " + b"a" * 40_000 + b"\r\n", b"X-B: " + b"b" * 30_000
+        assert _raw_answer(base, request_line + first, second + b"\r\n\r\n") == 431
+        many = b"\r\n".join(b"X-H%d: " % i + b"h" * 1_000 for i in range(70))
+        assert _raw_status(base, many) == 431
+        assert _raw_answer(base, b"GET /healthz?q=" + b"u" * 70_000 + b" HTTP/1.1\r\n\r\n") == 431
+        assert _raw_answer(base, b"GET /healthz?q=" + b"u" * 60_000 + b" HTTP/1.1\r\n\r\n") == 200
+        at_cap = b"X-Padding: " + b"a" * (MAX_HEAD_BYTES - len(request_line) - 15)
+        assert len(request_line + at_cap) + 4 == MAX_HEAD_BYTES
+        assert _raw_status(base, at_cap) == 200  # exactly 64 KiB
+        assert _raw_status(base, at_cap + b"a") == 431
         assert httpx.get(f"{base}healthz", timeout=30).status_code == 200
         assert stop(proc) == 0
         assert proc.stderr is None or proc.stderr.closed
@@ -76,11 +93,19 @@ def test_serve_answers_reads_and_token_writes_then_stops_cleanly(tmp_path: Path)
 
 def _raw_status(base: str, header: bytes) -> int:
     """The status a GET of /healthz with ``header`` gets, sent over a raw socket."""
+    return _raw_answer(base, b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + header + b"\r\n\r\n")
+
+
+def _raw_answer(base: str, *writes: bytes) -> int:
+    """The status a request sent as ``writes`` (a pause between them) over a raw socket
+    gets."""
     host, port = base.removeprefix("http://").rstrip("/").rsplit(":", 1)
-    request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + header + b"\r\n\r\n"
     with socket.create_connection((host, int(port)), timeout=60) as conn:
         with contextlib.suppress(OSError):  # the server may close before all is sent
-            conn.sendall(request)
+            for i, data in enumerate(writes):
+                if i:
+                    time.sleep(0.2)
+                conn.sendall(data)
         status_line = conn.makefile("rb").readline()
     return int(status_line.split()[1])
 

@@ -1,0 +1,154 @@
+"""``BoundedHeadProtocol`` read by read: exactly which heads get 431, whatever the reads.
+
+The protocol is driven in process with a fake transport, each ``data_received`` call one
+read of the socket, so a test says exactly how the bytes arrive (``test_http_serve.py``
+sends the same requests to the real server over TCP, where the reads are the kernel's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+import uvicorn
+from uvicorn.server import ServerState
+
+from engine.surfaces.http.protocol import MAX_HEAD_BYTES, BoundedHeadProtocol
+
+LINE = b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
+
+
+async def _ok(scope: Any, receive: Any, send: Any) -> None:
+    while scope["method"] == "POST" and (await receive()).get("more_body"):
+        pass
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+class FakeTransport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = b""
+        self.closed = False
+        self.protocol: asyncio.BaseProtocol | None = None
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.written += bytes(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        assert self.protocol is not None
+        return self.protocol
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def statuses(reads: Sequence[bytes]) -> tuple[list[int], bool]:
+    """The status of every answer to ``reads`` (one ``data_received`` each), and whether
+    the connection was closed."""
+
+    async def run() -> FakeTransport:
+        protocol = BoundedHeadProtocol(uvicorn.Config(_ok, log_level="critical"), ServerState(), {})
+        transport = FakeTransport()
+        transport.protocol = protocol
+        protocol.connection_made(transport)
+        for data in reads:
+            if transport.closed:
+                break
+            protocol.data_received(data)
+            await asyncio.sleep(0.01)  # the application answers what was complete
+        return transport
+
+    transport = asyncio.run(run())
+    found = [
+        int(line.split()[1])
+        for line in transport.written.split(b"\r\n")
+        if line.startswith(b"HTTP/1.1 ")
+    ]
+    return found, transport.closed
+
+
+def request(extra: bytes = b"") -> bytes:
+    return LINE + extra + b"\r\n"
+
+
+def padded(size: int) -> bytes:
+    """A GET whose head is ``size`` bytes, one header making up the length."""
+    head = request(b"X-Padding: " + b"a" * (size - len(request(b"X-Padding: \r\n"))) + b"\r\n")
+    assert len(head) == size
+    return head
+
+
+def split(data: bytes, *at: int) -> list[bytes]:
+    cuts = [0, *at, len(data)]
+    return [data[a:b] for a, b in itertools.pairwise(cuts)]
+
+
+TOO_LARGE = [
+    pytest.param([padded(MAX_HEAD_BYTES + 1)], id="one-byte-over-in-one-read"),
+    pytest.param([request(b"X-P: " + b"a" * 70_000 + b"\r\n")], id="70000-byte-header-one-read"),
+    pytest.param(
+        split(request(b"X-A: " + b"a" * 40_000 + b"\r\nX-B: " + b"b" * 30_000 + b"\r\n"), 40_040),
+        id="40000-then-30000",
+    ),
+    pytest.param(
+        [request(b"".join(b"X-H%d: " % i + b"h" * 1_000 + b"\r\n" for i in range(70)))],
+        id="many-1KB-headers",
+    ),
+    pytest.param([b"GET /healthz?q=" + b"u" * 70_000 + b" HTTP/1.1\r\n\r\n"], id="long-url"),
+    pytest.param(split(padded(MAX_HEAD_BYTES + 1), 30_000, 60_000), id="over-in-three-reads"),
+    pytest.param(
+        [padded(1 << 20)[i : i + 16_384] for i in range(0, 1 << 20, 16_384)], id="trickled-1MB"
+    ),
+    pytest.param([request(b"X-P:" + b" " * 70_000 + b"a\r\n")], id="whitespace-the-parser-skips"),
+]
+
+
+@pytest.mark.parametrize("reads", TOO_LARGE)
+def test_a_head_past_the_cap_is_431_and_closed(reads: list[bytes]) -> None:
+    assert statuses(reads) == ([431], True)
+
+
+FITS = [
+    pytest.param([padded(MAX_HEAD_BYTES)], id="exactly-the-cap-in-one-read"),
+    pytest.param(split(padded(MAX_HEAD_BYTES), 30_000, 60_000), id="the-cap-in-three-reads"),
+    pytest.param([b"GET /healthz?q=" + b"u" * 60_000 + b" HTTP/1.1\r\n\r\n"], id="60000-byte-url"),
+]
+
+
+@pytest.mark.parametrize("reads", FITS)
+def test_a_head_within_the_cap_is_answered(reads: list[bytes]) -> None:
+    assert statuses(reads) == ([200], False)
+
+
+def test_a_body_is_no_part_of_the_head() -> None:
+    body = b'{"q": "' + b"a" * 200_000 + b'"}'
+    post = b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+    assert statuses([post]) == ([200], False)  # head and a 200 KB body in one read
+
+
+def test_each_request_on_a_connection_gets_the_whole_cap() -> None:
+    full = padded(MAX_HEAD_BYTES)
+    assert statuses([full, full, padded(MAX_HEAD_BYTES + 1)]) == ([200, 200, 431], True)
+
+
+def test_a_pipelined_head_is_counted_from_where_it_begins() -> None:
+    """A head that begins inside a read (behind another request) is counted as parsed."""
+    assert statuses([request() + padded(60_000)]) == ([200, 200], False)
+    over = request() + request(b"X-P: " + b"a" * 70_000 + b"\r\n")
+    assert statuses([over]) == ([431], True)  # refused while the first is still running
