@@ -1,23 +1,21 @@
 """Match excerpts: a window of at most ``MAX_EXCERPT_LENGTH`` characters around a match.
 
 Computed in Python from the stored body (a ``str.find`` per occurrence looked at, at
-most ``_MAX_OCCURRENCES`` a term; in text with accents, a term not found as written is
-looked for as the index folds it, one ``re`` scan for its first ``_FOLDED_LETTERS``
-letters), which costs a few microseconds per hit where tantivy's ``SnippetGenerator``
-would re-analyze the document.
+most ``_MAX_OCCURRENCES`` a term; a term not found as written is looked for in a copy of
+the text folded as the index folds accents, made at most once an excerpt and only when
+the text holds a character to fold), which costs a few microseconds per hit where
+tantivy's ``SnippetGenerator`` would re-analyze the document.
 """
 
 from __future__ import annotations
 
 import functools
-import re
 import unicodedata
 from collections.abc import Mapping, Sequence
 
 import regex
 import tantivy
 
-from sparse.analyzers import MAX_TOKEN_BYTES
 from sparse.contracts import MAX_EXCERPT_LENGTH
 
 _LEAD_FRACTION = 4
@@ -32,12 +30,11 @@ fullwidth forms (the rest of the Basic Multilingual Plane folds no letter to one
 
 
 @functools.cache
-def _fold_classes() -> Mapping[str, str]:
-    """Each character a term may hold -> the characters that match it in text folded as
-    the index folds (``ascii_fold``, asked once, lazily): ``e`` -> ``eèéêëēĕėęěȅȇȩ…ẹẻẽếề…``.
-    A character the index folds away matches only what folds to it (as in the index, the
-    folded text no longer holds it); one that folds to two (``æ``, ``ß``) matches nothing
-    new, so that a position in the text is one in the folded text."""
+def _one_to_one_folds() -> Mapping[str, str]:
+    """Each character the index folds to one ASCII letter or digit -> that character
+    (``ascii_fold``, asked once, lazily): ``é`` -> ``e``, ``ễ`` -> ``e``. Characters that
+    fold to two (``æ``, ``ß``) are left out, so that a position in a folded copy of a text
+    is one in the text."""
     builder = tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.whitespace())
     folder = builder.filter(tantivy.Filter.ascii_fold()).build()
     letters = [
@@ -49,70 +46,30 @@ def _fold_classes() -> Mapping[str, str]:
     folded = folder.analyze(" ".join(letters))
     if len(folded) != len(letters):  # one token a character; anything else: no folding
         return {}
-    classes: dict[str, set[str]] = {}
-    for letter, form in zip(letters, folded, strict=True):
-        if form != letter and len(form) == 1 and form.isascii() and form.isalnum():
-            classes.setdefault(form, {form}).add(letter)
-    found = {form: "".join(sorted(members)) for form, members in classes.items()}
-    for letter in {letter for members in classes.values() for letter in members}:
-        if letter not in found and not letter.isascii():
-            found[letter] = ""  # folded away: nothing matches it in the folded text
-    return found
-
-
-_FOLDED_LETTERS = 8
-"""How many letters of a term its folded pattern spells out, each a class of up to ~50
-characters (~0.1 ms to compile, ~0.7 KB held); the rest of a longer term is compared folded
-(``str.translate``) where they match. A query's words are anonymous text: a pattern of
-all of a 150-letter word cost ~15 ms to compile and ~200 KB in the caches (``re``'s own
-too, 512 patterns), a 2,000-letter one 200 ms and 1.2 MB."""
-
-_MAX_FOLDED_TERM = MAX_TOKEN_BYTES
-"""Terms of this many characters or more are not looked for folded: a folded match, one
-letter a letter, would be a word of as many bytes or more, which every analyzer drops
-(``MAX_TOKEN_BYTES``), so the index cannot have found it. As written they still are."""
-
-
-def _folded_pattern(term: str) -> re.Pattern[str] | None:
-    """The first ``_FOLDED_LETTERS`` letters of ``term`` as found in text folded as the
-    index folds it, as a pattern over the unfolded text (so that positions index the text
-    without building a folded copy, which cost ~0.6 ms on 10 KB); None when folding adds
-    no match (no letter of ``term`` is the fold of another, as in Cyrillic, Greek or CJK,
-    or one was folded away) or ``term`` is too long for the index (``_MAX_FOLDED_TERM``,
-    checked before the cache: such a term is never compiled nor cached)."""
-    if len(term) >= _MAX_FOLDED_TERM:
-        return None
-    return _cached_folded_pattern(term)
-
-
-@functools.lru_cache(maxsize=128)
-def _cached_folded_pattern(term: str) -> re.Pattern[str] | None:
-    """``_folded_pattern`` of a term shorter than ``_MAX_FOLDED_TERM``: at most 128 terms,
-    a pattern of at most ``_FOLDED_LETTERS`` classes each (~6 KB: with ``re``'s own cache of
-    512, ~3 MB at most)."""
-    classes = _fold_classes()
-    if not any(character in classes for character in term):
-        return None
-    if not all(classes.get(character, character) for character in term):
-        return None
-    parts = []
-    for character in term[:_FOLDED_LETTERS]:
-        members = classes.get(character, character)
-        escaped = "".join(map(re.escape, members))
-        parts.append(escaped if len(members) == 1 else f"[{escaped}]")
-    return re.compile("".join(parts))
+    return {
+        letter: form
+        for letter, form in zip(letters, folded, strict=True)
+        if form != letter and len(form) == 1 and form.isascii() and form.isalnum()
+    }
 
 
 @functools.cache
-def _fold_table() -> Mapping[int, str]:
-    """Each character the index folds to one ASCII letter -> that letter: the letters of
-    a term past its pattern's are compared in ``text[...].translate(_fold_table())``."""
-    return {
-        ord(member): form
-        for form, members in _fold_classes().items()
-        for member in members
-        if member != form
-    }
+def _foldable() -> regex.Pattern[str] | None:
+    """One character class of every character in ``_one_to_one_folds`` (compiled once)."""
+    folds = _one_to_one_folds()
+    if not folds:
+        return None
+    return regex.compile("[" + "".join(map(regex.escape, sorted(folds))) + "]")
+
+
+def _folded(text: str) -> str:
+    """``text`` folded as the index folds it, one character a character (positions are
+    unchanged); ``text`` itself when it holds nothing to fold — one scan, in C."""
+    pattern = _foldable()
+    if pattern is None or text.isascii() or pattern.search(text) is None:
+        return text
+    folds = _one_to_one_folds()
+    return pattern.sub(lambda match: folds[match.group()], text)
 
 
 def make_excerpt(text: str, terms: Sequence[str], max_length: int = MAX_EXCERPT_LENGTH) -> str:
@@ -131,7 +88,7 @@ def make_excerpt(text: str, terms: Sequence[str], max_length: int = MAX_EXCERPT_
     if len(text) <= max_length:
         return text
     lowered = _lower_in_place(text)
-    position = _first_match(lowered, terms, fold=not lowered.isascii())
+    position = _first_match(lowered, terms)
     if position is None and not text.isascii() and not unicodedata.is_normalized("NFC", text):
         # The analyzers read text composed (``Analyzer.prepare``): a match the index
         # found in decomposed text ("Me\u0301nie\u0300re") is looked for composed too
@@ -157,43 +114,39 @@ def _lower_in_place(text: str) -> str:
 _STAND_IN = "\ufffd"
 
 
-def _first_match(lowered: str, terms: Sequence[str], *, fold: bool) -> int | None:
+def _first_match(lowered: str, terms: Sequence[str]) -> int | None:
     """Where the first term that occurs at a word start (a term of a script written
-    without spaces, such as CJK, anywhere) does so: as written, else — ``fold`` —
-    folded as the index folds accents ("meniere" in "Ménière"), before the next term is
-    tried."""
+    without spaces, such as CJK, anywhere) does so: as written, else folded as the index
+    folds accents ("meniere" in "Ménière"), before the next term is tried. The folded copy
+    of the text is made once, and only if a term is not found as written."""
+    folded: str | None = None
     for term in terms:
         if not term:
             continue
-        position = _best_occurrence(lowered, term, None)
-        if position is None and fold and (pattern := _folded_pattern(term)) is not None:
-            position = _best_occurrence(lowered, term, pattern)
+        position = _best_occurrence(lowered, term)
+        if position is None:
+            if folded is None:
+                folded = _folded(lowered)
+            plain = _folded(term)
+            if folded is not lowered or plain is not term:
+                position = _best_occurrence(folded, plain)
         if position is not None:
             return position
     return None
 
 
-def _best_occurrence(lowered: str, term: str, folded: re.Pattern[str] | None) -> int | None:
-    """The first occurrence of ``term`` (as written, or as the ``folded`` pattern of its
-    first letters followed by the rest folded: a match of the pattern alone counts as an
-    occurrence looked at) at a word start, unless one of the next ``_WHOLE_WORD_LOOKS``
-    there is a whole word ("cat" after "category"; a stem, "studi" in "studies", keeps its
-    first). Of an unspaced term, the first occurrence. At most ``_MAX_OCCURRENCES``
-    occurrences are looked at: a megabyte of one repeated letter must not make one
-    excerpt cost seconds while the search gate is held."""
+def _best_occurrence(lowered: str, term: str) -> int | None:
+    """The first occurrence of ``term`` at a word start, unless one of the next
+    ``_WHOLE_WORD_LOOKS`` there is a whole word ("cat" after "category"; a stem, "studi"
+    in "studies", keeps its first). Of an unspaced term, the first occurrence. At most
+    ``_MAX_OCCURRENCES`` occurrences are looked at: a megabyte of one repeated letter must
+    not make one excerpt cost seconds while the search gate is held."""
     anywhere = _unspaced(term[0])
     first: int | None = None
     looks = 0
     start = 0
     for _ in range(_MAX_OCCURRENCES):
-        if folded is None:
-            position = lowered.find(term, start)
-        else:
-            found = folded.search(lowered, start)
-            position = -1 if found is None else found.start()
-            if position != -1 and not _rest_matches(lowered, position, term):
-                start = position + 1  # counted: a 1 MB "aaaa…" must not cost a scan each
-                continue
+        position = lowered.find(term, start)
         if position == -1:
             return first
         if anywhere:
@@ -201,7 +154,7 @@ def _best_occurrence(lowered: str, term: str, folded: re.Pattern[str] | None) ->
         start = position + 1
         if position and lowered[position - 1].isalnum():
             continue
-        end = position + len(term)  # a folded match is as long: one letter a letter
+        end = position + len(term)
         if end == len(lowered) or not lowered[end].isalnum():
             return position
         if first is None:
@@ -211,15 +164,6 @@ def _best_occurrence(lowered: str, term: str, folded: re.Pattern[str] | None) ->
             if looks >= _WHOLE_WORD_LOOKS:
                 return first
     return first
-
-
-def _rest_matches(lowered: str, position: int, term: str) -> bool:
-    """Whether the letters of ``term`` past its folded pattern's follow, folded, the
-    pattern's match at ``position`` (one letter a letter: a slice as long as they are)."""
-    if len(term) <= _FOLDED_LETTERS:
-        return True
-    following = lowered[position + _FOLDED_LETTERS : position + len(term)]
-    return following.translate(_fold_table()) == term[_FOLDED_LETTERS:]
 
 
 _WHOLE_WORD_LOOKS = 8
