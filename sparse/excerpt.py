@@ -10,6 +10,7 @@ tantivy's ``SnippetGenerator`` would re-analyze the document.
 from __future__ import annotations
 
 import functools
+import re
 import unicodedata
 from collections.abc import Mapping, Sequence
 
@@ -54,12 +55,14 @@ def _one_to_one_folds() -> Mapping[str, str]:
 
 
 @functools.cache
-def _foldable() -> regex.Pattern[str] | None:
-    """One character class of every character in ``_one_to_one_folds`` (compiled once)."""
+def _foldable() -> re.Pattern[str] | None:
+    """One character class of every character in ``_one_to_one_folds`` (compiled once;
+    ``re``, whose class is a bitmap: the ``regex`` module's took ~0.4 ms to scan 1.5 KB
+    that held none, ~1 % of ``re``'s speed)."""
     folds = _one_to_one_folds()
     if not folds:
         return None
-    return regex.compile("[" + "".join(map(regex.escape, sorted(folds))) + "]")
+    return re.compile("[" + "".join(map(re.escape, sorted(folds))) + "]")
 
 
 def _folded(text: str) -> str:

@@ -15,6 +15,7 @@ from engine import CorpusConfig, Document, SearchEngine
 from engine.search.excerpts import excerpt_for, query_terms
 from sparse import MAX_EXCERPT_LENGTH
 from sparse.analyzers import MAX_TOKEN_BYTES
+from sparse.excerpt import _foldable
 from tests.support.fakes import SwitchableEmbedder
 
 
@@ -85,6 +86,7 @@ def test_query_words_longer_than_the_index_keeps_are_not_terms(
     assert query_terms("x" * (MAX_TOKEN_BYTES - 1)) == ["x" * (MAX_TOKEN_BYTES - 1)]
     compiled: list[str] = []
     compile_ = re.compile
+    _foldable()  # the one class of every foldable letter, compiled once
 
     def recording(pattern: str, flags: int = 0) -> re.Pattern[str]:
         compiled.append(pattern)
