@@ -10,9 +10,12 @@ from __future__ import annotations
 import datetime as dt
 import os
 import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from dense import Embedder, EmbedderUnavailable
 from engine import Document
+from engine.cluster.calls import Pending
 from engine.config import EmbedderSpec
 from tests.support.fakes import HashEmbedder
 
@@ -136,3 +139,40 @@ class MiniLMFactory:
 
         del spec
         return SentenceTransformerEmbedder(cache_dir=self.cache_dir)
+
+
+class InlineCalls:
+    """``ShardCalls`` over in-process shard bodies (``ShardActor``): every call answered at
+    once on the calling thread (subclass ``submit``/``collect`` to delay or drop answers)."""
+
+    def __init__(self, shards: Sequence[Any]) -> None:
+        self.shards = shards
+
+    def submit(
+        self, indexes: Sequence[int], method: str, args: Callable[[int], tuple[Any, ...]]
+    ) -> Pending:
+        answers = [getattr(self.shards[i], method)(*args(i)) for i in indexes]
+        return Pending(method, list(indexes), answers)
+
+    def collect(self, pending: Pending, timeout_s: float, operation: object = None) -> dict:
+        return dict(zip(pending.indexes, pending.refs, strict=True))
+
+    def fan_out(
+        self,
+        indexes: Sequence[int],
+        method: str,
+        args: Callable[[int], tuple[Any, ...]],
+        timeout_s: float,
+        operation: object = None,
+    ) -> dict:
+        return self.collect(self.submit(indexes, method, args), timeout_s)
+
+
+class AllUp:
+    """Shard health that reports every one of ``shards`` up."""
+
+    def __init__(self, shards: int) -> None:
+        self.shards = shards
+
+    def up(self) -> list[int]:
+        return list(range(self.shards))

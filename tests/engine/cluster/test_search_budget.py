@@ -26,7 +26,13 @@ from engine.cluster.routing import shard_for
 from engine.cluster.search import ShardedSearcher
 from engine.cluster.shard import ShardActor, ShardSpec
 from engine.embedders import build_embedder
-from tests.support.cluster_fakes import FIELDS, hash_factory, sample_documents
+from tests.support.cluster_fakes import (
+    FIELDS,
+    AllUp,
+    InlineCalls,
+    hash_factory,
+    sample_documents,
+)
 
 SHARDS = 3
 TIMEOUT_S = 2.0
@@ -44,13 +50,13 @@ class Clock:
         return self.now
 
 
-class FakeCalls:
+class FakeCalls(InlineCalls):
     """``ShardCalls`` over in-process shards: a round costs ``ROUND_S`` of fake time, or,
     when it includes a hung shard, the whole timeout it was given (the hung shard's
     answer never comes)."""
 
     def __init__(self, shards: Sequence[ShardActor], clock: Clock, hung: set[int]) -> None:
-        self.shards = shards
+        super().__init__(shards)
         self.clock = clock
         self.hung = hung
         self.rounds: list[tuple[str, list[int], float]] = []  # method, targets, timeout
@@ -72,21 +78,6 @@ class FakeCalls:
             for i, answer in zip(pending.indexes, pending.refs, strict=True)
             if i not in self.hung
         }
-
-    def fan_out(
-        self,
-        indexes: Sequence[int],
-        method: str,
-        args: Callable[[int], tuple[Any, ...]],
-        timeout_s: float,
-        operation: object = None,
-    ) -> dict:
-        return self.collect(self.submit(indexes, method, args), timeout_s)
-
-
-class AllUp:
-    def up(self) -> list[int]:
-        return list(range(SHARDS))
 
 
 class Inline:
@@ -129,7 +120,7 @@ def searcher(
         SHARDS,
         build_embedder(CONFIG.embedder, hash_factory) if hybrid else None,
         calls,  # type: ignore[arg-type]
-        AllUp(),  # type: ignore[arg-type]
+        AllUp(SHARDS),  # type: ignore[arg-type]
         ClusterMetrics(CollectorRegistry()),
         timeout_s=TIMEOUT_S,
         global_statistics=global_statistics,

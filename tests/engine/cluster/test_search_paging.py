@@ -6,54 +6,22 @@ Ray-free: two in-process keyword shards (``ShardActor``) answered inline by a fa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from engine import CorpusConfig, Document
-from engine.cluster.calls import Pending
 from engine.cluster.health import ClusterMetrics
 from engine.cluster.routing import shard_for
 from engine.cluster.search import ShardedSearcher
 from engine.cluster.shard import ShardActor, ShardSpec
 from engine.limits import MAX_OFFSET, MAX_TOP_K
+from tests.support.cluster_fakes import AllUp, InlineCalls
 
 SHARDS = 2
 MATCHING = 1_250
 CONFIG = CorpusConfig(name="pages", embedder=None)
-
-
-class InlineCalls:
-    """``ShardCalls`` over in-process shards: every call answered at once."""
-
-    def __init__(self, shards: Sequence[ShardActor]) -> None:
-        self.shards = shards
-
-    def submit(
-        self, indexes: Sequence[int], method: str, args: Callable[[int], tuple[Any, ...]]
-    ) -> Pending:
-        answers = [getattr(self.shards[i], method)(*args(i)) for i in indexes]
-        return Pending(method, list(indexes), answers)
-
-    def collect(self, pending: Pending, timeout_s: float, operation: object = None) -> dict:
-        return dict(zip(pending.indexes, pending.refs, strict=True))
-
-    def fan_out(
-        self,
-        indexes: Sequence[int],
-        method: str,
-        args: Callable[[int], tuple[Any, ...]],
-        timeout_s: float,
-        operation: object = None,
-    ) -> dict:
-        return self.collect(self.submit(indexes, method, args), timeout_s)
-
-
-class AllUp:
-    def up(self) -> list[int]:
-        return list(range(SHARDS))
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +39,7 @@ def searcher(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ShardedSearch
         SHARDS,
         None,
         InlineCalls(bodies),  # type: ignore[arg-type]
-        AllUp(),  # type: ignore[arg-type]
+        AllUp(SHARDS),  # type: ignore[arg-type]
         ClusterMetrics(CollectorRegistry()),
         timeout_s=30.0,
     )

@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 
 from engine import (
+    Corpus,
     CorpusConfig,
     CorpusNotFound,
     Document,
@@ -367,6 +368,23 @@ def test_a_writer_that_followed_a_switch_mid_way_heals_with_the_new_model(
         assert models == {"word-hash-b"}
 
 
+def _same_width(spec: object) -> WordHashEmbedder:
+    """Every model embeds in 32 dimensions, named after its model."""
+    return WordHashEmbedder(dimension=32, name=f"word-hash-{getattr(spec, 'model', 'a')}")
+
+
+def _switched_to_b_elsewhere(first: SearchEngine, second: SearchEngine) -> Corpus:
+    """Corpus "c" made with model "a" in ``first``, opened (and searched with both arms)
+    in ``second``, then switched to model "b" by ``first``; ``second``'s object."""
+    first.create_corpus(
+        CorpusConfig(name="c", embedder=SentenceTransformerEmbedding(model="a"))
+    ).add([Document(id=f"d{i}", text=f"printer paper tray {i}") for i in range(4)])
+    other = second.corpus("c")
+    assert other.search("printer")[0].ranks.dense is not None
+    first.switch_embedder("c", SentenceTransformerEmbedding(model="b"))
+    return other
+
+
 def test_a_switch_elsewhere_whose_model_fails_to_build_here_is_retried(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -380,24 +398,16 @@ def test_a_switch_elsewhere_whose_model_fails_to_build_here_is_retried(
     monkeypatch.setattr(engine.write.sync, "CONFIG_RETRY_S", 0.0)
     broken = {"b": True}
 
-    def same_width(spec: object) -> WordHashEmbedder:
-        return WordHashEmbedder(dimension=32, name=f"word-hash-{getattr(spec, 'model', 'a')}")
-
     def flaky(spec: object) -> WordHashEmbedder:
         if getattr(spec, "model", "a") == "b" and broken["b"]:
             raise RuntimeError("model b cannot load right now")
-        return same_width(spec)
+        return _same_width(spec)
 
     with (
-        SearchEngine(tmp_path, embedder_factory=same_width) as first,
+        SearchEngine(tmp_path, embedder_factory=_same_width) as first,
         SearchEngine(tmp_path, embedder_factory=flaky) as second,
     ):
-        first.create_corpus(
-            CorpusConfig(name="c", embedder=SentenceTransformerEmbedding(model="a"))
-        ).add([Document(id=f"d{i}", text=f"printer paper tray {i}") for i in range(4)])
-        other = second.corpus("c")
-        assert other.search("printer")[0].ranks.dense is not None
-        first.switch_embedder("c", SentenceTransformerEmbedding(model="b"))
+        other = _switched_to_b_elsewhere(first, second)
         for _ in range(2):
             hits = other.search("printer paper")
             assert hits and all(hit.ranks.dense is None for hit in hits)
@@ -452,25 +462,17 @@ def test_after_a_failed_adoption_commits_do_not_pace_the_retries_and_a_switch_ba
     monkeypatch.setattr(engine.write.sync, "CONFIG_RETRY_S", 3600.0)
     attempts: list[str] = []
 
-    def same_width(spec: object) -> WordHashEmbedder:
-        return WordHashEmbedder(dimension=32, name=f"word-hash-{getattr(spec, 'model', 'a')}")
-
     def never_b(spec: object) -> WordHashEmbedder:
         if getattr(spec, "model", "a") == "b":
             attempts.append("b")
             raise RuntimeError("model b cannot load here")
-        return same_width(spec)
+        return _same_width(spec)
 
     with (
-        SearchEngine(tmp_path, embedder_factory=same_width) as first,
+        SearchEngine(tmp_path, embedder_factory=_same_width) as first,
         SearchEngine(tmp_path, embedder_factory=never_b) as second,
     ):
-        first.create_corpus(
-            CorpusConfig(name="c", embedder=SentenceTransformerEmbedding(model="a"))
-        ).add([Document(id=f"d{i}", text=f"printer paper tray {i}") for i in range(4)])
-        other = second.corpus("c")
-        assert other.search("printer")[0].ranks.dense is not None
-        first.switch_embedder("c", SentenceTransformerEmbedding(model="b"))
+        other = _switched_to_b_elsewhere(first, second)
         assert other.search("printer paper")[0].ranks.dense is None
         for i in range(3):  # commits elsewhere: followed, but no new attempt
             first.corpus("c").add([Document(id=f"n{i}", text=f"parcel {i}")])
