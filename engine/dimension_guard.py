@@ -18,8 +18,9 @@ float32 (the vector index normalises them).
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import NoReturn
 
 import numpy as np
@@ -84,26 +85,42 @@ class DimensionGuard(WrappedEmbedder):
         self._reported: set[tuple[str, str]] = set()
 
     def embed(self, texts: Sequence[str]) -> Vectors:
-        return self._checked(self._inner.embed(texts), len(texts))
+        with self._io_is_provider_trouble():
+            vectors = self._inner.embed(texts)
+        return self._checked(vectors, len(texts))
 
     def embed_query(
         self, text: str, *, before_model: Callable[[], object] | None = None
     ) -> Vectors:
-        if isinstance(self._inner, QueryEmbedder):
-            row = np.asarray(self._inner.embed_query(text, before_model=before_model))
-            if row.ndim != 1:
-                self._refuse(
-                    InvalidOutput(
-                        "shape", f"embedder returned query shape {row.shape}; expected 1-D"
+        with self._io_is_provider_trouble():
+            if isinstance(self._inner, QueryEmbedder):
+                row = np.asarray(self._inner.embed_query(text, before_model=before_model))
+                if row.ndim != 1:
+                    self._refuse(
+                        InvalidOutput(
+                            "shape", f"embedder returned query shape {row.shape}; expected 1-D"
+                        )
                     )
-                )
-            vectors = row[None, :]
-        else:
-            if before_model is not None:
-                before_model()
-            vectors = self._inner.embed([text])
+                vectors = row[None, :]
+            else:
+                if before_model is not None:
+                    before_model()
+                vectors = self._inner.embed([text])
         checked: Vectors = self._checked(vectors, 1)[0]
         return checked
+
+    @contextlib.contextmanager
+    def _io_is_provider_trouble(self) -> Iterator[None]:
+        """An ``OSError`` out of the provider — a refused connection, a reset, a timeout
+        (``requests``' and ``httpx``' connection errors are ``OSError`` s too) — is the
+        provider being down, not this corpus's storage failing: it surfaced as
+        ``StorageError`` and made a search raise instead of answering from keywords."""
+        try:
+            yield
+        except OSError as exc:
+            raise EmbedderUnavailable(
+                f"embedder {self._inner.name} failed ({type(exc).__name__})"
+            ) from exc
 
     def _checked(self, vectors: object, rows: int) -> Vectors:
         try:

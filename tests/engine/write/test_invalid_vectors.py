@@ -80,6 +80,8 @@ class FaultyOutputEmbedder:
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         self.texts.extend(texts)
+        if self.fault == "io":  # what a requests/httpx client raises when its server resets
+            raise ConnectionResetError(104, "Connection reset by peer")
         out = self._inner.embed(texts)
         return out if self.fault is None else FAULTS[self.fault](out)  # type: ignore[return-value]
 
@@ -265,5 +267,27 @@ def test_a_bad_query_vector_answers_from_keywords(
             samples, "tandem_search_fallbacks_total", corpus="docs", reason="embedder_error"
         )
         assert fell_back == 1
+    finally:
+        rig.engine.close()
+
+
+@pytest.mark.parametrize("embedder_type", [FaultyOutputEmbedder, FaultyQueryEmbedder])
+def test_an_io_error_from_the_provider_is_provider_trouble(
+    tmp_path: Path, embedder_type: type[FaultyOutputEmbedder]
+) -> None:
+    """Regression: an ``OSError`` out of a custom embedder (``requests``' and ``httpx``'
+    connection errors are ``OSError`` s) surfaced as ``StorageError`` ("storage I/O
+    failed"): ``search`` and ``add`` raised instead of degrading."""
+    rig = Rig(tmp_path / "engine", embedder_type())
+    try:
+        rig.corpus.add(docs(5, "d"))
+        rig.embedder.fault = "io"
+        hits = rig.corpus.search("bravo number 3")  # no exception
+        assert hits and hits[0].source_id == "d3"
+        assert all(p.ranks.dense is None for p in hits)
+        assert rig.corpus.add(docs(2, "late")).degraded == 2
+        rig.embedder.fault = None
+        assert rig.corpus.repair() == 2
+        assert rig.corpus.stats()["degraded"] == 0
     finally:
         rig.engine.close()
