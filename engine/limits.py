@@ -50,27 +50,33 @@ CORPUS_NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 MAX_LANGUAGE_ID = 1_000_000
 
 
+def clamp_int(value: object, low: int, high: int, default: int) -> int:
+    """Clamp a caller's number into ``low..high``; non-numbers and NaN become ``default``."""
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, float):
+        if value != value:  # NaN
+            return default
+        if value in (float("inf"), float("-inf")):
+            return high if value > 0 else low
+        value = int(value)
+    try:
+        number = operator.index(value)  # type: ignore[arg-type]  # ints, numpy's int64 …
+    except TypeError:
+        return default
+    return min(max(number, low), high)
+
+
 def page_start(offset: object) -> int | None:
     """Where the page asked for with ``offset`` starts, or ``None``: the page is empty.
 
-    Never a refusal. A negative offset starts at 0, and so do what is no number (``None``,
-    text, a bool, NaN); a float is cut to its integer part. Past ``MAX_OFFSET`` (``+inf``
-    too) there is no page: ``None``, answered ``[]``, so a client paging until an empty
-    page stops — clamping it to ``MAX_OFFSET`` repeated the last page forever.
+    Never a refusal: ``offset`` is clamped as ``clamp_int`` clamps (a negative one, or no
+    number, starts at 0). Past ``MAX_OFFSET`` (``+inf`` too) there is no page: ``None``,
+    answered ``[]``, so a client paging until an empty page stops — clamping it to
+    ``MAX_OFFSET`` repeated the last page forever.
     """
-    if isinstance(offset, bool):
-        return 0
-    if isinstance(offset, float):
-        if math.isnan(offset):
-            return 0
-        if math.isinf(offset):
-            return None if offset > 0 else 0
-        offset = int(offset)
-    try:
-        start = operator.index(offset)  # type: ignore[arg-type]  # ints, numpy's int64 …
-    except TypeError:
-        return 0
-    return None if start > MAX_OFFSET else max(start, 0)
+    start = clamp_int(offset, 0, MAX_OFFSET + 1, 0)
+    return None if start > MAX_OFFSET else start
 
 
 def is_valid_source_id(value: object) -> bool:

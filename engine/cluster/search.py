@@ -42,9 +42,8 @@ from engine.cluster.merge import completed, fuse, merge_arm
 from engine.cluster.routing import group_by_shard
 from engine.config import CorpusConfig
 from engine.documents import ArmRanks, Passage
-from engine.limits import MAX_LANGUAGE_ID, MAX_TOP_K, page_start
+from engine.limits import MAX_LANGUAGE_ID, MAX_TOP_K, clamp_int, page_start
 from engine.search.fusing import hybrid_window, paged_ranking
-from engine.search.searcher import clamp_int
 from engine.search.windows import ArmWindow, ScoredHit
 from fusion import FusedHit
 from sparse import FieldFilter, TermStatistics

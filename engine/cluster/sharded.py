@@ -55,8 +55,7 @@ from engine.embedders import build_embedder
 from engine.errors import GrepTimeout, InvalidArgument, SourceNotFound, StorageError
 from engine.filters import Filter, compile_filter
 from engine.lifetime import Lifetime, in_lifetime
-from engine.limits import MAX_GREP_MATCHES
-from engine.search.searcher import clamp_int
+from engine.limits import MAX_GREP_MATCHES, clamp_int
 from engine.search.sources import compile_pattern, evidence_text
 from engine.write.batches import checked_documents, checked_ids
 from engine.write.vector_model import check_embedding_model

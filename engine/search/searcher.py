@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import operator
 import os
 import threading
 import time
@@ -24,7 +23,7 @@ import numpy.typing as npt
 from dense import Embedder, EmbedderUnavailable, embed_query
 from engine.config import CorpusConfig, RRFFusion
 from engine.documents import Passage
-from engine.limits import MAX_LANGUAGE_ID, MAX_TOP_K, page_start
+from engine.limits import MAX_LANGUAGE_ID, MAX_TOP_K, clamp_int, page_start
 from engine.metrics import EngineMetrics
 from engine.search.completion import complete_windows
 from engine.search.fusing import fuse_arms, hybrid_window, paged_ranking
@@ -47,23 +46,6 @@ from sparse import FieldFilter, KeywordHit, KeywordSearchFacade, TermStatistics
 from sparse.clamp import clamp_language, clamp_text
 
 logger = logging.getLogger(__name__)
-
-
-def clamp_int(value: object, low: int, high: int, default: int) -> int:
-    """Clamp a caller's number into ``low..high``; non-numbers and NaN become ``default``."""
-    if isinstance(value, bool):
-        return default
-    if isinstance(value, float):
-        if value != value:  # NaN
-            return default
-        if value in (float("inf"), float("-inf")):
-            return high if value > 0 else low
-        value = int(value)
-    try:
-        number = operator.index(value)  # type: ignore[arg-type]  # ints, numpy's int64 …
-    except TypeError:
-        return default
-    return min(max(number, low), high)
 
 
 @dataclass(frozen=True)

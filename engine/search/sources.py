@@ -21,9 +21,9 @@ from engine.limits import (
     MAX_GREP_MATCHES,
     MAX_GREP_PATTERN,
     SOURCE_ID_RULE,
+    clamp_int,
     is_valid_source_id,
 )
-from engine.search.searcher import clamp_int
 from engine.storage import DocumentStore
 
 _LINE_CONTEXT = 120

@@ -239,7 +239,7 @@ class DocumentStore:
         # An odd counter: a commit in flight, or one whose process died before the counter
         # moved on (see ``change_counter``): remember nothing, look again on every call.
         in_commit = changes is not None and ChangeCounter.in_commit(version)
-        handle.data_version = -2 if in_commit else version
+        handle.data_version = _LOOK_AGAIN if in_commit else version
         return True
 
     def look_again(self) -> None:
@@ -247,7 +247,7 @@ class DocumentStore:
         must be tried again, not forgotten until the next commit)."""
         handle: ReaderHandle | None = getattr(self._local, "reader", None)
         if handle is not None:
-            handle.data_version = -2
+            handle.data_version = _LOOK_AGAIN
 
     def state(self) -> StoreState:
         """The change counters as committed now (see ``StoreState``)."""
@@ -670,6 +670,9 @@ def announce_change_at(store_path: Path) -> None:
         finally:
             counter.close()
 
+
+_LOOK_AGAIN = -2
+"""A reader's remembered change-counter value that no counter holds (-1: never looked)."""
 
 _SQLITE_FULL = 13
 # SQLITE_IOERR (and its extended codes) and SQLITE_CANTOPEN are also what creating the

@@ -392,6 +392,13 @@ def _array_documents(
         line = exc.lineno if isinstance(exc, json.JSONDecodeError) else 1
         yield Rejected(line, f"not valid JSON: {json_failure(exc)}")
         return
+    yield from array_verdicts(values, fields)
+
+
+def array_verdicts(
+    values: list[object], fields: Mapping[str, FieldType]
+) -> Iterator[Loaded | Rejected]:
+    """One verdict per item of a parsed JSON array, numbered by position (1-based)."""
     for position, item in enumerate(values, 1):
         try:
             yield Loaded(position, document_from_json(item, fields))

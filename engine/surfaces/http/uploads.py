@@ -20,10 +20,9 @@ from engine.surfaces.http.caps import human_bytes, too_large
 from engine.surfaces.http.errors import ApiError, invalid_json
 from engine.surfaces.loaders import (
     MAX_JSON_ARRAY_BYTES,
-    LineError,
     Loaded,
     Rejected,
-    document_from_json,
+    array_verdicts,
     read_lines,
 )
 
@@ -130,11 +129,7 @@ def parse_upload(upload: Upload, fields: Mapping[str, FieldType]) -> Iterator[Lo
             "invalid_request",
             "expected a JSON array of documents (or NDJSON with Content-Type application/x-ndjson)",
         )
-    for position, item in enumerate(value, 1):
-        try:
-            yield Loaded(position, document_from_json(item, fields))
-        except LineError as exc:
-            yield Rejected(position, str(exc))
+    yield from array_verdicts(value, fields)
 
 
 def report_body(report: BulkReport) -> dict[str, object]:
