@@ -3,41 +3,37 @@
 Writes go through one connection under a lock, each call one transaction, and bump a
 monotonically increasing ``seq``; when a write method returns, the data is durable
 (``synchronous=FULL``). Reads use one connection per thread, so readers never wait for
-each other (WAL lets them run beside the writer). Every statement is parameterised.
+each other (WAL lets them run beside the writer); ``StoreConnections`` opens and closes
+them. Every statement is parameterised.
 
 Several processes may open one store (SQLite's own locking keeps it whole; the engine
 serialises writers with its write lock). ``changed()`` tells a thread cheaply whether any
 process committed since it last asked — a memory read of the shared ``ChangeCounter``
 every write transaction bumps (``PRAGMA data_version`` where that file cannot be had), and
 ``state()`` / ``read_snapshot()`` say what: the ``seq``, and an ``epoch`` that an
-embedder switch bumps. ``read_only=True`` opens without a writer, through a ``mode=ro``
-URI, or — when the directory cannot hold SQLite's shared-memory file and no write-ahead
-log is pending — ``immutable=1``.
+embedder switch bumps.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import logging
-import os
 import sqlite3
 import threading
-import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
-from engine.errors import CorpusNotFound, StorageError
+from engine.errors import StorageError
 from engine.storage import field_queries
 from engine.storage.change_counter import ChangeCounter
+from engine.storage.connections import StoreConnections, changes_path
 from engine.storage.header_cache import HeaderCache
 from engine.storage.records import (
     COLUMNS,
     EmbeddingStatus,
-    ReaderHandle,
     StoredDocument,
     chunks,
     field_rows,
@@ -45,11 +41,8 @@ from engine.storage.records import (
     select_by_ids,
     with_fields,
 )
-from engine.storage.schema import SCHEMA, SCHEMA_VERSION
 from engine.storage.state import StoreState
 from sparse import FieldFilter
-
-logger = logging.getLogger(__name__)
 
 
 class DocumentStore:
@@ -57,185 +50,47 @@ class DocumentStore:
 
     def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self._path = path
-        self._read_only = read_only
-        self._immutable = False  # read-only and nobody can write: SQLite's immutable=1
-        self._no_room = False  # writable, but opened read-only on a full disk
         self._write_lock = threading.RLock()
-        self._local = threading.local()
         self._headers = HeaderCache()
-        self._all_readers: weakref.WeakSet[ReaderHandle] = weakref.WeakSet()
-        self._readers_lock = threading.Lock()
-        self._writer_conn: sqlite3.Connection | None = None
-        self._closed = False
-        self._identity: tuple[int, int] | None = None  # set once the file surely exists
-        self._changes: ChangeCounter | None = None
-        changes_path = _changes_path(path)
-        if read_only:
-            self._open_for_reading(changes_path)
-            return
-        # Only a store that holds something can be read without a writer: opening a new
-        # one on a full disk leaves an empty file, which is no store to read.
-        existed = path.is_file() and path.stat().st_size > 0
-        try:
-            self._writer_conn = self._open_writer()
-        except sqlite3.Error as exc:
-            if not (existed and _out_of_room(exc, path.parent)):
-                raise
-            # A cleanly closed store has no -wal/-shm files, and a writer must create
-            # them even to read: on a full disk the corpus would not open at all. It is
-            # read the read-only way instead; a write raises until it is reopened.
-            logger.warning(
-                "%s: no room to open the store for writing (%s); reading it read-only",
-                path.parent.name,
-                type(exc).__name__,
-            )
-            self._read_only = True
-            self._no_room = True
-            self._open_for_reading(changes_path)
-            return
-        try:
-            self._changes = ChangeCounter(changes_path, writable=True)
-        except OSError:  # e.g. no room left: fall back to asking SQLite on every search
-            self._changes = None
-        self._identity = _identity(path)
+        self._connections = StoreConnections(path, read_only=read_only)
 
     @property
     def read_only(self) -> bool:
-        return self._read_only
+        return self._connections.read_only
 
     @property
     def _writer(self) -> sqlite3.Connection:
-        if self._writer_conn is None:
-            if self._no_room:
-                raise StorageError(
-                    f"{self._path}: database or disk is full (it opened without room to "
-                    "write; reopen it once there is room)"
-                )
-            raise StorageError(f"{self._path} is open read-only")
-        return self._writer_conn
-
-    def _open_for_reading(self, changes_path: Path) -> None:
-        self._identity = _identity(self._path)
-        self.state()  # fails now, clearly, if there is no readable store
-        with contextlib.suppress(OSError):
-            self._changes = ChangeCounter(changes_path, writable=False)
-
-    def _open_writer(self) -> sqlite3.Connection:
-        conn = self._connect()
-        try:
-            with conn:
-                conn.executescript(SCHEMA)
-                conn.execute(
-                    "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
-                    (str(SCHEMA_VERSION),),
-                )
-                conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('seq', '0')")
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
-    def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
-        try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute("PRAGMA busy_timeout=10000")
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
-    def _connect_read_only(self) -> sqlite3.Connection:
-        uri = self._path.resolve().as_uri()
-        if not self._immutable:
-            conn = sqlite3.connect(
-                f"{uri}?mode=ro", uri=True, check_same_thread=False, isolation_level=None
-            )
-            try:
-                conn.execute("PRAGMA busy_timeout=10000")
-                conn.execute("SELECT value FROM meta WHERE key = 'seq'").fetchone()
-                return conn
-            except sqlite3.Error as exc:
-                conn.close()
-                wal = self._path.with_name(self._path.name + "-wal")
-                if not self._path.is_file() or (wal.exists() and wal.stat().st_size > 0):
-                    # A pending log must not be skipped: immutable=1 would ignore it.
-                    raise StorageError(f"cannot open {self._path} read-only: {exc}") from exc
-                self._immutable = True
-        return sqlite3.connect(
-            f"{uri}?immutable=1", uri=True, check_same_thread=False, isolation_level=None
-        )
+        return self._connections.writer
 
     def _reader(self) -> sqlite3.Connection:
-        handle: ReaderHandle | None = getattr(self._local, "reader", None)
-        conn = None if handle is None else handle.conn
-        if conn is None:
-            if self._closed:
-                raise StorageError(f"{self._path} is closed")
-            self._check_same_file()
-            if self._read_only:
-                conn = self._connect_read_only()
-            else:
-                conn = self._connect()
-                conn.execute("PRAGMA query_only=1")
-            try:
-                self._check_same_file()  # a re-create between the check and the connect
-            except CorpusNotFound:
-                conn.close()
-                raise
-            handle = ReaderHandle(conn, immutable=self._read_only and self._immutable)
-            self._local.reader = handle
-            with self._readers_lock:
-                self._all_readers.add(handle)
-        return conn
+        return self._connections.reader()
 
     def same_file(self) -> bool:
         """False once the store's path names another file or none (the corpus was dropped,
         and perhaps created anew, by another process)."""
-        return self._identity is None or _identity(self._path) == self._identity
-
-    def _check_same_file(self) -> None:
-        """A thread's first connection opens the store by path: after a drop elsewhere it
-        would read another corpus's file, or none."""
-        if not self.same_file():
-            raise CorpusNotFound(f"corpus {self._path.parent.name!r} was dropped")
+        return self._connections.same_file()
 
     def close(self) -> None:
-        self._closed = True
-        with self._readers_lock:
-            for handle in list(self._all_readers):
-                handle.close()
-            self._all_readers.clear()
-        with self._write_lock:
-            if self._writer_conn is not None:
-                self._writer_conn.close()
-            if self._changes is not None:
-                self._changes.close()
+        self._connections.close(self._write_lock)
 
     # -- change detection (other connections, other processes) ---------------------------
 
     def changed(self) -> bool:
         """True when any store — this process's or another process's — committed since
         this thread last asked (first call: True)."""
-        conn = self._reader()
-        handle: ReaderHandle = self._local.reader
-        changes = self._changes
+        handle = self._connections.reader_handle()
+        changes = self._connections.changes
         if changes is not None:
             version = changes.value()
         else:
-            version = int(conn.execute("PRAGMA data_version").fetchone()[0])
+            assert handle.conn is not None
+            version = int(handle.conn.execute("PRAGMA data_version").fetchone()[0])
         if version == handle.data_version:
             return False
         if handle.immutable and handle.data_version != -1:
             # ``immutable=1`` (a store no process could write when this thread connected)
-            # ignores the log and never sees a commit: one was made, so read the store the
-            # ordinary read-only way from now on — its writer made the files that needs.
-            handle.close()
-            self._local.reader = None
-            self._immutable = False
-            self._reader()
-            handle = self._local.reader
+            # never sees a commit: one was made, so read the ordinary read-only way.
+            handle = self._connections.leave_immutable()
         # An odd counter: a commit in flight, or one whose process died before the counter
         # moved on (see ``change_counter``): remember nothing, look again on every call.
         in_commit = changes is not None and ChangeCounter.in_commit(version)
@@ -245,7 +100,7 @@ class DocumentStore:
     def look_again(self) -> None:
         """Make this thread's next ``changed()`` answer True (a follow that failed half-way
         must be tried again, not forgotten until the next commit)."""
-        handle: ReaderHandle | None = getattr(self._local, "reader", None)
+        handle = self._connections.current_handle()
         if handle is not None:
             handle.data_version = _LOOK_AGAIN
 
@@ -280,8 +135,9 @@ class DocumentStore:
     def announce_change(self) -> None:
         """Make every process look at the store's counters on its next search (a new
         writer does this: a writer that died between a commit and its bump is covered)."""
-        if self._changes is not None and self._writer_conn is not None:
-            self._changes.bump()
+        changes = self._connections.changes
+        if changes is not None and self._connections.has_writer:
+            changes.bump()
 
     def invalidate_caches(self) -> None:
         """Forget cached reads (call when ``changed()`` reports another writer's commit)."""
@@ -429,7 +285,7 @@ class DocumentStore:
             try:
                 self._writer.execute("BEGIN IMMEDIATE")
                 yield
-                changes = self._changes
+                changes = self._connections.changes
                 if changes is not None:
                     changes.begin_commit()  # see ``change_counter``: a sequence lock
                 try:
@@ -644,27 +500,14 @@ class DocumentStore:
         return self._reader()
 
 
-def _identity(path: Path) -> tuple[int, int] | None:
-    """The file's (device, inode), or None when there is none at ``path``."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
-
-
-def _changes_path(store_path: Path) -> Path:
-    return store_path.with_name(store_path.name + ".changes")
-
-
 def announce_change_at(store_path: Path) -> None:
     """Bump the change counter of the store at ``store_path`` without opening the store:
     every process that has it open looks at it on its next read (a drop's last step, so
     that one killed between marking the store and its bump is still seen)."""
-    if not _changes_path(store_path).is_file():
+    if not changes_path(store_path).is_file():
         return
     with contextlib.suppress(OSError, ValueError):
-        counter = ChangeCounter(_changes_path(store_path), writable=True)
+        counter = ChangeCounter(changes_path(store_path), writable=True)
         try:
             counter.bump()
         finally:
@@ -673,23 +516,3 @@ def announce_change_at(store_path: Path) -> None:
 
 _LOOK_AGAIN = -2
 """A reader's remembered change-counter value that no counter holds (-1: never looked)."""
-
-_SQLITE_FULL = 13
-# SQLITE_IOERR (and its extended codes) and SQLITE_CANTOPEN are also what creating the
-# -wal/-shm files on a full disk fails with, but also a permission, a descriptor limit or
-# a real I/O error: those count as no room only when the filesystem has no block left.
-_SQLITE_IOERR, _SQLITE_CANTOPEN = 10, 14
-
-
-def _out_of_room(exc: sqlite3.Error, directory: Path) -> bool:
-    code = getattr(exc, "sqlite_errorcode", None)
-    if not isinstance(code, int):
-        return False
-    if code & 0xFF == _SQLITE_FULL:
-        return True
-    if code & 0xFF not in (_SQLITE_IOERR, _SQLITE_CANTOPEN):
-        return False
-    try:
-        return os.statvfs(directory).f_bavail == 0
-    except OSError:
-        return False

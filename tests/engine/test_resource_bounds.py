@@ -40,6 +40,7 @@ from engine.limits import (
     MAX_TOP_K,
 )
 from engine.storage import DocumentStore
+from engine.storage.connections import StoreConnections
 from sparse import MAX_EXCERPT_LENGTH, TantivyIndex
 from tests.support.fakes import WordHashEmbedder, factory_for
 from tests.support.reliability_support import store_snapshot
@@ -235,12 +236,12 @@ def test_a_store_that_cannot_open_a_writer_for_lack_of_room_is_read(
             [Document(id="a", text="kept words")]
         )
 
-    def no_room(self: DocumentStore) -> sqlite3.Connection:
+    def no_room(self: StoreConnections) -> sqlite3.Connection:
         exc = sqlite3.OperationalError("database or disk is full")
         exc.sqlite_errorcode = 13  # type: ignore[attr-defined]
         raise exc
 
-    monkeypatch.setattr(DocumentStore, "_open_writer", no_room)
+    monkeypatch.setattr(StoreConnections, "_open_writer", no_room)
     with SearchEngine(tmp_path) as engine:
         corpus = engine.corpus("c")
         assert [h.source_id for h in corpus.search("kept words")] == ["a"]
@@ -248,10 +249,10 @@ def test_a_store_that_cannot_open_a_writer_for_lack_of_room_is_read(
         with pytest.raises(StorageError, match="full"):
             corpus.delete(["a"])
 
-    def locked(self: DocumentStore) -> sqlite3.Connection:
+    def locked(self: StoreConnections) -> sqlite3.Connection:
         raise sqlite3.OperationalError("database schema is locked")
 
-    def cannot_open(self: DocumentStore) -> sqlite3.Connection:
+    def cannot_open(self: StoreConnections) -> sqlite3.Connection:
         exc = sqlite3.OperationalError("unable to open database file")
         exc.sqlite_errorcode = 14  # type: ignore[attr-defined]  # SQLITE_CANTOPEN
         raise exc
@@ -259,7 +260,7 @@ def test_a_store_that_cannot_open_a_writer_for_lack_of_room_is_read(
     # Another failure, or CANTOPEN with room on the disk (a permission, a descriptor
     # limit): the real error, never "disk full" and a store quietly open read-only.
     for failure in (locked, cannot_open):
-        monkeypatch.setattr(DocumentStore, "_open_writer", failure)
+        monkeypatch.setattr(StoreConnections, "_open_writer", failure)
         with SearchEngine(tmp_path) as engine, pytest.raises(EngineError) as raised:
             engine.corpus("c")
         assert "full" not in str(raised.value)
@@ -271,14 +272,14 @@ def test_a_corpus_created_without_room_says_the_disk_is_full(
     """Regression: SQLite leaves an empty file behind when a new store cannot be written;
     the full-disk fallback took it for a store to read and answered "no such table"."""
 
-    def no_room(self: DocumentStore) -> sqlite3.Connection:
+    def no_room(self: StoreConnections) -> sqlite3.Connection:
         self._path.touch()  # what SQLite leaves
         exc = sqlite3.OperationalError("database or disk is full")
         exc.sqlite_errorcode = 13  # type: ignore[attr-defined]
         raise exc
 
-    monkeypatch.setattr(DocumentStore, "_open_writer", no_room)
-    monkeypatch.setattr("engine.storage.store._out_of_room", lambda exc, directory: True)
+    monkeypatch.setattr(StoreConnections, "_open_writer", no_room)
+    monkeypatch.setattr("engine.storage.connections.out_of_room", lambda exc, directory: True)
     with SearchEngine(tmp_path) as engine:
         with pytest.raises(StorageError, match="disk is full"):
             engine.create_corpus(CorpusConfig(name="c", embedder=None))
@@ -296,11 +297,11 @@ def test_a_store_read_with_immutable_sees_the_next_commit(tmp_path: Path) -> Non
         )
     with SearchEngine(tmp_path, read_only=True) as reader:
         corpus = reader.corpus("c")
-        store = corpus._store
-        store._local.reader.close()  # reconnect this thread the immutable way
-        store._local.reader = None
-        store._immutable = True
-        assert store._reader() is not None and store._local.reader.immutable
+        connections = corpus._store._connections
+        connections._local.reader.close()  # reconnect this thread the immutable way
+        connections._local.reader = None
+        connections._immutable = True
+        assert connections.reader_handle().immutable
         assert {h.source_id for h in corpus.search("words")} == {"a", "b"}
         with SearchEngine(tmp_path) as writer:
             writer.corpus("c").delete(["b"])
@@ -308,7 +309,7 @@ def test_a_store_read_with_immutable_sees_the_next_commit(tmp_path: Path) -> Non
             assert {h.source_id for h in corpus.search("words")} == {"a", "c"}
             with pytest.raises(SourceNotFound):
                 corpus.fetch_source("b")
-        assert not store._local.reader.immutable
+        assert not connections.reader_handle().immutable
 
 
 def test_flush_on_a_full_disk_raises_an_engine_error(

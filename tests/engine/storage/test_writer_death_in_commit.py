@@ -55,7 +55,7 @@ class DieAfterCommit:
 engine = SearchEngine(root, embedder_factory=lambda spec: Gated())
 corpus = engine.corpus("c")
 store = corpus._store
-store._writer_conn = DieAfterCommit(store._writer_conn)
+store._connections._writer = DieAfterCommit(store._connections._writer)
 corpus.add([Document(id="x", title="Layoff plan", text="layoff plan, revised",
                      access_groups=frozenset({"hr"}))])
 """

@@ -249,10 +249,10 @@ def test_scrapes_reuse_one_reader_connection_per_store(
     corpus.add(docs(2))
     server = engine.serve_metrics()
     scrape(server.url)
-    readers = len(corpus._store._all_readers)
+    readers = corpus._store._connections.reader_count()
     for _ in range(15):
         scrape(server.url)
-    assert len(corpus._store._all_readers) == readers
+    assert corpus._store._connections.reader_count() == readers
 
 
 def _promtool() -> str:
