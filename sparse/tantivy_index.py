@@ -216,6 +216,27 @@ class TantivyIndex:
         if ids:
             self._write(lambda writer: _delete_all(writer, ids))
 
+    def collect_garbage(self) -> None:
+        """Delete the files no commit refers to. A writer killed mid-commit leaves the
+        files of its commit behind, named by its operation stamp; the next writer works
+        at the same stamp (the last commit's) and cannot create them (``FileAlreadyExists``),
+        so every write failed until the index was rebuilt. Call it holding every writer off
+        (the engine's write lock)."""
+        if self._read_only:
+            return
+        with self._lock:
+            index = self._open()
+            try:
+                writer = index.writer(_WRITER_HEAP_BYTES, 1)
+            except ValueError as exc:
+                raise SparseIndexLockedError(f"writer lock held on {self._path}") from exc
+            try:
+                writer.garbage_collect_files()
+            except ValueError as exc:
+                raise SparseError(f"cannot clean up {self._path}") from exc
+            finally:
+                writer.wait_merging_threads()
+
     def commit(self) -> None:
         """Everything is committed already; reload to see other processes' commits."""
         index = self._open()

@@ -175,9 +175,15 @@ class DerivedIndexes:
         seq = self._store.seq
         if marker < seq:
             try:
+                # A writer that died mid-commit (why the marker is behind) left files that
+                # would make the catch-up's first write fail and rebuild the whole index.
+                self.tantivy.collect_garbage()
                 self._catch_up_tantivy(marker)
-            except SparseError:
-                logger.warning("tantivy catch-up failed; rebuilding from the store")
+            except SparseError as exc:
+                logger.warning(
+                    "tantivy catch-up failed (%s); rebuilding from the store",
+                    type(exc.__cause__ or exc).__name__,
+                )
                 self._rebuild_tantivy()
                 return
         self.tantivy.commit()  # reload: another process may have committed since

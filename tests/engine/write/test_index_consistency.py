@@ -13,6 +13,7 @@ import pytest
 from dense import Embedder, FaissIndex
 from engine import Corpus, CorpusConfig, Document, SearchEngine
 from engine.config import EmbedderSpec, SentenceTransformerEmbedding
+from engine.write.indexes import DerivedIndexes
 from sparse import SparseDocument
 from tests.support.fakes import HashEmbedder, SwitchableEmbedder
 
@@ -186,3 +187,38 @@ def test_an_index_holding_non_public_documents_is_rebuilt_without_them(
 def to_sparse_of(corpus: Corpus, source_id: str) -> SparseDocument:
     stored = corpus._store.get_many([source_id], public_only=False)[source_id]
     return SparseDocument(source_id=source_id, title=stored.title, text=stored.text)
+
+
+def test_files_of_a_writer_killed_mid_commit_do_not_force_a_rebuild(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer SIGKILLed inside tantivy's commit leaves that commit's files (named by its
+    operation stamp) while ``meta.json`` still names the commit before. The next writer
+    works at the same stamp and could not create them (``FileAlreadyExists``): the holder's
+    catch-up failed and rebuilt the whole keyword index after an ordinary crash. Here the
+    crash is replayed by putting back the ``meta.json`` and marker of before the delete."""
+    with SearchEngine(tmp_path) as eng:
+        corpus = eng.create_corpus(CorpusConfig(name="c", embedder=None))
+        corpus.add(DOCS)
+        directory = tmp_path / "corpora" / "c"
+        meta_before = (directory / "tantivy" / "meta.json").read_bytes()
+        marker_before = (directory / "tantivy.seq").read_text()
+        corpus.delete(["d3"])
+    (directory / "tantivy" / "meta.json").write_bytes(meta_before)
+    (directory / "tantivy.seq").write_text(marker_before)
+    rebuilds: list[int] = []
+    original = DerivedIndexes._rebuild_tantivy
+
+    def counted(self: DerivedIndexes) -> None:
+        rebuilds.append(1)
+        original(self)
+
+    monkeypatch.setattr(DerivedIndexes, "_rebuild_tantivy", counted)
+    with SearchEngine(tmp_path) as eng:
+        corpus = eng.corpus("c")
+        assert rebuilds == []  # caught up from the marker, not rebuilt
+        hits = corpus.search("alpha3 shared words", top_k=50)
+        assert "d3" not in {h.source_id for h in hits} and len(hits) == len(DOCS) - 1
+        corpus.delete(["d4"])  # later writes work at the next stamp
+        assert "d4" not in {h.source_id for h in corpus.search("shared words", top_k=50)}
+    assert rebuilds == []
