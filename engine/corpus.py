@@ -110,7 +110,7 @@ class Corpus:
             self._visibility = DenseVisibility(self._store)
             backends: list[SearchBackend] = [
                 CurrentIndexBackend(
-                    TantivyBackend(self._indexes.tantivy, texts=self._store.public_texts),
+                    TantivyBackend(self._indexes.tantivy, texts=self._store.public_bodies),
                     lambda: self._indexes.keyword_index_current,
                     self._gate,
                 ),

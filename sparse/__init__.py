@@ -32,7 +32,7 @@ from sparse.contracts import (
 )
 from sparse.errors import SparseError, SparseIndexCorruptError, SparseIndexLockedError
 from sparse.facade import KeywordSearchFacade
-from sparse.tantivy_backend import TantivyBackend
+from sparse.tantivy_backend import StoredBody, TantivyBackend
 from sparse.tantivy_index import TantivyIndex
 
 __all__ = [
@@ -62,6 +62,7 @@ __all__ = [
     "SparseError",
     "SparseIndexCorruptError",
     "SparseIndexLockedError",
+    "StoredBody",
     "TantivyBackend",
     "TantivyIndex",
     "TermStatistics",

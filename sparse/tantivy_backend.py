@@ -41,6 +41,7 @@ import logging
 import math
 import string
 from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
 
 import tantivy
 
@@ -80,9 +81,22 @@ MAX_EXCERPT_TERMS = 8
 MAX_TIE_FETCH = 4_096
 """Hits read at most to order a tie across the cut (past it, index order decides)."""
 
-TextSource = Callable[[Sequence[str]], Mapping[str, str]]
-"""Source ids -> their body text, for an index that keeps no text (ids it does not
-know are left out)."""
+
+class StoredBody(NamedTuple):
+    """A document as its owner holds it now: what a hit shows, read in one go so that
+    the title, URL and language a hit carries belong to the text its excerpt is cut
+    from (an update between two reads would pair one version's title with another's
+    excerpt)."""
+
+    title: str
+    url: str
+    language_id: int
+    text: str
+
+
+TextSource = Callable[[Sequence[str]], Mapping[str, StoredBody]]
+"""Source ids -> their documents as the owner holds them, for an index that keeps no
+text (ids it does not know are left out)."""
 
 _INT64_MAX = 2**63 - 1
 _PUNCTUATION = string.punctuation + "\u201c\u201d\u2018\u2019\u00ab\u00bb"
@@ -93,8 +107,9 @@ class TantivyBackend:
 
     ``texts`` serves an index built with ``store_text=False``: the hits' bodies are read
     from their owner (one call per search, for the hits returned) so that excerpts still
-    anchor on the query term rarest in the index. Without it such an index's hits carry
-    no excerpt.
+    anchor on the query term rarest in the index; a hit the owner answers for carries the
+    owner's title, URL and language, of the same version as its excerpt. Without it such
+    an index's hits carry no excerpt.
     """
 
     def __init__(
@@ -259,26 +274,33 @@ class TantivyBackend:
         must.extend(tantivy.Query.const_score_query(f, 0.0) for f in filters)
         query = tantivy.Query.boolean_query([(tantivy.Occur.Must, q) for q in must])
         ranked = _ranked(searcher, query, limit)
-        bodies: Mapping[str, str] | None = None
+        bodies: Mapping[str, StoredBody] | None = None
         if excerpts and self._texts is not None and not self._index.stores_text:
             bodies = self._texts([source_id for _, source_id, _ in ranked])
         sources: list[EvidenceSource] = []
         for score, source_id, stored in ranked:
-            excerpt = ""
-            if excerpts:
-                body = _text(stored, F_BODY) if bodies is None else bodies.get(source_id, "")
-                excerpt = make_excerpt(body, excerpt_terms)
             page_uid = stored.get_first(F_PAGE_UID)
             hit_language = stored.get_first(F_LANGUAGE)
             if hit_language is None:  # every document is written with one
                 raise SparseIndexCorruptError(f"a hit without a language: {source_id!r}")
+            title, url, shown_language = (
+                _text(stored, F_TITLE),
+                _text(stored, F_URL),
+                int(hit_language),
+            )
+            excerpt = ""
+            if excerpts and bodies is None:
+                excerpt = make_excerpt(_text(stored, F_BODY), excerpt_terms)
+            elif bodies is not None and (body := bodies.get(source_id)) is not None:
+                title, url, shown_language, text = body
+                excerpt = make_excerpt(text, excerpt_terms)
             sources.append(
                 EvidenceSource(
                     source_id=source_id,
-                    title=_text(stored, F_TITLE),
-                    url=_text(stored, F_URL),
+                    title=title,
+                    url=url,
                     excerpt=excerpt,
-                    language_id=int(hit_language),
+                    language_id=shown_language,
                     score=score,
                     page_uid=None if page_uid is None else int(page_uid),
                 )

@@ -37,11 +37,14 @@ def build_passages(
     filters: tuple[FieldFilter, ...] = (),
 ) -> list[Passage]:
     """The passages for ``page``, in its order, that the store confirms public and
-    eligible. An excerpt a keyword hit carries is kept; the others are cut from the
-    store's text by the same rule (``_excerpt_cutter``)."""
+    eligible. An excerpt a keyword hit carries is kept, with the title, URL and language
+    read with its text; the others are cut from the store's text by the same rule
+    (``_excerpt_cutter``)."""
     if not page:
         return []
-    cut = {h.source_id: h.excerpt for h in sparse_hits if h.excerpt}
+    # A hit cut from the store's text carries the title, URL and language read with it:
+    # those, not a header read later (a write may land in between), go with its excerpt.
+    cut = {h.source_id: h for h in sparse_hits if h.excerpt}
     # Defence in depth: whatever an arm returned, only ids the store confirms public
     # (still present, and eligible under the filters: an index may lag the store)
     # become passages. Also supplies the text of hits that came without an excerpt
@@ -55,8 +58,10 @@ def build_passages(
         if doc is None:
             continue
         title, url, doc_language, doc_text = doc
-        excerpt = cut.get(fused.id)
-        if excerpt is None:
+        hit = cut.get(fused.id)
+        if hit is not None:
+            title, url, doc_language, excerpt = hit.title, hit.url, hit.language_id, hit.excerpt
+        else:
             if cutter is None:
                 cutter = _excerpt_cutter(sources, text, language)
             excerpt = cutter(doc_text or "")

@@ -42,7 +42,7 @@ from engine.storage.records import (
     with_fields,
 )
 from engine.storage.state import StoreState
-from sparse import FieldFilter
+from sparse import FieldFilter, StoredBody
 
 
 class DocumentStore:
@@ -349,28 +349,49 @@ class DocumentStore:
         """Public documents among ``ids`` (that satisfy ``filters``): (title, url,
         language id, text or None).
 
-        Text is read only for ids in ``with_text`` (a document may be a megabyte)."""
+        Text is read only for ids in ``with_text`` (a document may be a megabyte), in one
+        statement with their title, URL and language, so those belong to one version."""
         found: dict[str, tuple[str, str, int, str | None]] = {}
         unique = list(dict.fromkeys(ids))
         generation = -1
         if not filters:  # every search ends here: unfiltered headers are cached
             generation, unique = self._headers.lookup(unique, found)
-        conn = self._reader()
-        found.update(field_queries.public_headers(conn, unique, filters))
-        if generation >= 0 and unique:
-            self._headers.fill(generation, unique, found)
         if not with_text:  # a keyword page's excerpts come cut: no text to read
+            self._read_headers(generation, unique, filters, found)
             return found
-        texts = self.public_texts([sid for sid in with_text if sid in found])
-        for sid, text in texts.items():
-            title, url, language_id, _ = found[sid]
-            found[sid] = (title, url, language_id, text)
+        with self.read_snapshot():  # eligibility and text of one version too
+            self._read_headers(generation, unique, filters, found)
+            bodies = self.public_bodies([sid for sid in with_text if sid in found])
+        for sid in with_text:
+            body = bodies.get(sid)
+            if body is None:
+                found.pop(sid, None)  # eligible a moment ago (a cached header), not now
+            else:
+                found[sid] = tuple(body)  # type: ignore[assignment]
         return found
 
-    def public_texts(self, ids: Sequence[str]) -> dict[str, str]:
-        """The text of each public document among ``ids``."""
-        sql = "SELECT source_id, text FROM documents WHERE source_id IN ({ids}) AND +is_public = 1"
-        return {str(sid): str(text) for sid, text in select_by_ids(self._reader(), sql, ids)}
+    def _read_headers(
+        self,
+        generation: int,
+        ids: list[str],
+        filters: Sequence[FieldFilter],
+        found: dict[str, tuple[str, str, int, str | None]],
+    ) -> None:
+        found.update(field_queries.public_headers(self._reader(), ids, filters))
+        if generation >= 0 and ids:
+            self._headers.fill(generation, ids, found)
+
+    def public_bodies(self, ids: Sequence[str]) -> dict[str, StoredBody]:
+        """Each public document among ``ids`` as stored now: title, URL, language, text
+        (one statement: all of one version)."""
+        sql = (
+            "SELECT source_id, title, url, language_id, text FROM documents "
+            "WHERE source_id IN ({ids}) AND +is_public = 1"
+        )
+        return {
+            str(sid): StoredBody(str(title), str(url), int(language_id), str(text))
+            for sid, title, url, language_id, text in select_by_ids(self._reader(), sql, ids)
+        }
 
     def has_public_documents(self) -> bool:
         row = self._reader().execute("SELECT 1 FROM documents WHERE is_public = 1 LIMIT 1")

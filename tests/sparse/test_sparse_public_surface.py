@@ -34,6 +34,7 @@ EXPECTED_ALL = [
     "SparseError",
     "SparseIndexCorruptError",
     "SparseIndexLockedError",
+    "StoredBody",
     "TantivyBackend",
     "TantivyIndex",
     "TermStatistics",

@@ -14,6 +14,7 @@ from sparse import (
     RetrievalQuery,
     SparseDocument,
     SparseIndexCorruptError,
+    StoredBody,
     TantivyBackend,
     TantivyIndex,
 )
@@ -80,12 +81,12 @@ def test_bodies_from_the_owner_give_the_stored_index_s_excerpts(tmp_path: Path) 
     bare = TantivyIndex(tmp_path / "bare", store_text=False)
     for index in (stored, bare):
         index.upsert(_docs())
-    texts = {d.source_id: d.text for d in _docs()}
+    bodies = {d.source_id: StoredBody(d.title, d.url, d.language_id, d.text) for d in _docs()}
     asked: list[list[str]] = []
 
-    def owner_texts(ids: Sequence[str]) -> dict[str, str]:
+    def owner_texts(ids: Sequence[str]) -> dict[str, StoredBody]:
         asked.append(list(ids))
-        return {i: texts[i] for i in ids if i != "d12"}  # one the owner no longer has
+        return {i: bodies[i] for i in ids if i != "d12"}  # one the owner no longer has
 
     backend = TantivyBackend(bare, texts=owner_texts)
     query = RetrievalQuery(text="flood gauge12", limit=50)

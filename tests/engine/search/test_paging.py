@@ -13,7 +13,7 @@ import pytest
 from engine import Corpus, CorpusConfig, Document, SearchEngine
 from engine.limits import MAX_LANGUAGE_ID, MAX_OFFSET, MAX_TOP_K
 from engine.storage import DocumentStore
-from sparse import MAX_SOURCES
+from sparse import MAX_SOURCES, StoredBody
 
 MATCHING = 1_250
 
@@ -126,13 +126,13 @@ def test_a_deep_page_reads_the_texts_of_its_own_passages_only(
     it to cut excerpts it then threw away (1,250 texts of 1 MB: +1.2 GB for one request).
     The page's excerpts are cut from its own texts, the same as a first page cuts them."""
     asked: list[int] = []
-    read = DocumentStore.public_texts
+    read = DocumentStore.public_bodies
 
-    def recording(store: DocumentStore, ids: Sequence[str]) -> dict[str, str]:
+    def recording(store: DocumentStore, ids: Sequence[str]) -> dict[str, StoredBody]:
         asked.append(len(ids))
         return read(store, ids)
 
-    monkeypatch.setattr(DocumentStore, "public_texts", recording)
+    monkeypatch.setattr(DocumentStore, "public_bodies", recording)
     with SearchEngine(tmp_path / "deep") as engine:
         corpus = engine.create_corpus(CorpusConfig(name="deep", embedder=None))
         corpus.add(

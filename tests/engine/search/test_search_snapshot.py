@@ -5,15 +5,24 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 
 from engine import CorpusConfig, Document, SearchEngine
 from engine.config import EmbedderSpec, SentenceTransformerEmbedding
-from tests.support.fakes import RecordingEmbedder, SlowHealthEmbedder
+from engine.storage import DocumentStore, field_queries
+from tests.support.fakes import (
+    RecordingEmbedder,
+    SlowHealthEmbedder,
+    WordHashEmbedder,
+    factory_for,
+)
 
 GENEROUS_S = 60.0
+_SPEC = SentenceTransformerEmbedding(model="word-hash")
 
 
 class ParkedEmbedder(RecordingEmbedder):
@@ -118,3 +127,58 @@ def test_searches_in_a_loop_during_switches_and_rebuilds_all_answer(tmp_path: Pa
                 reader.join(GENEROUS_S)
         assert errors == []
         assert counts and all(n == 5 for n in counts)
+
+
+def _version_of(title: str, excerpt: str) -> tuple[str, str]:
+    return title.split()[-1], next(w for w in excerpt.split() if w.startswith("ver"))[3:]
+
+
+def test_a_keyword_passage_shows_one_version_when_a_write_lands_mid_search(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: the keyword arm cut the excerpt from one read of the store and the
+    passage took its title from a later one, so an update landing in between showed the
+    new title over the old excerpt (found by review: 490 of 67,674 searches racing a
+    writer in another process). The title now comes with the text it was cut with."""
+    with SearchEngine(tmp_path) as engine:
+        corpus = engine.create_corpus(CorpusConfig(name="c", embedder=None))
+        corpus.add([Document(id="d", title="title 1", text="alpha common ver1 words")])
+        original = DocumentStore.headers
+        writes = iter([Document(id="d", title="title 2", text="alpha common ver2 words")])
+
+        def headers_after_a_write(store: DocumentStore, *args: Any, **kwargs: Any) -> Any:
+            for doc in writes:  # once: the update lands after the arm read the text
+                corpus.add([doc])
+            return original(store, *args, **kwargs)
+
+        monkeypatch.setattr(DocumentStore, "headers", headers_after_a_write)
+        [hit] = corpus.search("alpha common")
+        title_version, text_version = _version_of(hit.title, hit.excerpt)
+        assert title_version == text_version
+        [hit] = corpus.search("alpha common")  # and the next search shows the new one
+        assert _version_of(hit.title, hit.excerpt) == ("2", "2")
+
+
+def test_a_hybrid_passage_shows_one_version_when_a_write_lands_mid_search(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hybrid page reads its texts after the headers: both come from one read
+    snapshot now, so a write between them cannot pair two versions."""
+    embedder = WordHashEmbedder()
+    with SearchEngine(tmp_path, embedder_factory=factory_for(embedder)) as engine:
+        corpus = engine.create_corpus(CorpusConfig(name="c", embedder=_SPEC))
+        corpus.add([Document(id="d", title="title 1", text="alpha common ver1 words")])
+        original = field_queries.public_headers
+        writes = iter([Document(id="d", title="title 2", text="alpha common ver2 words")])
+
+        def headers_then_a_write(*args: Any) -> Any:
+            found = original(*args)
+            for doc in writes:  # once: between the headers' read and the texts'
+                corpus.add([doc])
+            return found
+
+        monkeypatch.setattr(field_queries, "public_headers", headers_then_a_write)
+        [hit] = corpus.search("alpha common")
+        assert hit.ranks.dense is not None  # the hybrid path ran
+        title_version, text_version = _version_of(hit.title, hit.excerpt)
+        assert title_version == text_version

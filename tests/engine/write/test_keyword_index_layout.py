@@ -44,11 +44,11 @@ def test_keyword_excerpts_anchor_on_the_term_rarest_in_the_index(tmp_path: Path)
         corpus = eng.create_corpus(CorpusConfig(name="c", embedder=None))
         corpus.add([target, *others, secret])
         hits = corpus.search("peat delta")
-        texts = corpus._store.public_texts(["t", "s", "missing"])
+        texts = corpus._store.public_bodies(["t", "s", "missing"])
     assert hits[0].source_id == "t"
     assert "peat" in hits[0].excerpt and not hits[0].excerpt.startswith("delta")
     assert "s" not in [h.source_id for h in hits]
-    assert texts == {"t": target.text}  # the store hands out public text only
+    assert list(texts) == ["t"] and texts["t"].text == target.text  # public text only
 
 
 def test_an_index_in_the_old_layout_is_rebuilt_on_open(tmp_path: Path) -> None:
