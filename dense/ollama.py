@@ -6,7 +6,9 @@ connection refused or cut, HTTP errors, timeouts, an unknown (not pulled) model,
 malformed body, and output that breaks the contract — the wrong number of vectors, an
 empty vector, NaN/inf values, a zero vector, or a dimension that differs from the first
 one seen. Every failure is
-reported to a ``CircuitBreaker``; while it is open, ``embed()`` raises and
+reported to a ``CircuitBreaker`` — and so is any other exception that ends a call the
+breaker let through, which then propagates as it is (a bug is not remote trouble, but
+the call may have been the breaker's one trial); while it is open, ``embed()`` raises and
 ``is_available()`` answers False at once, without touching the network, so a dead server
 costs one timeout per back-off window, not one per query. Nothing is retried here.
 Only a successful embedding closes the breaker: a passing health check (``/api/show``)
@@ -208,9 +210,14 @@ class OllamaEmbedder:
                 for i in range(0, len(items), self._batch_size)
             ]
         except EmbedderUnavailable:
-            self._breaker.record_failure()
-            with self._state_lock:
-                self._healthy_until = -math.inf
+            self._mark_failed()
+            raise
+        except BaseException as exc:
+            # Not remote trouble as we know it (a bug, an interrupt), but ``allow()`` let
+            # this call through, perhaps as the half-open trial: unreported, the trial
+            # would be spent and the back-off would never grow.
+            self._mark_failed()
+            logger.warning("ollama embed at %s: failed with %s", self._host, type(exc).__name__)
             raise
         self._mark_healthy()
         logger.debug(
@@ -236,11 +243,19 @@ class OllamaEmbedder:
                 call="health check",
                 timeout_s=self._health_timeout_s,
             )
-            self._breaker.record_failure()
+            self._mark_failed()
             logger.warning("%s (%.1f ms)", error, (time.perf_counter() - started) * 1000)
             return False
+        except BaseException as exc:
+            # Not remote trouble (every error the server can cause is a REMOTE_ERROR), so
+            # it propagates; but this probe was granted by ``allow()`` and must report.
+            self._mark_failed()
+            logger.warning(
+                "ollama health check at %s: failed with %s", self._host, type(exc).__name__
+            )
+            raise
         if shown.capabilities is not None and "embedding" not in shown.capabilities:
-            self._breaker.record_failure()
+            self._mark_failed()
             logger.warning("ollama model %r cannot embed (capabilities)", self._model)
             return False
         # Not record_success: /api/show answering says nothing of /api/embed. Half-open,
@@ -253,6 +268,12 @@ class OllamaEmbedder:
         """An embedding succeeded: close the breaker and reset the back-off."""
         self._breaker.record_success()
         self._mark_fresh()
+
+    def _mark_failed(self) -> None:
+        """A call ``allow()`` let through failed: back off, and trust no earlier check."""
+        self._breaker.record_failure()
+        with self._state_lock:
+            self._healthy_until = -math.inf
 
     def _mark_fresh(self) -> None:
         # Read only while the breaker is closed (``is_available``).

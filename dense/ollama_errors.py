@@ -27,13 +27,21 @@ REMOTE_ERRORS: tuple[type[Exception], ...] = (
     RecursionError,  # JSON nested past the interpreter's limit
     TypeError,  # a JSON body that is no object: the client builds ``cls(**body)`` from it
     pydantic.ValidationError,  # an object of the wrong shape
+    # An HTTP error (status >= 400, or a redirect, which the client does not follow) whose
+    # body is JSON but no object (``null``, ``[]``, ``"text"``, ``123``): the client's
+    # ``ResponseError.__init__`` runs ``json.loads(body).get("error", body)`` and
+    # suppresses only ``JSONDecodeError``, so the ``.get`` on a list, str, number or None
+    # raises AttributeError before any ``ResponseError`` exists (ollama 0.6.3).
+    AttributeError,
 )
 """The errors a remote call may raise for remote trouble: whatever the server sends, the
-call raises one of these (``ValueError`` and ``TypeError`` are that broad because the
-client lets the decoder's and the model constructor's own errors through). The client
-raises some of them for bad *input* too (``UnicodeEncodeError``, ``ValidationError``):
-callers check what they send first (``dense.contracts.checked_texts``), so that what is
-caught here is the server's doing."""
+call raises one of these (``ValueError``, ``TypeError`` and ``AttributeError`` are that
+broad because the client lets the decoder's, the model constructor's and its own error
+constructor's errors through; a sweep of statuses and body shapes against ollama 0.6.3
+found no other type, and ``tests/dense/test_ollama_error_bodies.py`` keeps the shapes).
+The client raises some of them for bad *input* too (``UnicodeEncodeError``,
+``ValidationError``): callers check what they send first
+(``dense.contracts.checked_texts``), so that what is caught here is the server's doing."""
 
 
 def describe_failure(exc: Exception, *, model: str, host: str, timeout_s: float) -> str:

@@ -30,7 +30,7 @@ from engine.natural import output_schema
 from engine.natural.schema import MAX_OUTPUT_CHARS, MAX_OUTPUT_TOKENS, system_prompt
 from tests.support.fakes import SwitchableEmbedder
 from tests.support.natural_standin import CHAT_MODEL, FLOOD_BYTES, ChatBehaviour, ChatStandIn
-from tests.support.ollama_standin import Behaviour
+from tests.support.ollama_standin import Behaviour, Reply
 
 FIELDS = {"author": FieldType.KEYWORD, "year": FieldType.INTEGER, "sent": FieldType.DATE}
 SECRET = "Zebrafish-Kohlrabi"  # appears in stored records only: must never reach the model
@@ -253,6 +253,33 @@ def test_server_faults_are_unavailable(
     chat_standin.chat_behaviour = behaviour
     with pytest.raises(NaturalSearchUnavailable):
         corpus.ask(QUESTION)
+    text = generate_latest(engine.registry).decode()
+    assert f'tandem_nl_requests_total{{corpus="{corpus.name}",outcome="unavailable"}} 1.0' in text
+
+
+# JSON that is no object, as an HTTP error's body: the client's ResponseError constructor
+# calls ``.get`` on it and raised AttributeError, which ``ask`` let escape (review 3).
+NON_OBJECT_ERROR_BODIES = {
+    "null": b"null",
+    "empty-list": b"[]",
+    "string": b'"upstream overloaded"',
+    "integer": b"123",
+    "true": b"true",
+}
+
+
+@pytest.mark.parametrize("path", ["/api/chat", "/api/show"])
+@pytest.mark.parametrize(
+    "body", NON_OBJECT_ERROR_BODIES.values(), ids=NON_OBJECT_ERROR_BODIES.keys()
+)
+def test_an_error_body_that_is_no_object_is_unavailable(
+    engine: SearchEngine, chat_standin: ChatStandIn, path: str, body: bytes
+) -> None:
+    corpus = _corpus(engine, chat_standin)
+    chat_standin.route("POST", path, lambda request: Reply(500, raw=body))
+    with pytest.raises(NaturalSearchUnavailable, match="malformed response") as info:
+        corpus.ask(QUESTION)
+    assert "overloaded" not in str(info.value)
     text = generate_latest(engine.registry).decode()
     assert f'tandem_nl_requests_total{{corpus="{corpus.name}",outcome="unavailable"}} 1.0' in text
 
