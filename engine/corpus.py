@@ -584,14 +584,33 @@ class Corpus:
             "vectors": 0 if self._indexes.faiss is None else len(self._indexes.faiss),
             "vector_graph_pending": faiss is not None and faiss.graph_pending,
             "vectors_enabled": self._embedder is not None,
-            "embedder_up": self._embedder is not None and self._embedder.is_available(),
+            "embedder_up": self._report_embedder_up(),
             "index_bytes": self._indexes.size_on_disk(),
         }
 
     @in_lifetime
     def refresh_metrics(self) -> None:
-        """Re-read the corpus-state gauges from the store (the engine does it per scrape)."""
+        """Re-read the corpus-state gauges from the store and ask the embedder whether it
+        is up (the engine does it per scrape)."""
         self._refresh_gauges()
+        self._report_embedder_up()
+
+    def _report_embedder_up(self) -> bool:
+        """The embedder's ``is_available()`` (False without one), also set on the gauge
+        for a corpus with vectors. Cheap: providers gate their health checks (Ollama's
+        breaker and health TTL); a custom embedder's exception counts as down."""
+        embedder = self._embedder
+        if embedder is None:
+            return False
+        try:
+            up = embedder.is_available()
+        except Exception as exc:  # the contract says never raises; a custom one might
+            logger.warning(
+                "corpus %r: embedder health check raised %s", self.name, type(exc).__name__
+            )
+            up = False
+        self._metrics.embedder_up.labels(self.name).set(1 if up else 0)
+        return up
 
     def _refresh_gauges(self) -> None:
         # Public documents only: anyone may read a server's /metrics, and a count that

@@ -135,15 +135,17 @@ class EngineMetrics:
             registry=None,
             multiprocess_mode="mostrecent",
         )
-        self._state = _RefreshedGauges((self.documents, self.documents_degraded))
-        r.register(self._state)
+        # Refreshed too: a corpus nobody searches (or one just reopened) would otherwise
+        # keep the last value a search set, or have no series for an alert to fire on.
         self.embedder_up = Gauge(
             "tandem_embedder_up",
             "1 when the corpus's embedder answered its last health check, else 0.",
             ["corpus"],
-            registry=r,
+            registry=None,
             multiprocess_mode="mostrecent",
         )
+        self._state = _RefreshedGauges((self.documents, self.documents_degraded, self.embedder_up))
+        r.register(self._state)
         self.searches = Counter(
             "tandem_searches",
             "Searches answered, by the strategy the router resolved.",

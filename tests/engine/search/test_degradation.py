@@ -181,7 +181,9 @@ def test_embed_errors_at_query_time_fall_back_with_their_own_reason(
     reason = "embedder_error"
     assert value(samples, "tandem_search_fallbacks_total", corpus="docs", reason=reason) == 1
     assert value(samples, "tandem_searches_total", corpus="docs", strategy="keyword") == 1
-    assert value(samples, "tandem_embedder_up", corpus="docs") == 0  # as a failed add says
+    # The gauge is the health check's answer, asked at each scrape: this embedder says it
+    # is up while its embeddings fail (a real provider's breaker would open and say down).
+    assert value(samples, "tandem_embedder_up", corpus="docs") == 1
 
 
 def test_deleting_degraded_documents_lowers_the_gauge(
@@ -412,3 +414,31 @@ def test_concurrent_scrapes_during_writes_never_see_more_than_the_truth(
     assert rig.gauge() == 20
     assert seen == sorted(seen)  # monotone while only degraded documents are added
     assert all(v in {0, 4, 8, 12, 16, 20} for v in seen)
+
+
+def test_the_embedder_up_gauge_follows_health_checks_without_searches(tmp_path: Path) -> None:
+    """Regression: only searches and adds set ``tandem_embedder_up``, so an idle corpus
+    kept reading 1 after its embedder went down (``stats`` said down), and a corpus
+    reopened while it was down had no series at all for an alert to fire on. Each scrape
+    now asks the embedder (as cheaply as a search does)."""
+    embedder = RecordingEmbedder(dimension=16, name="model-a")
+    rig = Rig(tmp_path / "engine", {"model-a": embedder})
+    try:
+        corpus = rig.engine.create_corpus(CorpusConfig(name="docs", embedder=_spec("model-a")))
+        corpus.add(docs(2, "ok"))
+        assert rig.gauge(name="tandem_embedder_up") == 1
+        embedder.down = True  # and nothing searches or adds from here on
+        assert rig.gauge(name="tandem_embedder_up") == 0
+        assert corpus.stats()["embedder_up"] is False
+        embedder.down = False
+        assert rig.gauge(name="tandem_embedder_up") == 1
+        embedder.down = True
+    finally:
+        rig.close()
+    reopened = Rig(tmp_path / "engine", {"model-a": embedder})
+    try:
+        reopened.engine.corpus("docs")
+        assert reopened.gauge(name="tandem_embedder_up") == 0
+        assert reopened.gauge(name=DEGRADED) == 0
+    finally:
+        reopened.close()
