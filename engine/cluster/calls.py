@@ -179,10 +179,7 @@ class ShardCalls:
                 raise
             except GetTimeoutError as exc:
                 raise ShardUnavailable(
-                    f"shard {index} of corpus {self._corpus!r} did not finish a {method} "
-                    f"within {timeout_s:g} s; it was not acknowledged (it may still apply: "
-                    "writes are idempotent, send it again)",
-                    (index,),
+                    _timed_out(self._corpus, index, method, timeout_s, operation), (index,)
                 ) from exc
             except RayActorError:
                 self._health.mark_down(index, operation)
@@ -200,3 +197,18 @@ class ShardCalls:
                 continue
             self._health.mark_up(index)
             return result
+
+
+def _timed_out(corpus: str, index: int, method: str, timeout_s: float, operation: Operation) -> str:
+    """Why a call that reached its shard but got no answer in time failed: a write may
+    still apply (it is idempotent: send it again); a read simply has no answer."""
+    if operation is Operation.WRITE:
+        return (
+            f"shard {index} of corpus {corpus!r} did not finish a {method} within "
+            f"{timeout_s:g} s; it was not acknowledged (it may still apply: writes are "
+            "idempotent, send it again)"
+        )
+    return (
+        f"shard {index} of corpus {corpus!r} did not answer a {method} within {timeout_s:g} s "
+        "(it is busy or hung); a read changes nothing: try it again later"
+    )

@@ -4,6 +4,11 @@ Ingest runs a pool of these on Ray Data (one CPU each, or one GPU each when the 
 has GPUs); the benchmark runs them as plain actors to measure how embedding throughput
 grows with workers. A worker on CPUs uses one intra-op thread per CPU Ray reserved for
 it (Ray sets ``OMP_NUM_THREADS`` to match), so workers on one node do not oversubscribe it.
+
+A worker's output is checked as a corpus checks its embedder's (``DimensionGuard``): rows
+that are NaN, infinite or zero, too few rows, or rows of another length than the corpus's
+vectors are ``InvalidOutput`` — an ``EmbedderUnavailable``, provider trouble — never
+vectors a shard would refuse as bad input.
 """
 
 from __future__ import annotations
@@ -18,29 +23,39 @@ import numpy.typing as npt
 from dense import Embedder
 from engine.cluster.shard import EmbedderFactory
 from engine.config import EmbedderSpec, SentenceTransformerEmbedding
+from engine.dimension_guard import DimensionGuard
 from engine.embedders import build_embedder, with_passages
 
 
 class EmbeddingWorker:
-    """Embeds documents with the model ``spec`` names (or ``factory``'s embedder)."""
+    """Embeds documents with the model ``spec`` names (or ``factory``'s embedder);
+    ``dimension``: the length of the corpus's stored vectors (``None``: none stored yet),
+    which every output must have."""
 
     def __init__(
-        self, spec: EmbedderSpec, factory: EmbedderFactory | None = None, gpu: bool = False
+        self,
+        spec: EmbedderSpec,
+        factory: EmbedderFactory | None = None,
+        gpu: bool = False,
+        dimension: int | None = None,
     ) -> None:
+        self._expected = dimension
+        model: Embedder
         if factory is None and isinstance(spec, SentenceTransformerEmbedding):
             from dense.local import SentenceTransformerEmbedder
 
-            model: Embedder = SentenceTransformerEmbedder(
+            model = SentenceTransformerEmbedder(
                 spec.model,
                 device="cuda" if gpu else "cpu",
                 onnx_queries=False,
                 progress=False,
             )
-            self._embedder = with_passages(spec, model)
+            model = with_passages(spec, model)
             if not gpu:
                 _limit_torch_threads()
         else:
-            self._embedder = build_embedder(spec, factory)
+            model = build_embedder(spec, factory)
+        self._embedder = DimensionGuard(model, lambda: self._expected)
 
     @property
     def name(self) -> str:
@@ -50,8 +65,15 @@ class EmbeddingWorker:
     def dimension(self) -> int:
         return self._embedder.dimension
 
+    @property
+    def width(self) -> int:
+        """The length its vectors must have: the corpus's, else the model's
+        (``EmbedderUnavailable`` while neither is known and the provider is down)."""
+        return self._expected if self._expected is not None else self._embedder.dimension
+
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        """Unit rows, one per text, in order (``EmbedderUnavailable`` on provider trouble)."""
+        """Unit rows, one per text, in order (``EmbedderUnavailable`` on provider trouble,
+        ``InvalidOutput`` — one too — for output no corpus can use)."""
         return self._embedder.embed(texts)
 
     def cpu_seconds(self) -> float:

@@ -6,7 +6,7 @@ failed call, not one per search; a background thread probes the down shards unti
 answer. Every scrape of the coordinator's registry first probes every shard, so
 ``tandem_shards_up{corpus}`` is current even when no search ran.
 
-Metrics (on a registry the coordinator owns; labels: the corpus name only):
+Metrics (on a registry the coordinator owns; labelled by corpus, two by one more label):
 
 - ``tandem_shards{corpus}`` — shards the corpus has;
 - ``tandem_shards_up{corpus}`` — shards that answered their last call or probe;
@@ -16,6 +16,10 @@ Metrics (on a registry the coordinator owns; labels: the corpus name only):
 - ``tandem_shard_restarts_total{corpus}`` — restarts seen (a probe met a new incarnation
   of a shard: an outage shorter than the gap between two scrapes still counts);
 - ``tandem_partial_searches_total{corpus}`` — searches answered without every shard;
+- ``tandem_search_fallbacks_total{corpus,reason}`` — searches of a hybrid corpus answered
+  from keywords only, as one corpus counts them (``embedder_down``: the coordinator's
+  embedder is down; ``embedder_error``: its query vector failed or was unusable, or
+  every shard failed the vector round);
 - ``tandem_cluster_search_duration_seconds{corpus}`` — sharded search latency.
 """
 
@@ -80,6 +84,12 @@ class ClusterMetrics:
             "tandem_partial_searches",
             "Searches answered without every shard",
             ["corpus"],
+            registry=self.registry,
+        )
+        self.fallbacks = Counter(
+            "tandem_search_fallbacks",
+            "Searches of a hybrid corpus answered from keywords only, by reason.",
+            ["corpus", "reason"],
             registry=self.registry,
         )
         self.search_duration = Histogram(

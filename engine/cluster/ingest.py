@@ -15,7 +15,11 @@
 - **embed**: ``embed_actors`` actors, each holding one model, each reserving one CPU —
   or one GPU when the cluster has GPUs (``gpus_per_actor``). Rows that carry their own
   vector (``vector_column``, with ``embedding_model`` checked against the corpus's
-  model) skip this stage.
+  model) skip this stage. A batch the embedder fails on — the provider down, or output
+  no corpus can use (NaN, infinite or zero rows, too few rows, another length than the
+  corpus's: ``engine.dimension_guard.checked_output``) — goes on without vectors: its
+  documents are written keyword-searchable and stored degraded (``repair`` embeds them
+  later), never rejected as bad input and never fatal to the job.
 - **write**: rows are grouped by owning shard and sent in batches; a dead shard is
   waited for and the batch sent again (the write is an idempotent upsert), so a shard
   killed mid-ingest loses nothing that was acknowledged. A batch a shard refuses
@@ -47,6 +51,7 @@ import ray.data
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from tqdm import tqdm
 
+from dense import EmbedderUnavailable
 from engine.cluster.calls import reraise_engine_error
 from engine.cluster.embedding import EmbeddingWorker
 from engine.cluster.errors import ShardUnavailable
@@ -64,6 +69,7 @@ from engine.cluster.shard import EmbedderFactory
 from engine.cluster.sharded import ShardedCorpus
 from engine.cluster.writes import dimension_if_up
 from engine.config import FieldType
+from engine.dimension_guard import checked_output
 from engine.embedders import default_embedder_factory
 from engine.errors import InvalidArgument
 from engine.surfaces.bulk import MAX_KEPT_REJECTIONS
@@ -76,8 +82,10 @@ Handle = Any
 
 @dataclass(frozen=True, slots=True)
 class IngestReport:
-    """What one ingest run did. ``written`` documents were embedded (or brought their
-    vectors) and acknowledged by their shards; ``skipped`` ones were already stored with
+    """What one ingest run did. ``written`` documents were acknowledged by their shards:
+    embedded, bringing their vectors, or — when the embedder failed on their batch —
+    without a vector (stored degraded, as the corpus's stats count them, until ``repair``
+    embeds them); ``skipped`` ones were already stored with
     the same title and text and a vector: they are sent without one, so a change of
     URL, fields or access groups still lands, and keep their stored vector. An earlier
     row of an id repeated within one batch is dropped uncounted, as ``Corpus.add`` counts
@@ -188,7 +196,8 @@ def ingest(
         gpus = _gpus(gpus_per_actor)
         ds = ds.map_batches(
             _Embed,
-            fn_constructor_args=(spec, embedder_factory, gpus > 0),
+            # The corpus's stored length, which every embedded vector must have.
+            fn_constructor_args=(spec, embedder_factory, gpus > 0, corpus._dimension.refresh()),
             batch_format="pyarrow",
             batch_size=batch_size,
             num_cpus=0 if gpus else 1,
@@ -278,18 +287,31 @@ def _stored_with_vectors(
 
 
 class _Embed(EmbeddingWorker):
-    """Ray Data's view of a worker: embeds a batch's documents (not skipped or rejected)."""
+    """Ray Data's view of a worker: embeds a batch's documents (not skipped or rejected).
+    A batch the embedder fails on gets null vectors: its documents are written without
+    them (stored degraded), not rejected."""
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         kinds = batch.column(KIND).to_pylist()
         texts = batch.column(TEXT).to_pylist()
         todo = [i for i, k in enumerate(kinds) if k == "doc"]
-        dimension = self.dimension
-        vectors = np.zeros((len(kinds), dimension), dtype=np.float32)
+        column: pa.Array = pa.nulls(len(kinds), type=pa.list_(pa.float32()))
         if todo:
-            vectors[todo] = self.embed([texts[i] for i in todo])
-        flat = pa.array(vectors.reshape(-1), type=pa.float32())
-        column = pa.FixedSizeListArray.from_arrays(flat, dimension)
+            try:
+                width = self.width
+                embedded = checked_output(self.embed([texts[i] for i in todo]), len(todo), width)
+            except EmbedderUnavailable as exc:  # InvalidOutput (checked_output's) is one
+                logger.warning(
+                    "embedding a batch of %d documents failed (%s); they are written "
+                    "without vectors, degraded",
+                    len(todo),
+                    type(exc).__name__,
+                )
+            else:
+                vectors = np.zeros((len(kinds), width), dtype=np.float32)
+                vectors[todo] = embedded
+                offsets = pa.array(np.arange(len(kinds) + 1) * width, type=pa.int32())
+                column = pa.ListArray.from_arrays(offsets, pa.array(vectors.reshape(-1)))
         return batch.drop_columns([TEXT]).append_column(VECTOR, column)
 
 
@@ -322,9 +344,19 @@ def _write(
             written, refused = _send(kept, None, handles, shards, model, timeout_s)
             reasons += refused
         else:
+            column = kept.column(VECTOR).combine_chunks()
+            valid = column.is_valid().to_numpy(zero_copy_only=False)
+            if not valid.all():
+                # The embedder failed on their batch: written without vectors (each
+                # shard stores them degraded, or embeds them itself if it can).
+                rows = pa.array(np.flatnonzero(~valid))
+                sent, refused = _send(kept.take(rows), None, handles, shards, None, timeout_s)
+                written += sent
+                reasons += refused
+                present = pa.array(np.flatnonzero(valid))
+                kept, column = kept.take(present), column.take(present)
             # One length per batch, except when the corpus's was unknown and batches
             # of different first vectors met here: each length is sent on its own.
-            column = kept.column(VECTOR).combine_chunks()
             lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)
             for length in np.unique(lengths):
                 rows = pa.array(np.flatnonzero(lengths == length))

@@ -19,6 +19,13 @@ would give (up to length normalisation, which stays per shard). It costs one mor
 to the shards; in a hybrid search both rounds run on a coordinator thread while the query
 is embedded here.
 
+Embedder trouble never fails a search, as on one node: while the coordinator's embedder
+is down, or its query vector is unusable (``engine.dimension_guard``: NaN, infinite, all
+zero, not one row), the search answers from keywords; and if every shard's keyword window
+arrived but every vector round failed, the answer is fused from those keyword windows
+alone. Each such search counts in ``tandem_search_fallbacks{corpus,reason}``, with the
+reasons one corpus uses (``embedder_down``, ``embedder_error``).
+
 Time: one search waits ``ClusterOptions.search_timeout_s`` for its shards in all, not per
 round (``_Budget``), and a shard that missed a round is not asked again in that search:
 the later rounds go to the shards that answered.
@@ -41,9 +48,11 @@ from engine.cluster.health import ClusterMetrics, ShardHealth
 from engine.cluster.merge import completed, fuse, merge_arm
 from engine.cluster.routing import group_by_shard
 from engine.config import CorpusConfig
+from engine.dimension_guard import checked_output
 from engine.documents import ArmRanks, Passage
 from engine.limits import MAX_LANGUAGE_ID, MAX_TOP_K, clamp_int, page_start
 from engine.search.fusing import hybrid_window, paged_ranking
+from engine.search.strategy import FallbackReason
 from engine.search.windows import ArmWindow, ScoredHit
 from fusion import FusedHit
 from sparse import FieldFilter, TermStatistics
@@ -154,7 +163,9 @@ class ShardedSearcher:
         ahead = passages_ahead(need, len(targets))
         embedder = self._embedder
         vector = None
-        if embedder is not None and embedder.is_available():
+        if embedder is not None and not embedder.is_available():
+            self._fell_back(FallbackReason.EMBEDDER_DOWN)
+        elif embedder is not None:
             # Hybrid: the keyword windows need no vector, so the shards compute them (and
             # before them the term statistics) while the query is embedded here, once.
             window = hybrid_window(config, need)
@@ -175,7 +186,7 @@ class ShardedSearcher:
             keyword, statistics = self._keyword_round(
                 _KeywordRequest(targets, text, need, language, compiled, False, ahead), budget
             )
-        fused, windows, answered = self._fused(
+        fused, windows, answered, vector = self._fused(
             text, vector, window, need, language, compiled, ahead, keyword, statistics, budget
         )
         if vector is not None and window > config.window:  # a page past the fusion window
@@ -183,7 +194,7 @@ class ShardedSearcher:
             head_keyword, head_statistics = self._keyword_round(
                 _KeywordRequest(answered, text, small, language, compiled, True, ahead), budget
             )
-            head, head_windows, answered = self._fused(
+            head, head_windows, answered, _ = self._fused(
                 text,
                 vector,
                 small,
@@ -215,10 +226,13 @@ class ShardedSearcher:
         keyword: dict[int, ArmWindow],
         statistics: TermStatistics | None,
         budget: _Budget,
-    ) -> tuple[list[FusedHit], list[ArmWindow], list[int]]:
+    ) -> tuple[list[FusedHit], list[ArmWindow], list[int], npt.NDArray[np.float32] | None]:
         """The global arms from the shards' keyword windows and (with ``vector``) one
         vector round, completed when the corpus says so, fused ``need`` deep; with the
-        windows the shards sent and the shards that answered every round."""
+        windows the shards sent, the shards that answered every round, and the vector
+        (``None`` when every shard failed the vector round: then the answer is fused
+        from the keyword windows alone, as a keyword search, and later rounds of the
+        search need no vector either)."""
         config = self._config
         ranked = sorted(keyword)
         sparse = _keyword_ranking(keyword, ranked, window)
@@ -249,6 +263,12 @@ class ShardedSearcher:
                 ),
                 budget.left(),
             )
+            if ranked and not rounds:
+                # Not one shard took the query vector (its vector round failed on every
+                # shard): the keyword windows did arrive, so answer from them, as one
+                # corpus answers from keywords when its query vector fails.
+                self._fell_back(FallbackReason.EMBEDDER_ERROR)
+                vector = None
         answered = [i for i in ranked if vector is None or i in rounds]
         if len(answered) < len(ranked):
             # A shard failed the vector round: the keyword window is cut again without it
@@ -263,7 +283,7 @@ class ShardedSearcher:
                 sparse, dense = completed(sparse, dense, window, [rounds[i] for i in answered])
         fused = fuse(config, sparse, dense, need)
         windows = [keyword[i] for i in answered] + vectors
-        return fused, windows, answered
+        return fused, windows, answered, vector
 
     def _keyword_round(
         self, request: _KeywordRequest, budget: _Budget
@@ -309,11 +329,19 @@ class ShardedSearcher:
         )
 
     def _query_vector(self, embedder: Embedder, text: str) -> npt.NDArray[np.float32] | None:
-        """The query's vector, embedded once here; ``None``: answer from keywords."""
+        """The query's vector, embedded once here; ``None``: answer from keywords (the
+        provider failed, or its vector is no use: not one row, NaN, infinite, zero — the
+        coordinator's ``DimensionGuard`` also checks its length)."""
         try:
-            return embed_query(embedder, text)
-        except EmbedderUnavailable:
+            row: npt.NDArray[np.float32] = checked_output([embed_query(embedder, text)], 1, None)[0]
+        except EmbedderUnavailable:  # InvalidOutput (checked_output's) is one
+            self._fell_back(FallbackReason.EMBEDDER_ERROR)
             return None
+        return row
+
+    def _fell_back(self, reason: FallbackReason) -> None:
+        """A search of this hybrid corpus answered from keywords (metrics only)."""
+        self._metrics.fallbacks.labels(self._config.name, reason.value).inc()
 
     def _page(
         self,

@@ -60,6 +60,8 @@ class ShardInfo:
     pid: int
     node_id: str
     documents: int
+    dimension: int | None = None
+    """The length of the vectors the shard holds (``None``: it holds none)."""
 
 
 class ShardActor:
@@ -84,7 +86,14 @@ class ShardActor:
             pid=os.getpid(),
             node_id=ray.get_runtime_context().get_node_id(),
             documents=len(self._corpus),
+            dimension=self.vector_dimension(),
         )
+
+    def vector_dimension(self) -> int | None:
+        """The length of the vectors this shard holds (``None``: it holds none) — the
+        corpus's, which the coordinator checks its embedder's output against."""
+        index = self._corpus._indexes.faiss
+        return None if index is None else index.dimension
 
     def ping(self) -> str:
         """This incarnation's id: a new one after every restart."""

@@ -48,8 +48,9 @@ from engine.cluster.routing import shard_for
 from engine.cluster.runtime import start_local_cluster
 from engine.cluster.search import ShardedSearcher
 from engine.cluster.shard import EmbedderFactory, ShardInfo
-from engine.cluster.writes import ShardWriter, on_each
+from engine.cluster.writes import CorpusDimension, ShardWriter, on_each
 from engine.config import CorpusConfig
+from engine.dimension_guard import DimensionGuard
 from engine.documents import AddResult, Document, GrepMatch, Passage, SourceText
 from engine.embedders import build_embedder
 from engine.errors import GrepTimeout, InvalidArgument, SourceNotFound, StorageError
@@ -93,13 +94,26 @@ class ShardedCorpus:
         embedder: Embedder | None,
         options: ClusterOptions,
         metrics: ClusterMetrics,
+        *,
+        dimension: int | None = None,
     ) -> None:
+        """``embedder``: the coordinator's own, unguarded (it is wrapped here);
+        ``dimension``: the length of the vectors the shards hold, if known."""
         self._root = root
         self._manifest = manifest
         self._config = manifest.config
-        self._embedder = embedder
         self._options = options
         self.metrics = metrics
+        # Every vector the coordinator embeds — documents and queries — is checked against
+        # the corpus's stored length, as one corpus checks its own (``DimensionGuard``):
+        # bad output is provider trouble, so documents are stored degraded and a search
+        # answers from keywords.
+        self._dimension = CorpusDimension(self._stored_dimension, dimension)
+        self._unguarded = embedder
+        self._embedder: Embedder | None = (
+            None if embedder is None else DimensionGuard(embedder, self._dimension)
+        )
+        embedder = self._embedder
         self._health = ShardHealth(
             self._config.name,
             manifest.shards,
@@ -126,6 +140,7 @@ class ShardedCorpus:
             embedder,
             write_batch=options.write_batch,
             timeout_s=options.write_timeout_s,
+            dimension=self._dimension,
         )
         self._lifetime = Lifetime(
             lambda: StorageError(f"sharded corpus {self._config.name!r} is closed")
@@ -240,7 +255,16 @@ class ShardedCorpus:
             )
             spec = manifest.config.embedder
             embedder = None if spec is None else build_embedder(spec, factory)
-            return cls(root, manifest, handles, embedder, opts, ClusterMetrics(registry))
+            dimension = next((i.dimension for i in infos if i.dimension is not None), None)
+            return cls(
+                root,
+                manifest,
+                handles,
+                embedder,
+                opts,
+                ClusterMetrics(registry),
+                dimension=dimension,
+            )
         except Exception as exc:
             if new or not opts.detached:
                 for handle in handles:
@@ -450,6 +474,18 @@ class ShardedCorpus:
 
         return on_each(list(range(self.shards)), one)
 
+    def _stored_dimension(self) -> int | None:
+        """The length of the vectors the shards that are up hold (``None``: none holds
+        any, or none answered within the probe timeout)."""
+        answers = self._calls.fan_out(
+            self._health.up(),
+            "vector_dimension",
+            lambda _: (),
+            self._options.probe_timeout_s,
+            Operation.READ,
+        )
+        return next((d for _, d in sorted(answers.items()) if d is not None), None)
+
     def _model_names(self) -> list[str]:
         names = [] if self._embedder is None else [self._embedder.name]
         spec = self._config.embedder
@@ -479,7 +515,7 @@ class ShardedCorpus:
                     logger.warning("closing a shard failed (%s)", type(exc).__name__)
             for handle in handles:
                 ray.kill(handle, no_restart=True)
-        close = getattr(self._embedder, "close", None)
+        close = getattr(self._unguarded, "close", None)
         if callable(close):
             close()
 

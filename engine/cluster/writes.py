@@ -6,6 +6,12 @@ batches, and sent to their shards in ``write_batch`` chunks — every shard in p
 each shard's chunks in order. A write is acknowledged only by its shard's reply, after
 the shard's ``Corpus.add`` made it durable; a dead shard is waited for and the chunk sent
 again (``engine.cluster.calls``).
+
+Every chunk the embedder returns is checked (``engine.dimension_guard.checked_output``:
+as many rows as texts, finite, not all zero, as long as the corpus's vectors) before it
+is sent: a chunk that fails the check is provider trouble like a provider that is down —
+its documents are stored without vectors, degraded, and ``repair`` embeds them later —
+never an error that loses the batch.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from engine.cluster.errors import ShardUnavailable
 from engine.cluster.health import Operation
 from engine.cluster.routing import group_by_shard
 from engine.cluster.wire import to_row
+from engine.dimension_guard import checked_output
 from engine.documents import AddResult, Document
 from engine.write.ingest import content_hash, embedding_text
 
@@ -57,6 +64,32 @@ def on_each(indexes: Sequence[int], work: Callable[[int], T]) -> list[T]:
     return [f.result() for f in futures]
 
 
+class CorpusDimension:
+    """The length of a sharded corpus's stored vectors, as its coordinator knows it:
+    told by the shards (when opening, and before a write while still unknown) or learnt
+    from vectors the shards acknowledged; ``None`` while no shard holds a vector. Once
+    known it does not change (a sharded corpus has no switch of model). Called, it is
+    the ``expected`` of the coordinator's ``DimensionGuard``."""
+
+    def __init__(self, ask: Callable[[], int | None], known: int | None = None) -> None:
+        self._ask = ask
+        self._known = known
+
+    def __call__(self) -> int | None:
+        return self._known
+
+    def refresh(self) -> int | None:
+        """The length, asking the shards first while it is unknown."""
+        if self._known is None:
+            self._known = self._ask()
+        return self._known
+
+    def learn(self, width: int) -> None:
+        """Vectors of ``width`` values were stored (the shards accepted them)."""
+        if self._known is None:
+            self._known = width
+
+
 class ShardWriter:
     """Sends a corpus's writes to its shards (see the module docstring)."""
 
@@ -69,11 +102,13 @@ class ShardWriter:
         *,
         write_batch: int,
         timeout_s: float,
+        dimension: CorpusDimension | None = None,
     ) -> None:
         self._corpus = corpus
         self._shards = shards
         self._calls = calls
         self._embedder = embedder
+        self._dimension = dimension if dimension is not None else CorpusDimension(lambda: None)
         self._batch = write_batch
         self._timeout_s = timeout_s
 
@@ -107,6 +142,8 @@ class ShardWriter:
         total: Counts = (0, 0, 0, 0)
         for counts in results:
             total = _plus(total, counts)
+        if supplied is not None and not np.isnan(supplied[:, 0]).all():
+            self._dimension.learn(supplied.shape[1])
         return AddResult(*total)
 
     def delete(self, ids: Sequence[str]) -> int:
@@ -160,12 +197,14 @@ class ShardWriter:
 
     def _embed_new(self, docs: Sequence[Document]) -> npt.NDArray[np.float32]:
         """Vectors for ``docs``; rows of NaN for documents a shard already holds with the
-        same content and a vector (they keep theirs) or that the embedder failed on."""
+        same content and a vector (they keep theirs) or that the embedder failed on —
+        down, or answering with output no corpus can use (``checked_output``: NaN or
+        infinite values, zero rows, too few rows, another length than the corpus's)."""
         embedder = self._embedder
         assert embedder is not None
         states = self._content_state([d.id for d in docs])
         todo = [i for i, d in enumerate(docs) if states.get(d.id) != (content_hash(d), True)]
-        width = dimension_if_up(embedder) if todo else None
+        width = self._width(embedder) if todo else None
         if width is None:
             todo, width = [], 1  # rows of NaN: sent without vectors, stored degraded
         out = np.full((len(docs), width), np.nan, dtype=np.float32)
@@ -174,16 +213,23 @@ class ShardWriter:
             try:
                 if not embedder.is_available():
                     break
-                out[chunk] = embedder.embed(
+                vectors = embedder.embed(
                     [embedding_text(docs[i].title, docs[i].text) for i in chunk]
                 )
-            except EmbedderUnavailable as exc:
+                out[chunk] = checked_output(vectors, len(chunk), width)
+            except EmbedderUnavailable as exc:  # InvalidOutput (checked_output's) is one
                 logger.warning(
                     "embedding %d documents failed (%s); their shards store them degraded",
                     len(chunk),
                     type(exc).__name__,
                 )
         return out
+
+    def _width(self, embedder: Embedder) -> int | None:
+        """The length the vectors must have: the corpus's (asked of the shards while
+        unknown), else the embedder's; ``None`` while neither can say (provider down)."""
+        known = self._dimension.refresh()
+        return known if known is not None else dimension_if_up(embedder)
 
     def _content_state(self, ids: Sequence[str]) -> dict[str, tuple[str, bool]]:
         groups = group_by_shard(ids, self._shards)

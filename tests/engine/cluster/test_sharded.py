@@ -253,10 +253,11 @@ def test_writes_route_update_and_delete(ray_cluster: None, tmp_path: Path) -> No
     try:
         docs = DOCS[:40]
         assert corpus.add(docs).added == 40
-        embedded = corpus._embedder.texts_embedded  # type: ignore[union-attr]
+        model = corpus._unguarded  # the fake inside the coordinator's DimensionGuard
+        embedded = model.texts_embedded  # type: ignore[union-attr]
         again = corpus.add(docs)  # unchanged: stored vectors are kept, nothing re-embedded
         assert (again.added, again.updated) == (0, 40)
-        assert corpus._embedder.texts_embedded == embedded  # type: ignore[union-attr]
+        assert model.texts_embedded == embedded  # type: ignore[union-attr]
         changed = Document(id="doc-003", title="Changed", text="entirely new words zebra")
         corpus.add([changed])
         assert corpus.search("zebra", top_k=1)[0].source_id == "doc-003"
