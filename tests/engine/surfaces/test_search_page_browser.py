@@ -59,6 +59,12 @@ HELP = [
         url="javascript:window.__pwned=3",
     ),
     Document(
+        id="spoof",
+        title="Holiday picture",
+        text="A bidiurl spoof: a direction override hides the real file type.",
+        url="https://example.org/\u202egpj.exe",
+    ),
+    Document(
         id="staff",
         title="Vault password rotation",
         text="Staff only: the vault password rotates.",
@@ -263,3 +269,212 @@ def test_a_link_with_one_enormous_word_still_shows_results(server: str, browser:
     assert "password" in marks
     errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
     assert not [e for e in errors if "regular expression" in e["message"].lower()]
+
+
+def _settled(driver: Any) -> bool:
+    """The status shows an outcome, not a search under way."""
+    return _status(driver) not in ("", "Searching…")
+
+
+def test_a_url_with_a_direction_override_shows_what_the_link_opens(
+    server: str, browser: Any
+) -> None:
+    """Regression: the stored URL was shown as text, so ``.../\\u202egpj.exe`` read as
+    ``.../exe.jpg``; now the shown address is the link's own, percent-encoded, left to
+    right."""
+    from selenium.webdriver.common.by import By
+
+    driver = browser
+    driver.get(server + "?q=bidiurl&corpus=help")
+    _wait(driver, lambda d: _status(d).startswith("Results"))
+    result = driver.find_elements(By.CSS_SELECTOR, "#results .result")[0]
+    href = result.find_element(By.CSS_SELECTOR, "h2 a").get_attribute("href")
+    shown = result.find_element(By.CSS_SELECTOR, ".url")
+    assert href == "https://example.org/%E2%80%AEgpj.exe"
+    assert shown.text == href and "\u202e" not in shown.get_attribute("textContent")
+    assert shown.get_attribute("dir") == "ltr"
+    assert shown.value_of_css_property("unicode-bidi") == "isolate"
+
+
+def test_back_to_a_collection_that_is_gone_says_so(server: str, browser: Any) -> None:
+    """Regression: Back to an address naming a dropped collection silently searched
+    another collection (only a fresh load said it was gone)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    driver = browser
+    driver.get(server + "?q=password&corpus=dropped")
+    _wait(driver, lambda d: "dropped" in _status(d))
+    Select(driver.find_element(By.ID, "corpus")).select_by_visible_text("help")
+    _search(driver, "forgot password")
+    assert _status(driver).startswith("Results")
+    driver.back()
+    _wait(driver, lambda d: "“password”" in _status(d) or "dropped" in _status(d))
+    assert "no collection named “dropped”" in _status(driver)
+    assert not driver.find_elements(By.CSS_SELECTOR, "#results .result")
+    assert driver.find_element(By.ID, "q").get_attribute("value") == "password"
+
+
+def test_the_skip_link_keeps_the_results_and_what_is_being_typed(server: str, browser: Any) -> None:
+    """Regression: "Skip to results" changed the fragment, the Back-button handler took
+    that for a new address, searched again and replaced what the person was typing."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    driver = browser
+    driver.get(server + "?q=password&corpus=help")
+    _wait(driver, lambda d: _status(d).startswith("Results"))
+    shown = _status(driver)
+    count = len(driver.find_elements(By.CSS_SELECTOR, "#results .result"))
+    box = driver.find_element(By.ID, "q")
+    box.clear()
+    box.send_keys("half typed")
+    # hashchange comes after popstate: once it has fired, the page has reacted.
+    driver.execute_script(
+        "window.__hashChanges = 0;"
+        "window.addEventListener('hashchange', () => window.__hashChanges++);"
+        "document.querySelector('.skip-link').focus();"
+    )
+    driver.switch_to.active_element.send_keys(Keys.ENTER)
+    _wait(driver, lambda d: d.execute_script("return window.__hashChanges") == 1)
+    assert driver.current_url.endswith("#results")
+    driver.back()  # and Back from the fragment: the same search, nothing to redo
+    _wait(driver, lambda d: d.execute_script("return window.__hashChanges") == 2)
+    assert box.get_attribute("value") == "half typed"
+    assert _status(driver) == shown
+    assert len(driver.find_elements(By.CSS_SELECTOR, "#results .result")) == count
+
+
+# Holds the page's next fetch until the test answers it with `window.__answer(...)`.
+HOLD_FETCH = """
+window.fetch = () => new Promise((resolve) => {
+  window.__answer = (status, body, type) =>
+    resolve(new Response(body, {status: status, headers: {"Content-Type": type}}));
+});
+"""
+
+
+def test_a_failed_page_turn_keeps_the_pager_and_the_focus(server: str, browser: Any) -> None:
+    """Regression: a page turn that failed (503, or a 200 that is no JSON) hid the pager
+    and dropped the focus to <body>; the 200 left the page on "Searching…" for good."""
+    from selenium.webdriver.common.by import By
+
+    driver = browser
+    for status, body, content_type in [
+        (503, '{"error": {"code": "engine_busy", "message": "busy"}}', "application/json"),
+        (200, "<html>Sign in to the proxy</html>", "text/html"),
+    ]:
+        driver.get(server + "?q=paging+articles&corpus=help")
+        _wait(driver, lambda d: _status(d).startswith("Results 1–10"))
+        driver.execute_script(HOLD_FETCH)
+        driver.find_element(By.ID, "next").click()
+        _wait(driver, lambda d: d.execute_script("return Boolean(window.__answer)"))
+        assert _status(driver) == "Searching…"
+        assert driver.find_element(By.ID, "pager").is_displayed()
+        for button in ("prev", "next"):  # no second turn while the first loads
+            assert driver.find_element(By.ID, button).get_attribute("disabled") is not None
+        driver.execute_script("window.__answer(...arguments)", status, body, content_type)
+        _wait(driver, _settled)
+        assert _status(driver).startswith("The search failed")
+        assert driver.switch_to.active_element.get_attribute("id") == "status"
+        assert driver.find_element(By.ID, "pager").is_displayed()
+        assert driver.find_element(By.ID, "page-label").text == "Page 2"
+        assert driver.find_element(By.ID, "prev").get_attribute("disabled") is None
+
+
+def test_the_same_search_twice_adds_one_history_entry(server: str, browser: Any) -> None:
+    """Regression: pressing Enter again on the same query pushed identical entries, so
+    Back seemed to do nothing."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    driver = browser
+    first = driver.current_window_handle
+    driver.switch_to.new_window("tab")  # a history of its own, well under Chrome's cap
+    try:
+        driver.get(server)
+        _wait(driver, lambda d: d.find_element(By.ID, "picker").is_displayed())
+        before = driver.execute_script("return history.length")
+        _search(driver, "password")
+        box = driver.find_element(By.ID, "q")
+        for _ in range(2):
+            box.send_keys(Keys.ENTER)
+            _wait(driver, lambda d: _status(d).startswith("Results"))
+        assert driver.execute_script("return history.length") == before + 1
+    finally:
+        driver.close()
+        driver.switch_to.window(first)
+
+
+def test_a_failed_list_of_collections_is_asked_again(server: str, browser: Any) -> None:
+    """Regression: one failed ``/v1/corpora`` at load left the page saying "There is
+    nothing to search yet." to every search until a reload."""
+    from selenium.webdriver.common.by import By
+
+    driver = browser
+    fail = driver.execute_cdp_cmd(
+        "Page.addScriptToEvaluateOnNewDocument",
+        {
+            "source": """
+            window.__listFailures = 1;
+            window.__listError = "starting";
+            const realFetch = window.fetch;
+            window.fetch = function (url) {
+              if (String(url).endsWith("/v1/corpora") && window.__listFailures > 0) {
+                window.__listFailures--;
+                const error = {code: "not_ready", message: window.__listError};
+                const body = JSON.stringify({error: error});
+                return Promise.resolve(new Response(body, {
+                  status: 503, headers: {"Content-Type": "application/json"}}));
+              }
+              return realFetch.apply(this, arguments);
+            };"""
+        },
+    )
+    try:
+        driver.get(server)
+        _wait(driver, lambda d: "not answering" in _status(d))
+        # Still failing when the person searches: the service's error, not "nothing".
+        driver.execute_script("window.__listFailures = 1; window.__listError = 'still starting'")
+        _search(driver, "password")
+        assert _status(driver) == "The search service is not answering: still starting"
+        # Answering again: the search runs, and the picker shows the collections.
+        _search(driver, "forgot password")
+        assert _status(driver).startswith("Results")
+        assert driver.find_elements(By.CSS_SELECTOR, "#results .result")
+        assert driver.find_element(By.ID, "picker").is_displayed()
+    finally:
+        driver.execute_cdp_cmd(
+            "Page.removeScriptToEvaluateOnNewDocument", {"identifier": fail["identifier"]}
+        )
+
+
+def test_a_long_query_is_cut_between_characters(server: str, browser: Any) -> None:
+    """Regression: a query from a link was cut at 4,096 UTF-16 units, which split an
+    emoji there into half a character; the server reads 4,096 code points."""
+    from urllib.parse import quote
+
+    driver = browser
+    query = "password " + "x" * 4086 + "\N{GRINNING FACE}"  # 4,096 code points
+    driver.get(server + "?corpus=help&q=" + quote(query))
+    _wait(driver, _settled)
+    assert _status(driver).startswith("Results")
+    # Compared in the page: WebDriver cannot even hand back a string with half an emoji.
+    assert driver.execute_script(
+        "const typed = document.getElementById('q').value;"
+        "return typed.isWellFormed() && typed === arguments[0]",
+        query,
+    )
+
+
+def test_the_query_is_isolated_in_the_status_sentence(server: str, browser: Any) -> None:
+    """A direction override in the query must not reorder the sentence around it."""
+    from urllib.parse import quote
+
+    from selenium.webdriver.common.by import By
+
+    driver = browser
+    driver.get(server + "?corpus=help&q=" + quote("\u202ezebra 123"))
+    _wait(driver, _settled)
+    isolated = driver.find_element(By.CSS_SELECTOR, "#status bdi")
+    assert isolated.get_attribute("textContent") == "\u202ezebra 123"

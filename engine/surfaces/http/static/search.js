@@ -10,6 +10,8 @@
   const MAX_PAGE = Math.floor(MAX_OFFSET / PAGE_SIZE) + 1; // the last page the API reaches
   const MAX_QUERY_CHARS = 4096; // the server reads no more of a query (sparse.MAX_QUERY_LENGTH)
   const MAX_TERM_CHARS = 64; // longer words are searched, not highlighted
+  // Marks, embeddings, overrides and isolates: text that reorders the text around it.
+  const DIRECTION_CONTROLS = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
 
   const form = document.getElementById("search-form");
   const input = document.getElementById("q");
@@ -22,13 +24,29 @@
   const next = document.getElementById("next");
   const pageLabel = document.getElementById("page-label");
 
-  let corpora = [];
+  let corpora = null; // the collections' names; null until the server has listed them
   let current = null; // {q, corpus, page}
+  let shownSearch = window.location.search; // the "?q=…" part the page last followed or wrote
   let generation = 0; // drops answers to superseded searches
 
-  function say(text, isError) {
-    status.textContent = text;
+  // `parts`: a string, or a list of strings and nodes.
+  function say(parts, isError) {
+    status.replaceChildren(...[].concat(parts));
     status.classList.toggle("error", Boolean(isError));
+  }
+
+  // What someone typed, inside a sentence: isolated in <bdi>, so right-to-left words or a
+  // direction override in it cannot reorder the sentence around it.
+  function quoted(text) {
+    const bdi = document.createElement("bdi");
+    bdi.textContent = text;
+    return ["“", bdi, "”"];
+  }
+
+  // The server reads the first MAX_QUERY_CHARS code points of a query. Cut the same way:
+  // cutting UTF-16 units could split an emoji into half a character.
+  function cutQuery(text) {
+    return Array.from(text).slice(0, MAX_QUERY_CHARS).join("");
   }
 
   function safeHref(url) {
@@ -96,9 +114,13 @@
     }
     item.appendChild(heading);
     if (passage.url) {
+      // Show what the link opens (parsed, non-ASCII percent-encoded), not the stored
+      // string: a direction override in it made ".../\u202egpj.exe" read as "exe.jpg".
+      // A URL that is no link is shown without direction controls.
       const url = document.createElement("p");
       url.className = "url";
-      url.textContent = passage.url;
+      url.dir = "ltr";
+      url.textContent = href || passage.url.replace(DIRECTION_CONTROLS, "");
       item.appendChild(url);
     }
     if (passage.excerpt) {
@@ -126,6 +148,11 @@
       const message = payload && payload.error ? payload.error.message : response.statusText;
       throw new Error(message || "the server did not answer");
     }
+    // A 200 that is no JSON object (a proxy's login page) is a failure too, not a
+    // TypeError later that leaves the page on "Searching…".
+    if (payload === null || typeof payload !== "object") {
+      throw new Error("the server's answer could not be read");
+    }
     return payload;
   }
 
@@ -133,7 +160,7 @@
     const params = new URLSearchParams(window.location.search);
     const asked = parseInt(params.get("page") || "1", 10) || 1;
     const page = Math.min(MAX_PAGE, Math.max(1, asked)); // ?page=500 shows page 101 as 101
-    const q = (params.get("q") || "").slice(0, MAX_QUERY_CHARS); // as the server reads it
+    const q = cutQuery(params.get("q") || ""); // as the server reads it
     return { q: q, corpus: params.get("corpus") || "", page: page };
   }
 
@@ -143,16 +170,30 @@
     if (corpora.length > 1) params.set("corpus", state.corpus);
     if (state.page > 1) params.set("page", String(state.page));
     const url = "?" + params.toString();
-    if (replace) window.history.replaceState(null, "", url);
+    // The same search again replaces its entry: Back should not step through copies.
+    if (replace || url === window.location.search) window.history.replaceState(null, "", url);
     else window.history.pushState(null, "", url);
+    shownSearch = window.location.search;
   }
 
-  async function run(state, moveFocus) {
+  function showPager(page, hasNext) {
+    prev.disabled = page <= 1;
+    next.disabled = !hasNext;
+    pageLabel.textContent = "Page " + page;
+    pager.hidden = page <= 1 && !hasNext;
+  }
+
+  // `turning`: a page turn. Its pager stays in place, disabled, while the page loads
+  // (hiding the button that has the focus would drop the focus to <body>), and the focus
+  // then moves to the new page, or to the status when it failed.
+  async function run(state, turning) {
     const mine = ++generation;
     current = state;
     results.replaceChildren();
-    pager.hidden = true;
+    prev.disabled = next.disabled = true;
+    if (!turning) pager.hidden = true;
     if (!state.corpus) {
+      pager.hidden = true;
       say("There is nothing to search yet.");
       return;
     }
@@ -166,7 +207,10 @@
         offset: offset,
       });
     } catch (err) {
-      if (mine === generation) say("The search failed: " + err.message, true);
+      if (mine !== generation) return;
+      say("The search failed: " + err.message, true);
+      showPager(state.page, false);
+      if (turning) status.focus();
       return;
     }
     if (mine !== generation) return;
@@ -177,29 +221,49 @@
     if (!shown.length) {
       say(
         state.page > 1
-          ? "No more results for “" + state.q + "”."
-          : "No results for “" + state.q + "”. Try other or fewer words."
+          ? ["No more results for ", ...quoted(state.q), "."]
+          : ["No results for ", ...quoted(state.q), ". Try other or fewer words."]
       );
     } else {
       const first = offset + 1;
       const last = offset + shown.length;
-      say("Results " + first + "–" + last + " for “" + state.q + "”.");
+      say(["Results " + first + "–" + last + " for ", ...quoted(state.q), "."]);
     }
-    const hasNext = passages.length > PAGE_SIZE && offset + PAGE_SIZE <= MAX_OFFSET;
-    prev.disabled = state.page <= 1;
-    next.disabled = !hasNext;
-    pageLabel.textContent = "Page " + state.page;
-    pager.hidden = state.page <= 1 && !hasNext;
-    if (moveFocus) results.focus();
+    showPager(state.page, passages.length > PAGE_SIZE && offset + PAGE_SIZE <= MAX_OFFSET);
+    if (turning) results.focus();
   }
 
   function fromForm(page) {
-    const q = input.value.trim().slice(0, MAX_QUERY_CHARS);
+    const q = cutQuery(input.value.trim());
     return { q: q, corpus: select.value || corpora[0] || "", page: page };
   }
 
-  form.addEventListener("submit", (event) => {
+  // Fetches the list of collections unless it is already here: one failure at load (a
+  // restart, a blip) must not break the page until a reload. False when it failed, said.
+  async function listCorpora() {
+    if (corpora) return true;
+    let names;
+    try {
+      names = (await api("/v1/corpora")).corpora || [];
+    } catch (err) {
+      if (!corpora) say("The search service is not answering: " + err.message, true);
+      return Boolean(corpora);
+    }
+    if (corpora) return true; // another call listed them meanwhile
+    corpora = names;
+    for (const name of corpora) {
+      const option = document.createElement("option");
+      option.value = name;
+      option.textContent = name;
+      select.appendChild(option);
+    }
+    picker.hidden = corpora.length < 2;
+    return true;
+  }
+
+  form.addEventListener("submit", async (event) => {
     event.preventDefault();
+    if (!(await listCorpora())) return;
     const state = fromForm(1);
     if (state.q.length === 0) {
       say("Type what you are looking for.");
@@ -219,48 +283,50 @@
   prev.addEventListener("click", () => turn(-1));
   next.addEventListener("click", () => turn(1));
 
-  window.addEventListener("popstate", () => {
+  // Shows what the address asks for: at load, and on Back and Forward.
+  function follow() {
     const state = readLocation();
+    shownSearch = window.location.search;
     input.value = state.q;
-    if (state.corpus && corpora.includes(state.corpus)) select.value = state.corpus;
-    if (state.q) run(fromForm(state.page), false);
-    else {
-      results.replaceChildren();
-      pager.hidden = true;
-      say("");
-    }
-  });
-
-  async function start() {
-    try {
-      corpora = (await api("/v1/corpora")).corpora || [];
-    } catch (err) {
-      say("The search service is not answering: " + err.message, true);
-      return;
-    }
-    for (const name of corpora) {
-      const option = document.createElement("option");
-      option.value = name;
-      option.textContent = name;
-      select.appendChild(option);
-    }
-    picker.hidden = corpora.length < 2;
     if (!corpora.length) {
       say("There is nothing to search yet.");
       return;
     }
-    const state = readLocation();
-    input.value = state.q;
-    if (state.corpus && !corpora.includes(state.corpus)) {
-      // A link to a collection that is gone: say so rather than search another one.
-      picker.hidden = false;
-      say("There is no collection named “" + state.corpus + "” any more; pick one.", true);
+    const gone = Boolean(state.corpus) && !corpora.includes(state.corpus);
+    picker.hidden = corpora.length < 2 && !gone;
+    if (gone) {
+      // A link to a collection that is gone (or Back to it): say so rather than search
+      // another one, and let no search still under way overwrite that.
+      generation++;
+      current = state;
+      results.replaceChildren();
+      pager.hidden = true;
+      say(["There is no collection named ", ...quoted(state.corpus), " any more; pick one."], true);
       input.focus();
       return;
     }
     if (state.corpus) select.value = state.corpus;
     if (state.q) run(fromForm(state.page), false);
-    else input.focus();
+    else {
+      generation++;
+      current = null;
+      results.replaceChildren();
+      pager.hidden = true;
+      say("");
+      input.focus();
+    }
+  }
+
+  window.addEventListener("popstate", async () => {
+    // Only the fragment changed (the "Skip to results" link, or Back from it): the search
+    // on screen is the one asked for, and what is being typed stays.
+    if (window.location.search === shownSearch) return;
+    shownSearch = window.location.search;
+    if (await listCorpora()) follow();
+  });
+
+  async function start() {
+    if (await listCorpora()) follow();
   }
 
   start();
