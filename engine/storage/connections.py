@@ -44,6 +44,7 @@ class StoreConnections:
         self._writer: sqlite3.Connection | None = None
         self._closed = False
         self._identity: tuple[int, int] | None = None  # set once the file surely exists
+        self._pin: int | None = None  # a descriptor of that file (see ``_remember_file``)
         self.changes: ChangeCounter | None = None
         if read_only:
             self._open_for_reading()
@@ -72,7 +73,7 @@ class StoreConnections:
             self.changes = ChangeCounter(changes_path(path), writable=True)
         except OSError:  # e.g. no room left: fall back to asking SQLite on every search
             self.changes = None
-        self._identity = _identity(path)
+        self._remember_file()
 
     @property
     def read_only(self) -> bool:
@@ -93,8 +94,22 @@ class StoreConnections:
             raise StorageError(f"{self._path} is open read-only")
         return self._writer
 
+    def _remember_file(self) -> None:
+        """Note the store file's identity, and hold it open: the identity is its (device,
+        inode), and an inode is reused once nothing holds the file — a read-only store's
+        only connections are its threads', which end with them, so a corpus dropped and
+        created anew by another process could get the old number and pass for it."""
+        try:
+            self._pin = os.open(self._path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            self._pin = None
+            self._identity = _identity(self._path)
+            return
+        st = os.fstat(self._pin)
+        self._identity = st.st_dev, st.st_ino
+
     def _open_for_reading(self) -> None:
-        self._identity = _identity(self._path)
+        self._remember_file()
         # Fails now, clearly, if there is no readable store.
         self.reader().execute("SELECT value FROM meta WHERE key = 'seq'").fetchone()
         with contextlib.suppress(OSError):
@@ -219,6 +234,12 @@ class StoreConnections:
                 self._writer.close()
             if self.changes is not None:
                 self.changes.close()
+            # Last: closing any descriptor of the file drops this process's POSIX locks
+            # on it, SQLite's included, so only once no connection is left.
+            pin, self._pin = self._pin, None
+            if pin is not None:
+                with contextlib.suppress(OSError):
+                    os.close(pin)
 
 
 def changes_path(store_path: Path) -> Path:

@@ -1,0 +1,51 @@
+"""A store remembers which file it opened, and holds it so no other file can pass for it."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from engine import CorpusConfig, Document, SearchEngine
+from engine.storage.connections import StoreConnections
+
+
+def _descriptors_of(path: Path) -> int:
+    target = os.path.realpath(path)
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == target:
+                count += 1
+        except OSError:
+            continue
+    return count
+
+
+def test_a_read_only_store_holds_its_file_while_open(tmp_path: Path) -> None:
+    """A read-only store's only connections are its threads', closed with them; its
+    identity check compares (device, inode), and an inode nothing holds can be handed to
+    the next file created — a corpus dropped and re-created by another process could pass
+    for the one this store opened. The store holds its file until it is closed."""
+    with SearchEngine(tmp_path) as writer:
+        writer.create_corpus(CorpusConfig(name="c", embedder=None)).add(
+            [Document(id="a", text="kept words")]
+        )
+    store_file = tmp_path / "corpora" / "c" / "store.sqlite3"
+    connections = StoreConnections(store_file, read_only=True)
+    try:
+
+        def read_once() -> None:
+            connections.reader().execute("SELECT COUNT(*) FROM documents").fetchone()
+
+        thread = threading.Thread(target=read_once)
+        thread.start()
+        thread.join()
+        connections._local.reader.close()  # this thread's too: no connection is left
+        assert connections.reader_count() <= 1
+        assert _descriptors_of(store_file) >= 1
+        os.unlink(store_file)  # the file goes (a drop elsewhere) ...
+        assert not connections.same_file()  # ... and the store knows it is not there
+    finally:
+        connections.close(threading.RLock())
+    assert _descriptors_of(store_file) == 0
