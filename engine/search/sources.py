@@ -8,6 +8,7 @@ because an incomplete scan must not read as "no matches".
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Sequence
 
@@ -23,6 +24,12 @@ from engine.limits import (
     SOURCE_ID_RULE,
     clamp_int,
     is_valid_source_id,
+)
+from engine.search.regex_checks import (
+    MAX_GREP_COPIES,
+    ParserUnavailable,
+    PatternCost,
+    pattern_cost,
 )
 from engine.storage import DocumentStore
 
@@ -64,129 +71,59 @@ def compile_pattern(pattern: object, *, fixed: bool) -> regex.Pattern[str]:
         raise InvalidArgument(f"grep pattern is longer than {MAX_GREP_PATTERN} characters")
     if "\x00" in pattern:
         raise InvalidArgument("grep pattern contains a NUL character")
-    if not fixed and (call := subroutine_call(pattern)) is not None:
+    cost = PatternCost(copies=0, call=None)
+    try:
+        if not fixed:
+            cost = pattern_cost(pattern, _FLAGS)
+    except ParserUnavailable as exc:
         raise InvalidArgument(
-            f"grep pattern recurses or calls a group as a subroutine (at {call!r}); "
+            f"regular-expression grep is unavailable: {exc}; fixed-string grep still works"
+        ) from exc
+    except _INVALID as exc:
+        raise InvalidArgument(f"invalid regular expression: {exc}") from exc
+    if cost.call is not None:
+        raise InvalidArgument(
+            f"grep pattern recurses or calls a group as a subroutine (at {cost.call!r}); "
             "that is not supported: it can need memory without bound"
         )
-    if not fixed and (copies := counted_copies(pattern)) > MAX_GREP_COPIES:
+    if cost.copies > MAX_GREP_COPIES:
         raise InvalidArgument(
-            f"grep pattern's counted repetitions ({{m,n}}) expand to {copies:,} copies of "
-            f"their parts; the cap is {MAX_GREP_COPIES:,}"
+            f"grep pattern's counted repetitions ({{m,n}}) expand to {cost.copies:,} copies "
+            f"of their parts; the cap is {MAX_GREP_COPIES:,}"
         )
     try:
-        return regex.compile(regex.escape(pattern) if fixed else pattern, regex.MULTILINE)
-    except (regex.error, OverflowError, RecursionError, ValueError, MemoryError) as exc:
+        # Never into the regex module's cache: it keeps 500 compiled patterns for the
+        # life of the process, each up to MAX_GREP_COPIES copies, callers choosing them.
+        compiled = regex.compile(
+            regex.escape(pattern) if fixed else pattern, _FLAGS, cache_pattern=False
+        )
+    except _INVALID as exc:
         raise InvalidArgument(f"invalid regular expression: {exc}") from exc
+    if next(_compiled) % _PURGE_EVERY == 0:
+        # Even uncached, the module remembers each pattern's text (whether it is locale
+        # sensitive) until its cache is purged: a slow leak of every distinct pattern.
+        regex.purge()
+    return compiled
 
 
-_SUBROUTINE = regex.compile(r"\(\?(?:R|[+-]?[0-9]|&|P>)")
-_COMMENT_GROUP = regex.compile(r"\(\?#[^)]*\)")
-_VERBOSE_FLAG = regex.compile(r"\(\?[a-wyzA-Z0-9]*x")
-_VERBOSE_NOISE = regex.compile(r"#[^\n]*|\s+")
+_FLAGS = regex.MULTILINE
+_INVALID = (regex.error, OverflowError, RecursionError, ValueError, MemoryError)
+_PURGE_EVERY = 256
+_compiled = itertools.count(1)
 
 
 def subroutine_call(pattern: str) -> str | None:
     """The first recursion or subroutine call in ``pattern`` — ``(?R)``, ``(?1)``,
-    ``(?-1)``, ``(?&name)``, ``(?P>name)`` — or ``None``. The regex module grows its
-    stack for these without bound, before any time budget bites: ``(?R)`` (4 characters)
-    took 0.6 GB and ended in ``MemoryError``.
-
-    Read on a skeleton of the pattern: escapes blanked, ``(?#...)`` comments removed and,
-    when an inline flag may turn verbose mode on, ``#`` comments and whitespace removed
-    too (verbose mode accepts ``(?R )`` and ``(?P#note\n>name)``). It errs towards
-    refusing: a call spelled inside a character class is refused as well."""
-    skeleton = regex.sub(r"\\.", "__", pattern, flags=regex.DOTALL)
-    skeleton = _COMMENT_GROUP.sub("", skeleton)
-    if _VERBOSE_FLAG.search(skeleton):
-        skeleton = _VERBOSE_NOISE.sub("", skeleton)
-    call = _SUBROUTINE.search(skeleton)
-    return None if call is None else call.group()
-
-
-MAX_GREP_COPIES = 10_000
-"""The regex module compiles a counted repetition by copying what it repeats, before any
-time budget runs: ``(?:a{1500}){1500}`` (17 characters) took 3.6 s and 654 MB. 10,000
-copies compile in about 0.2 s."""
-
-_COUNTED = regex.compile(r"\{(\d*)(?:(,)(\d*))?\}")
+    ``(?-1)``, ``(?&name)``, ``(?P>name)`` — as spelled, or ``None`` (see
+    ``regex_checks``). An invalid pattern raises ``regex.error``."""
+    return pattern_cost(pattern, _FLAGS).call
 
 
 def counted_copies(pattern: str) -> int:
     """How many copies of single atoms compiling ``pattern`` makes, counting nested
-    counted repetitions multiplied (``(?:a{10}b){20}`` -> 220) and alternatives summed:
-    an upper bound, read without compiling. ``*``, ``+`` and ``?`` loop, they copy
-    nothing."""
-    totals = [0]  # per open group: the copies inside it so far
-    last = [0]  # per open group: the copies of its last element (what a quantifier repeats)
-    i = 0
-    while i < len(pattern):
-        ch = pattern[i]
-        if ch == "(":
-            totals.append(0)
-            last.append(0)
-            i = _group_body(pattern, i)
-            continue
-        if ch == ")" and len(totals) > 1:
-            inner = max(1, totals.pop())
-            last.pop()
-            totals[-1] += inner
-            last[-1] = inner
-            i += 1
-            continue
-        counted = _COUNTED.match(pattern, i) if ch == "{" else None
-        if counted is not None and (counted.group(1) or counted.group(3)):
-            low = int(counted.group(1) or 0)
-            high = int(counted.group(3)) if counted.group(3) else low
-            times = max(low, high, 1)
-            totals[-1] += last[-1] * (times - 1)
-            last[-1] *= times
-            i = counted.end()
-            continue
-        i = _atom_end(pattern, i)
-        totals[-1] += 1
-        last[-1] = 1
-    return sum(totals)
-
-
-def _group_body(pattern: str, i: int) -> int:
-    """Where the body of the group opened at ``i`` starts: past ``(?:``, ``(?<=``,
-    ``(?P<name>``, inline flags and the like, which copy nothing."""
-    j = i + 1
-    if not pattern.startswith("?", j):
-        return j
-    j += 1
-    if pattern[j : j + 1] in (":", "=", "!", ">", "|"):
-        return j + 1
-    if pattern[j : j + 2] in ("<=", "<!"):
-        return j + 2
-    if pattern[j : j + 1] in ("P", "<"):
-        close = pattern.find(">", j)
-        return len(pattern) if close < 0 else close + 1
-    while j < len(pattern) and (pattern[j].isalpha() or pattern[j] == "-"):
-        j += 1  # inline flags: (?i) or (?i:...)
-    return j + 1 if pattern.startswith(":", j) else j
-
-
-def _atom_end(pattern: str, i: int) -> int:
-    """Where the atom starting at ``i`` ends: an escape (with ``\\p{..}``-style braces)
-    or a character class counts as one atom."""
-    if pattern[i] == "\\":
-        end = i + 2
-        if end < len(pattern) and pattern[end] == "{" and pattern[i + 1] in "pPNxuUg":
-            close = pattern.find("}", end)
-            end = len(pattern) if close < 0 else close + 1
-        return end
-    if pattern[i] == "[":
-        j = i + 1
-        if j < len(pattern) and pattern[j] == "^":
-            j += 1
-        if j < len(pattern) and pattern[j] == "]":
-            j += 1
-        while j < len(pattern) and pattern[j] != "]":
-            j += 2 if pattern[j] == "\\" else 1
-        return j + 1
-    return i + 1
+    counted repetitions multiplied (``(?:a{10}b){20}`` -> 220) and alternatives summed
+    (see ``regex_checks``). An invalid pattern raises ``regex.error``."""
+    return pattern_cost(pattern, _FLAGS).copies
 
 
 def grep(

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
+import weakref
+
 import pytest
 
 import engine.search.sources as sources
@@ -141,8 +145,8 @@ def test_recursive_patterns_are_refused_before_they_run(corpus: Corpus, pattern:
 
 
 def test_only_real_subroutine_calls_are_refused() -> None:
-    assert subroutine_call(r"(a)b(?-1)") == "(?-1"
-    assert subroutine_call(r"(?+1)(a)") == "(?+1"
+    assert subroutine_call(r"(a)b(?-1)") == "(?-1)"
+    assert subroutine_call(r"(?+1)(a)") == "(?+1)"
     # an escaped parenthesis, inline flags, verbose comments and back-references are no calls
     for allowed in (
         r"\(?R\)",
@@ -151,8 +155,99 @@ def test_only_real_subroutine_calls_are_refused() -> None:
         r"(a)\g<1>",
         r"(?P<n>x)(?P=n)",
         "(?x) setup \\. exe  # the installer",
+        # spelled inside a character class or a comment, a call is literal text
+        r"[(?R)]",
+        r"(?#(?R)x",
+        "(?x)x # (?R)",
+        r"[(?#]x[)]",
     ):
         assert subroutine_call(allowed) is None, allowed
+
+
+# Each spelled past the first text-scanning checks: what the scanner read as a comment,
+# a character class's end or the group a quantifier repeats was not what the regex
+# module read. Compiled, each takes seconds and about 600 MB.
+HIDDEN_REPETITIONS = [
+    "(?x)(?:a{1500}#)\n){1500}",  # a verbose comment hides a ")"
+    "(?x)(?:a{1500}) {1500}",  # verbose whitespace between the group and its quantifier
+    "(?x)(?:a{1500})#\n{1500}",
+    "(?x)(?:a{1500}b)(?#note){1500}",
+    r"(?:a{1500}b)(?#note){1500}",  # a comment stands between group and quantifier
+    r"(?:a{1500}b)(?#\)){1500}",
+    r"(?:a{1500}b)(?i){1500}",  # so does an inline flag group
+    r"(?:a{1500}[[:alpha:])]){1500}",  # a POSIX class's "]" is not the set's end
+    r"(?V1)(?:a{1500}[[a]b)]){1500}",  # version 1's nested sets
+    r"(?:a{1500}[]()]){1500}",  # a leading "]" is literal
+    r"(?:a{1500}[\](]){1500}",
+    r"(?:a{1500}(?x: ) ){1500}",  # a scoped verbose group
+    r"(?ix)(?:a{1500}) {1500}",
+    r"(?V1x)(?:a{1500}) {1500}",
+    r"(?x)(?-x:(?:a{1500}b)){1500}",
+]
+
+HIDDEN_RECURSION = [
+    "(?x)[#]|(?R)",  # "#" inside a character class is no verbose comment
+    "(?x)[#](?R)",
+    r"[(?#]|(?R)|[)]",  # nor is "(?#" inside a character class a comment
+    r"[[:alpha:](?#]|(?R)|[)]",
+    r"(?V1)[[(?#]]|(?R)|[)]",
+    "(?x)(?#)#)\n(?R)",
+    "(?x)(?R)#",
+]
+
+
+@pytest.mark.timeout(60)  # compiled, each takes seconds and 600 MB
+@pytest.mark.parametrize("pattern", HIDDEN_REPETITIONS)
+def test_counted_repetitions_are_counted_however_they_are_spelled(
+    corpus: Corpus, pattern: str
+) -> None:
+    assert counted_copies(pattern) >= 1500 * 1500
+    with pytest.raises(InvalidArgument, match="counted repetitions"):
+        corpus.grep(pattern)
+
+
+@pytest.mark.timeout(60)  # compiled, each grows the regex module's stack to ~1 GB
+@pytest.mark.parametrize("pattern", HIDDEN_RECURSION)
+def test_recursion_is_found_however_it_is_spelled(corpus: Corpus, pattern: str) -> None:
+    assert subroutine_call(pattern) == "(?R)"
+    with pytest.raises(InvalidArgument, match="subroutine"):
+        corpus.grep(pattern)
+
+
+def test_a_refusal_quotes_a_bounded_part_of_the_pattern(corpus: Corpus) -> None:
+    name = "n" * 120
+    with pytest.raises(InvalidArgument, match="subroutine") as caught:
+        corpus.grep(f"(?P<{name}>x)(?&{name})")
+    assert len(str(caught.value)) < 200
+
+
+def test_compiled_patterns_are_not_kept_after_the_call(corpus: Corpus) -> None:
+    """The regex module's cache kept the last 500 caller-chosen patterns (each up to
+    MAX_GREP_COPIES copies) for the life of the process."""
+    compiled = sources.compile_pattern(r"(?:kept\d{90}){99}", fixed=False)
+    fixed = sources.compile_pattern("kept (literally)", fixed=True)
+    refs = [weakref.ref(compiled), weakref.ref(fixed)]
+    del compiled, fixed
+    gc.collect()
+    assert [ref() for ref in refs] == [None, None]
+
+
+def test_distinct_patterns_leave_no_memory_behind() -> None:
+    """Uncached, the regex module still remembered each pattern's text until a purge."""
+    filler = "x" * (MAX_GREP_PATTERN - 16)
+    for n in range(300):  # warm up: lazily built tables, the first purge
+        sources.compile_pattern(f"w{n:06d}{filler}", fixed=n % 2 == 0)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(3_000):
+            sources.compile_pattern(f"d{n:06d}{filler}", fixed=n % 2 == 0)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 256 * 1024, grown  # unpurged: ~3,000 x 400 B; cached: megabytes
 
 
 def test_a_pattern_that_runs_out_of_memory_is_the_callers_error(

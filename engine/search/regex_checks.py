@@ -1,0 +1,141 @@
+"""What compiling a caller's grep pattern would cost, found before it is compiled.
+
+Two things are refused: recursion and subroutine calls (``(?R)``, ``(?1)``, ``(?-1)``,
+``(?&name)``, ``(?P>name)``: the regex module grows its stack for them without bound,
+before any time budget bites: ``(?R)`` took 0.6 GB and ended in ``MemoryError``), and
+counted repetitions that compile into more than ``MAX_GREP_COPIES`` copies of what they
+repeat (``(?:a{1500}){1500}``, 17 characters, took seconds and 600 MB).
+
+Both are read from the regex module's own parse of the pattern, the tree it goes on to
+compile, never from the pattern's text: a textual scan has to re-implement the module's
+syntax (verbose mode's whitespace and ``#`` comments, ``(?#...)`` comments, escapes,
+character classes with POSIX classes and version 1's nested sets, flag groups and
+comments standing between a group and its quantifier), and each place where it read a
+pattern differently from the module let a pattern through. Parsing is cheap (the copies
+are made by compiling); the parser is the module's internal ``regex._regex_core``, so if
+an upgrade changes it the checks refuse every regular expression (``ParserUnavailable``)
+rather than let one through unchecked.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from functools import cache
+from types import ModuleType
+from typing import Any
+
+import regex
+
+MAX_GREP_COPIES = 10_000
+"""The regex module compiles a counted repetition by copying what it repeats, before any
+time budget runs: ``(?:a{1500}){1500}`` (17 characters) took 3.6 s and 654 MB. 10,000
+copies compile in about 0.2 s."""
+
+_QUOTE = 40  # characters of the pattern an error message quotes at most
+_CHILDREN = ("subpattern", "items", "branches", "yes_item", "no_item")
+_MAX_REPARSES = 16  # the module re-parses once per global flag a pattern turns on
+
+
+class ParserUnavailable(Exception):
+    """The installed regex module's parser is not the one these checks read."""
+
+
+@dataclass(frozen=True)
+class PatternCost:
+    copies: int
+    """Copies of single atoms compiling the pattern makes: nested counted repetitions
+    multiply (``(?:a{10}b){20}`` -> 220), alternatives add up. ``*``, ``+`` and ``?``
+    loop, they copy nothing."""
+    call: str | None
+    """The first recursion or subroutine call, as spelled (quoted at most 40 characters),
+    or ``None``."""
+
+
+def pattern_cost(pattern: str, flags: int = 0) -> PatternCost:
+    """The cost of compiling ``pattern`` with ``flags``. An invalid pattern raises what
+    ``regex.compile`` would (``regex.error`` mostly)."""
+    core = _parser()
+    tree = _parse(core, pattern, flags)
+    copies = 0
+    calls: list[int] = []
+    stack: list[tuple[Any, int]] = [(tree, 1)]
+    while stack:  # iterative: a deeply nested pattern must not exhaust Python's stack
+        node, times = stack.pop()
+        if isinstance(node, core.CallGroup):
+            calls.append(int(node.position))
+            continue
+        if isinstance(node, core.GreedyRepeat):  # also Lazy- and PossessiveRepeat
+            times *= max(int(node.min_count), int(node.max_count or 0), 1)
+        children = _children(core, node)
+        if children:
+            stack.extend((child, times) for child in children)
+        else:
+            copies += times
+    return PatternCost(copies, _spelling(pattern, min(calls)) if calls else None)
+
+
+def _children(core: ModuleType, node: Any) -> list[Any]:
+    """The subpatterns of a parsed node. A character set's members are one atom, not
+    subpatterns."""
+    if isinstance(node, core.SetBase):
+        return []
+    children: list[Any] = []
+    for name in _CHILDREN:
+        value = getattr(node, name, None)
+        if isinstance(value, list | tuple):
+            children.extend(value)
+        elif value is not None:
+            children.append(value)
+    return children
+
+
+def _spelling(pattern: str, position: int) -> str:
+    """The call around ``position`` (where the parser read its group's name), cut to
+    ``_QUOTE`` characters."""
+    start = pattern.rfind("(", 0, position)
+    end = pattern.find(")", position)
+    text = pattern[max(start, 0) : len(pattern) if end < 0 else end + 1]
+    return text if len(text) <= _QUOTE else text[: _QUOTE - 1] + "…"
+
+
+def _parse(core: ModuleType, pattern: str, flags: int) -> Any:
+    """Parse as ``regex.compile`` does: once more for each global flag (``(?V1)``, ``(?r)``,
+    ...) the pattern turns on, with the flags it turned on set from the start."""
+    global_flags = flags
+    for _ in range(_MAX_REPARSES):
+        source = core.Source(pattern)
+        info = core.Info(global_flags, source.char_type, {})
+        info.guess_encoding = regex.UNICODE
+        source.ignore_space = bool(info.flags & regex.VERBOSE)
+        try:
+            tree = core._parse_pattern(source, info)
+        except core._UnscopedFlagSet:
+            global_flags = info.global_flags
+            continue
+        if not source.at_end():
+            raise regex.error("unbalanced parenthesis", pattern, source.pos)
+        return tree
+    raise regex.error("too many global flags", pattern)
+
+
+@cache
+def _parser() -> ModuleType:
+    try:
+        core = importlib.import_module("regex._regex_core")
+        for name in (
+            "Source",
+            "Info",
+            "_parse_pattern",
+            "_UnscopedFlagSet",
+            "CallGroup",
+            "GreedyRepeat",
+            "SetBase",
+        ):
+            getattr(core, name)
+    except (ImportError, AttributeError) as exc:
+        raise ParserUnavailable(
+            f"the installed regex module ({getattr(regex, '__version__', '?')}) has no "
+            f"parser these checks know ({exc})"
+        ) from exc
+    return core
