@@ -241,6 +241,16 @@ class ShardedCorpus:
         if not ray.is_initialized():
             start_local_cluster()
         handles: list[Handle] = []
+        missing = _missing_resources(manifest.placement)
+        if missing:
+            # Ray waits for a node with the resource to join (an autoscaler may add one),
+            # so this is no error yet; but without a word a typo would wait in silence.
+            logger.warning(
+                "no node of the cluster has the resource(s) %s that placement names; "
+                "their shards wait up to %g s for one to join",
+                ", ".join(sorted(missing)),
+                opts.start_timeout_s,
+            )
         try:
             for index in range(manifest.shards):
                 handles.append(start_shard(root, manifest, index, factory, opts))
@@ -271,9 +281,12 @@ class ShardedCorpus:
                     ray.kill(handle, no_restart=True)
             if not isinstance(exc, RayError):
                 raise
+            hint = ""
+            if missing:
+                hint = f"; no node has the resource(s) {', '.join(sorted(missing))} placement names"
             raise ClusterError(
                 f"the shards of {manifest.config.name!r} did not start "
-                f"({type(exc).__name__}: {str(exc)[:300]})"
+                f"({type(exc).__name__}: {str(exc)[:300]}){hint}"
             ) from exc
 
     # -- identity -------------------------------------------------------------------------
@@ -529,3 +542,14 @@ class ShardedCorpus:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _missing_resources(placement: Sequence[str] | None) -> set[str]:
+    """The custom resources ``placement`` names that no node of the cluster has now."""
+    if not placement:
+        return set()
+    try:
+        available: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
+    except Exception:  # a cluster that cannot say: nothing to warn about
+        return set()
+    return {name for name in placement if available.get(name, 0) <= 0}

@@ -16,7 +16,7 @@ from tests.support.cluster_fakes import broken_factory, hash_factory
 
 pytest.importorskip("ray")
 
-from engine.cluster import ClusterError, ShardedCorpus
+from engine.cluster import ClusterError, ClusterOptions, ShardedCorpus
 from engine.cluster.health import ClusterMetrics, Operation, ShardHealth
 
 GENEROUS_S = 60.0
@@ -181,3 +181,22 @@ def test_a_create_failing_after_its_shards_started_stops_them(
     assert list((tmp_path / "c").iterdir()) == []
     names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)]
     assert not [n for n in names if n.startswith("leaky-")]
+
+
+def test_a_placement_no_node_can_satisfy_is_named_when_the_start_gives_up(
+    ray_cluster: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A resource no node has makes Ray wait for one to join (an autoscaler may add it),
+    so it is no error at once; but a typo waited the whole start timeout in silence and
+    then said only that the shards did not start."""
+    root = tmp_path / "c"
+    with pytest.raises(ClusterError, match="no node has the resource\\(s\\) no-such-node"):
+        ShardedCorpus.create(
+            root,
+            CorpusConfig(name="c", embedder=None),
+            1,
+            placement=["no-such-node"],
+            options=ClusterOptions(start_timeout_s=2),
+        )
+    assert "no-such-node" in caplog.text  # said before the wait, too
+    assert list(root.iterdir()) == []
