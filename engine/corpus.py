@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from tqdm import tqdm
 
-from dense import Embedder, EmbedderUnavailable
+from dense import Embedder
 from engine.config import CorpusConfig, EmbedderSpec, save_config
+from engine.corpus_model import CorpusModel, guarded
 from engine.dimension_guard import DimensionGuard
 from engine.documents import AddResult, Document, GrepMatch, Passage, SourceText
-from engine.embedders import build_embedder
 from engine.errors import CorpusNotFound, InvalidArgument, StorageError, sealed
 from engine.fields import sparse_kinds
 from engine.filters import Filter, compile_filter
@@ -32,7 +30,6 @@ from engine.storage import DocumentStore, EmbeddingStatus
 from engine.storage.like_backend import DatabaseLikeBackend
 from engine.write.batches import checked_documents, checked_ids
 from engine.write.indexes import DerivedIndexes
-from engine.write.ingest import Ingestor
 from engine.write.reembed import check_switch, reembed_degraded
 from engine.write.sync import CorpusSync, file_stamp
 from engine.write.vector_model import check_embedding_model, check_vector_dimension
@@ -78,9 +75,8 @@ class Corpus:
         self._close_wait_s = busy_timeout
         self._lifetime = Lifetime(self._closed_error)
         self._gate = gate if gate is not None else contextlib.nullcontext()
-        self._config = config
+        self._name = config.name
         self._metrics = metrics
-        self._embedder_for = embedder_for
         self._store = DocumentStore(directory / "store.sqlite3", read_only=read_only)
         try:
             self._indexes = DerivedIndexes(
@@ -102,11 +98,10 @@ class Corpus:
                 read_only=read_only,
                 busy_timeout=busy_timeout,
                 on_change=lambda: self._visibility.invalidate(),
-                on_config_change=self._adopt_config,
+                on_config_change=lambda: self._model.adopt_written_config(),
             )
             self._sync.open_indexes()
-            self._embedder = None if embedder is None else self._guard(embedder)
-            embedder = self._embedder
+            embedder = None if embedder is None else guarded(embedder, self._indexes)
             self._visibility = DenseVisibility(self._store)
             backends: list[SearchBackend] = [
                 CurrentIndexBackend(
@@ -130,10 +125,18 @@ class Corpus:
                     gate=self._gate,
                 )
             )
-            self._ingestor = Ingestor(
-                config.name, self._store, self._indexes, embedder, metrics, config.fields
-            )
             self._questions = CorpusQuestions(config.name, self._store, self._searcher, metrics)
+            self._model = CorpusModel(
+                directory,
+                config,
+                embedder,
+                store=self._store,
+                indexes=self._indexes,
+                searcher=self._searcher,
+                questions=self._questions,
+                metrics=metrics,
+                embedder_for=embedder_for,
+            )
             self._refresh_gauges()
         except BaseException:
             # An open that fails (a full disk, a damaged file) must not keep the store,
@@ -145,11 +148,20 @@ class Corpus:
 
     @property
     def name(self) -> str:
-        return self._config.name
+        return self._name
 
     @property
     def config(self) -> CorpusConfig:
-        return self._config
+        return self._model.config
+
+    @property
+    def _config(self) -> CorpusConfig:
+        return self._model.config
+
+    @property
+    def _embedder(self) -> Embedder | None:
+        """The embedder writes use, guarded (``None``: a corpus without vectors)."""
+        return self._model.embedder
 
     @sealed
     @in_lifetime
@@ -296,17 +308,17 @@ class Corpus:
             # switched the model since this one last looked) and nothing is written yet.
             check_embedding_model(
                 embedding_model,
-                self._model_names(),
+                self._model.model_names(),
                 self.name,
                 has_embeddings=supplied is not None,
             )
             if supplied is not None:
-                check_vector_dimension(supplied.shape[1], self._vector_dimension(), self.name)
+                check_vector_dimension(supplied.shape[1], self._model.vector_dimension(), self.name)
             for start in range(0, len(docs), _CHUNK):
                 chunk = docs[start : start + _CHUNK]
                 vectors = None if supplied is None else supplied[start : start + _CHUNK]
                 self._visibility.invalidate()
-                counts = self._ingestor.write(chunk, vectors)
+                counts = self._model.ingestor.write(chunk, vectors)
                 totals = [a + b for a, b in zip(totals, counts, strict=True)]
                 bar.update(len(chunk))
             # Heal after writing: a degraded document this add replaces is embedded once,
@@ -365,7 +377,7 @@ class Corpus:
                         if max_documents is None
                         else min(batch_size, max_documents - healed)
                     )
-                    n = self._ingestor.repair(size)
+                    n = self._model.ingestor.repair(size)
                     healed += n
                     if n == 0:  # none left, or the batch failed (smaller ones may heal)
                         break
@@ -403,20 +415,20 @@ class Corpus:
                     f"corpus {self.name!r} has vectors off; create a new corpus to turn them on"
                 )
             # Keyword search from here until the pass ends: one new snapshot, installed whole.
-            self._searcher.install(dataclasses.replace(self._searcher.state, embedder=None))
-            guarded = self._guard(embedder)
+            self._model.search_with(embedder=None)
+            new_embedder = self._model.guard(embedder)
             try:
                 total = self._store.mark_all_degraded()
                 self._indexes.drop_vectors(self._store.seq)
                 self._visibility.invalidate()
                 save_config(self._dir / "config.json", config)
                 self._sync.config_stamp = file_stamp(self._dir / "config.json")
-                self._write_with(config, guarded)
-                self._searcher.install(dataclasses.replace(self._searcher.state, config=config))
+                self._model.write_with(config, new_embedder)
+                self._model.search_with(config=config)
                 self._refresh_gauges()
                 logger.info("switching embedder: re-embedding %d documents", total)
                 done = reembed_degraded(
-                    self._ingestor,
+                    self._model.ingestor,
                     total,
                     batch_size,
                     desc=f"re-embed {self.name}",
@@ -425,33 +437,11 @@ class Corpus:
                     on_progress=on_progress,
                 )
             finally:
-                self._searcher.install(
-                    dataclasses.replace(self._searcher.state, embedder=self._embedder)
-                )
+                self._model.search_with(embedder=self._embedder)
                 self._visibility.invalidate()
                 self._refresh_gauges()
         logger.info("embedder switched: %d re-embedded, %d left degraded", done, total - done)
         return done
-
-    def _vector_dimension(self) -> int | None:
-        """The length supplied vectors must have: the vector index's, else the model's
-        (loading it if need be); ``None`` while neither can say (provider down)."""
-        index = self._indexes.faiss
-        if index is not None:
-            return index.dimension
-        if self._embedder is None:
-            return None
-        try:
-            return self._embedder.dimension
-        except EmbedderUnavailable:
-            return None
-
-    def _model_names(self) -> list[str]:
-        """The names the corpus's model goes by (the provider's, the config's)."""
-        names = [] if self._embedder is None else [self._embedder.name]
-        if self._config.embedder is not None:
-            names.append(self._config.embedder.model)
-        return names
 
     # -- internal: for engine.surfaces (a server warms its models before it is ready) ----
 
@@ -501,70 +491,10 @@ class Corpus:
         """For stored ids: (content hash, has a vector) — what need not be embedded again."""
         return self._store.content_state(ids)
 
-    def _adopt_config(self) -> None:
-        """Another process changed ``config.json`` (an embedder switch): search and write
-        with the new config and embedder from now on. (Its vectors arrive through the
-        store: the switch's new epoch made this process's vector index start over.)"""
-        try:
-            raw = json.loads((self._dir / "config.json").read_text("utf-8"))
-            config = CorpusConfig.model_validate(raw)
-        except (OSError, ValueError) as exc:
-            logger.warning("corpus config unreadable (%s); keeping the one loaded", type(exc))
-            self._search_as_written()
-            return
-        if config == self._config:
-            self._search_as_written()  # e.g. switched back before a failed adoption
-            return
-        embedder: Embedder | None = None
-        if config.embedder is not None and self._embedder is not None:
-            spec = config.embedder
-            try:
-                found = self._embedder_for(spec) if self._embedder_for else build_embedder(spec)
-            except Exception:
-                # The new model does not build here (yet): searches answer from keywords
-                # rather than embed queries with the old model; writes wait for it (the
-                # caller keeps the config pending and retries, see ``CorpusSync``).
-                self._searcher.install(
-                    dataclasses.replace(self._searcher.state, config=config, embedder=None)
-                )
-                raise
-            embedder = self._guard(found)
-        self._write_with(config, embedder)
-        self._searcher.install(
-            dataclasses.replace(self._searcher.state, config=config, embedder=embedder)
-        )
-        logger.info("corpus %s: config changed by another process; adopted", self.name)
-
-    def _search_as_written(self) -> None:
-        """Searches use the config and embedder writes use (undoes the keyword-only state
-        a failed adoption installed, once there is nothing new to adopt)."""
-        state = self._searcher.state
-        if state.config != self._config or state.embedder is not self._embedder:
-            self._searcher.install(
-                dataclasses.replace(state, config=self._config, embedder=self._embedder)
-            )
-
-    def _write_with(self, config: CorpusConfig, embedder: Embedder | None) -> None:
-        """Writes and questions use ``config`` and ``embedder`` from now on (searches
-        follow when the caller installs a new search state)."""
-        self._config = config
-        self._embedder = embedder
-        self._ingestor = Ingestor(
-            config.name, self._store, self._indexes, embedder, self._metrics, config.fields
-        )
-        self._questions.reset()
-
-    def _guard(self, embedder: Embedder) -> Embedder:
-        def expected() -> int | None:
-            index = self._indexes.faiss
-            return None if index is None else index.dimension
-
-        return DimensionGuard(embedder, expected)
-
     def _heal_some(self) -> None:
         """On ``add``, heal a bounded batch of degraded documents first (if any)."""
         if self._store.count_status(EmbeddingStatus.DEGRADED):
-            self._ingestor.repair(_CHUNK)
+            self._model.ingestor.repair(_CHUNK)
 
     # -- housekeeping ---------------------------------------------------------------------
 
@@ -590,15 +520,24 @@ class Corpus:
 
     @in_lifetime
     def refresh_metrics(self) -> None:
-        """Re-read the corpus-state gauges from the store and ask the embedder whether it
-        is up (the engine does it per scrape)."""
+        """Re-read the corpus-state gauges from the store (the engine does it per scrape,
+        and asks the embedder apart: ``_check_embedder``)."""
         self._refresh_gauges()
-        self._report_embedder_up()
 
-    def _report_embedder_up(self) -> bool:
-        """The embedder's ``is_available()`` (False without one), also set on the gauge
-        for a corpus with vectors. Cheap: providers gate their health checks (Ollama's
-        breaker and health TTL); a custom embedder's exception counts as down."""
+    def _check_embedder(self) -> None:
+        """Internal (``SearchEngine``'s scrapes, on a thread of their own): set the
+        embedder gauge from a health check. Never raises."""
+        try:
+            self._report_embedder_up(gauge_if=lambda: not self._lifetime.ended)
+        except Exception as exc:  # a thread's last frame: say it, never raise it
+            logger.debug("embedder check of corpus %r failed (%s)", self.name, type(exc))
+
+    def _report_embedder_up(self, gauge_if: Callable[[], bool] = lambda: True) -> bool:
+        """Whether the embedder is up: its ``is_available()`` and its last embedding not
+        failed (False without one); set on the gauge of a corpus with vectors, if
+        ``gauge_if()`` still says so once the check is done (a corpus closed or dropped
+        meanwhile must not get its series back). A custom embedder's exception counts
+        as down."""
         embedder = self._embedder
         if embedder is None:
             return False
@@ -609,7 +548,9 @@ class Corpus:
                 "corpus %r: embedder health check raised %s", self.name, type(exc).__name__
             )
             up = False
-        self._metrics.embedder_up.labels(self.name).set(1 if up else 0)
+        up = up and not (isinstance(embedder, DimensionGuard) and embedder.last_embed_failed)
+        if gauge_if():
+            self._metrics.embedder_up.labels(self.name).set(1 if up else 0)
         return up
 
     def _refresh_gauges(self) -> None:

@@ -83,15 +83,38 @@ class DimensionGuard(WrappedEmbedder):
         super().__init__(inner)
         self._expected = expected
         self._reported: set[tuple[str, str]] = set()
+        self._last_failed = False
+
+    @property
+    def last_embed_failed(self) -> bool:
+        """Whether the last embedding through this guard failed (the provider's trouble,
+        or output refused here). A provider's ``is_available()`` cannot know of output
+        refused here — a model re-pulled under its name with another length says it is
+        up while every embedding is refused — so "up" is both."""
+        return self._last_failed
 
     def embed(self, texts: Sequence[str]) -> Vectors:
-        with self._io_is_provider_trouble():
-            vectors = self._inner.embed(texts)
-        return self._checked(vectors, len(texts))
+        with self._outcome():
+            with self._io_is_provider_trouble():
+                vectors = self._inner.embed(texts)
+            return self._checked(vectors, len(texts))
 
     def embed_query(
         self, text: str, *, before_model: Callable[[], object] | None = None
     ) -> Vectors:
+        with self._outcome():
+            return self._embed_query(text, before_model)
+
+    @contextlib.contextmanager
+    def _outcome(self) -> Iterator[None]:
+        try:
+            yield
+        except EmbedderUnavailable:
+            self._last_failed = True
+            raise
+        self._last_failed = False
+
+    def _embed_query(self, text: str, before_model: Callable[[], object] | None) -> Vectors:
         with self._io_is_provider_trouble():
             if isinstance(self._inner, QueryEmbedder):
                 row = np.asarray(self._inner.embed_query(text, before_model=before_model))

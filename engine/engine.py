@@ -42,6 +42,7 @@ from engine.errors import (
     StorageError,
     sealed,
 )
+from engine.health_checks import HealthChecks
 from engine.limits import is_valid_corpus_name, is_wait_seconds
 from engine.metrics import EngineMetrics
 from engine.search.gate import SearchGate
@@ -169,6 +170,7 @@ class SearchEngine:
         self._closing = False
         self._servers: list[MetricsServer] = []
         self._repairer: BackgroundRepairer | None = None
+        self._health_checks = HealthChecks()
         self.metrics.set_refresher(self._refresh_metrics)
 
     @contextlib.contextmanager
@@ -430,7 +432,8 @@ class SearchEngine:
             return [] if self._closed else list(self._corpora.values())
 
     def _refresh_metrics(self) -> None:
-        """Re-read every open corpus's state gauges (run by the metrics refresher)."""
+        """Re-read every open corpus's state gauges (run by the metrics refresher), and
+        ask their embedders whether they are up (off this thread, ``HealthChecks``)."""
         for corpus in self._open_corpora():
             try:
                 if corpus.is_current():
@@ -439,6 +442,9 @@ class SearchEngine:
                     self.corpus(corpus.name)
             except (EngineError, sqlite3.Error) as exc:  # closed or dropped meanwhile
                 logger.debug("gauges of corpus %s not refreshed (%s)", corpus.name, type(exc))
+        self._health_checks.run(
+            [(c.name, c._check_embedder) for c in self._open_corpora() if c.config.embedder]
+        )
 
     # -- lifecycle ------------------------------------------------------------------------
 

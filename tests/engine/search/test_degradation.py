@@ -20,10 +20,11 @@ from engine import CorpusConfig, Document, InvalidArgument, SearchEngine
 from engine.config import EmbedderSpec, SentenceTransformerEmbedding
 from engine.surfaces.metrics_http import MetricsServer
 from engine.write.repairer import BackgroundRepairer
-from tests.support.fakes import RecordingEmbedder
+from tests.support.fakes import RecordingEmbedder, SlowHealthEmbedder
 from tests.support.metrics_support import docs, embed_text, scrape, scrape_text, value
 
 DEGRADED = "tandem_documents_degraded"
+GENEROUS_S = 60.0
 
 
 def _spec(model: str) -> SentenceTransformerEmbedding:
@@ -181,9 +182,12 @@ def test_embed_errors_at_query_time_fall_back_with_their_own_reason(
     reason = "embedder_error"
     assert value(samples, "tandem_search_fallbacks_total", corpus="docs", reason=reason) == 1
     assert value(samples, "tandem_searches_total", corpus="docs", strategy="keyword") == 1
-    # The gauge is the health check's answer, asked at each scrape: this embedder says it
-    # is up while its embeddings fail (a real provider's breaker would open and say down).
-    assert value(samples, "tandem_embedder_up", corpus="docs") == 1
+    # Asked at the scrape, this embedder says it is up, but its last embedding failed:
+    # down (as a model re-pulled under its name with another length says it is up).
+    assert value(samples, "tandem_embedder_up", corpus="docs") == 0
+    embedder.failing = False
+    corpus.search("alpha bravo")
+    assert rig.gauge(name="tandem_embedder_up") == 1
 
 
 def test_deleting_degraded_documents_lowers_the_gauge(
@@ -442,3 +446,29 @@ def test_the_embedder_up_gauge_follows_health_checks_without_searches(tmp_path: 
         assert reopened.gauge(name=DEGRADED) == 0
     finally:
         reopened.close()
+
+
+def test_a_slow_health_check_does_not_hold_a_scrape(tmp_path: Path) -> None:
+    """Each scrape asks every embedder whether it is up; an Ollama check may wait 2 s on
+    the network and a custom one on anything. The checks run off the scrape's thread,
+    one at a time per corpus: a scrape waits for them a bounded time (found by review:
+    four slow models held every scrape 10 s, Prometheus' own timeout)."""
+    embedder = SlowHealthEmbedder(dimension=16, name="model-a")
+    rig = Rig(tmp_path / "engine", {"model-a": embedder})
+    try:
+        corpus = rig.engine.create_corpus(CorpusConfig(name="docs", embedder=_spec("model-a")))
+        corpus.add(docs(2, "ok"))
+        embedder.park_health = True
+        done: list[float | None] = []
+        scraper = threading.Thread(
+            target=lambda: done.extend(rig.gauge(name=DEGRADED) for _ in range(3))
+        )
+        scraper.start()
+        scraper.join(GENEROUS_S)
+        assert done == [0, 0, 0]  # three scrapes answered while the check is parked
+        assert embedder.in_health.is_set()
+        assert sum(t.name == "tandem-health-docs" for t in threading.enumerate()) == 1
+        embedder.park_health = False
+        embedder.let_go.set()
+    finally:
+        rig.close()
