@@ -226,10 +226,7 @@ class TantivyIndex:
             return
         with self._lock:
             index = self._open()
-            try:
-                writer = index.writer(_WRITER_HEAP_BYTES, 1)
-            except ValueError as exc:
-                raise SparseIndexLockedError(f"writer lock held on {self._path}") from exc
+            writer = self._writer(index, 1)
             try:
                 writer.garbage_collect_files()
             except ValueError as exc:
@@ -312,12 +309,7 @@ class TantivyIndex:
             index = self._open()
             if not (self._path / "meta.json").is_file():
                 raise SparseIndexCorruptError(f"index directory is gone: {self._path}")
-            try:
-                writer = index.writer(_WRITER_HEAP_BYTES * threads, threads)
-            except ValueError as exc:
-                if "LockBusy" in str(exc) or "lock" in str(exc).lower():
-                    raise SparseIndexLockedError(f"writer lock held on {self._path}") from exc
-                raise SparseIndexCorruptError(f"cannot write to {self._path}") from exc
+            writer = self._writer(index, threads)
             try:
                 action(writer)
                 writer.commit()
@@ -329,6 +321,14 @@ class TantivyIndex:
             finally:
                 writer.wait_merging_threads()
             index.reload()
+
+    def _writer(self, index: tantivy.Index, threads: int) -> tantivy.IndexWriter:
+        try:
+            return index.writer(_WRITER_HEAP_BYTES * threads, threads)
+        except ValueError as exc:
+            if "LockBusy" in str(exc) or "lock" in str(exc).lower():
+                raise SparseIndexLockedError(f"writer lock held on {self._path}") from exc
+            raise SparseIndexCorruptError(f"cannot write to {self._path}") from exc
 
     def _to_tantivy(self, doc: SparseDocument) -> tantivy.Document:
         if not isinstance(doc, SparseDocument):

@@ -265,10 +265,16 @@ class ShardedSearcher:
             )
             if ranked and not rounds:
                 # Not one shard took the query vector (its vector round failed on every
-                # shard): the keyword windows did arrive, so answer from them, as one
-                # corpus answers from keywords when its query vector fails.
+                # shard): answer as one corpus answers when its query vector fails, from
+                # a keyword search — through the full cascade, as the windows above were
+                # the hybrid arm's, index-backed only.
                 self._fell_back(FallbackReason.EMBEDDER_ERROR)
-                vector = None
+                keyword, statistics = self._keyword_round(
+                    _KeywordRequest(ranked, text, need, language, compiled, False, ahead), budget
+                )
+                return self._fused(
+                    text, None, need, need, language, compiled, ahead, keyword, statistics, budget
+                )
         answered = [i for i in ranked if vector is None or i in rounds]
         if len(answered) < len(ranked):
             # A shard failed the vector round: the keyword window is cut again without it
