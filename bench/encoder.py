@@ -74,7 +74,7 @@ class SentenceEncoder:
         model: str = DEFAULT_MODEL,
         backend: EncoderBackend = EncoderBackend.TORCH,
         onnx_cache: Path | None = None,
-        batch_size: int = 64,
+        batch_size: int = 32,  # sentence-transformers' default, and Tandem's
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
