@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from dense import Embedder
 from dense.passages import PassageMeanEmbedder
@@ -87,11 +87,28 @@ class EmbedderPool:
                 embedder = self._embedders[spec] = with_passages(spec, model)
             return embedder
 
+    def keep_only(self, in_use: Iterable[EmbedderSpec]) -> None:
+        """Forget (and close) the models no spec in ``in_use`` names: the corpora that
+        used them were dropped or switched away, and a model can hold hundreds of MB for
+        the life of the process. Harmless if one is still held somewhere: a local model
+        stays loaded while referenced, an Ollama client reopens its pools if used again."""
+        wanted = {model_spec(spec) for spec in in_use}
+        with self._lock:
+            gone = [base for base in self._models if base not in wanted]
+            for base in gone:
+                _close(self._models.pop(base))
+            for spec in [s for s in self._embedders if model_spec(s) not in wanted]:
+                del self._embedders[spec]
+
     def close(self) -> None:
         with self._lock:
             for model in self._models.values():
-                close = getattr(model, "close", None)
-                if callable(close):
-                    close()
+                _close(model)
             self._models.clear()
             self._embedders.clear()
+
+
+def _close(model: Embedder) -> None:
+    close = getattr(model, "close", None)
+    if callable(close):
+        close()

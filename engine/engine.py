@@ -335,6 +335,7 @@ class SearchEngine:
             with open_here._drop_waiting() if open_here is not None else contextlib.nullcontext():
                 mark_dropped(directory, self._busy_timeout, first=discard)
             self._remove(name, directory)
+            self._embedders.keep_only(self._specs_in_use())
 
     def _remove(self, name: str, directory: Path) -> None:
         """The last step of a drop (engine lock held). Out of the way in one rename, then
@@ -381,9 +382,17 @@ class SearchEngine:
         if config.embedder is None:
             raise InvalidArgument("switch_embedder needs an embedder; None turns vectors off")
         instance = self._embedders.get(config.embedder)
-        return corpus.switch_embedder(
-            config, instance, batch_size=batch_size, progress=progress, on_progress=on_progress
-        )
+        try:
+            return corpus.switch_embedder(
+                config, instance, batch_size=batch_size, progress=progress, on_progress=on_progress
+            )
+        finally:
+            with self._lock:  # the model switched away from, if no other corpus uses it
+                self._embedders.keep_only(self._specs_in_use())
+
+    def _specs_in_use(self) -> list[EmbedderSpec]:
+        """The embedder specs of the corpora this engine has open (engine lock held)."""
+        return [c.config.embedder for c in self._corpora.values() if c.config.embedder]
 
     # -- operations -----------------------------------------------------------------------
 
@@ -402,7 +411,8 @@ class SearchEngine:
             if self._closing:  # close() began meanwhile: it will not see this server
                 server.stop()
                 raise InvalidArgument("this SearchEngine is closing")
-            self._servers.append(server)
+            # Stopped ones are let go here (each start adds one; nothing else prunes).
+            self._servers = [s for s in self._servers if s.running] + [server]
         return server
 
     def start_repairer(

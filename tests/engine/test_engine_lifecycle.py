@@ -22,6 +22,7 @@ from engine import (
     SentenceTransformerEmbedding,
     StorageError,
 )
+from engine.config import EmbedderSpec
 from tests.support.fakes import HashEmbedder, SlowHealthEmbedder
 
 
@@ -409,3 +410,35 @@ def test_a_drop_is_not_starved_by_this_process_writing_back_to_back(
         assert [type(exc) for exc in ended] == [CorpusNotFound]
         assert "still running" not in caplog.text
         assert "c" not in engine.list_corpora()
+
+
+def test_models_of_dropped_or_switched_away_corpora_are_let_go(tmp_path: Path) -> None:
+    """Regression: the engine kept every model it had built, for every spec ever used,
+    after the corpora using them were dropped (400 create/drop cycles with a model each
+    left 200 models held; a loaded MiniLM is ~100 MB). Shared models stay while in use."""
+    built: list[str] = []
+
+    def factory(spec: EmbedderSpec) -> HashEmbedder:
+        assert isinstance(spec, SentenceTransformerEmbedding)
+        built.append(spec.model)
+        return HashEmbedder(dimension=8, name=spec.model)
+
+    with SearchEngine(tmp_path, embedder_factory=factory) as engine:
+        models = engine._embedders._models  # what the engine holds
+        for i in range(5):
+            spec = SentenceTransformerEmbedding(model=f"m{i}")
+            engine.create_corpus(CorpusConfig(name=f"c{i}", embedder=spec)).add(
+                [Document(id="a", text="alpha words")]
+            )
+            engine.drop_corpus(f"c{i}")
+        assert len(models) == 0
+        shared = SentenceTransformerEmbedding(model="shared")
+        engine.create_corpus(CorpusConfig(name="one", embedder=shared))
+        two = engine.create_corpus(CorpusConfig(name="two", embedder=shared))
+        engine.drop_corpus("one")
+        assert len(models) == 1  # "two" still uses it
+        two.add([Document(id="a", text="alpha words")])
+        engine.switch_embedder("two", SentenceTransformerEmbedding(model="next"))
+        assert len(models) == 1 and built[-1] == "next"  # "shared" let go, "next" kept
+        assert [h.source_id for h in two.search("alpha words")] == ["a"]
+        assert two.search("alpha words")[0].ranks.dense is not None  # "next" embeds

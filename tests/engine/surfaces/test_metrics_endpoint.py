@@ -285,3 +285,13 @@ def test_promtool_lints_the_exposition(engine: SearchEngine, embedder: Recording
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip() == "" and result.stderr.strip() == "", result
+
+
+def test_stopped_metrics_servers_are_let_go(tmp_path: Path) -> None:
+    """Regression: every ``serve_metrics`` stayed in the engine's list after ``stop()``
+    (500 start/stop cycles held 500), for the life of the engine."""
+    with SearchEngine(tmp_path) as engine:
+        for _ in range(20):
+            engine.serve_metrics().stop()
+        server = engine.serve_metrics()
+        assert engine._servers == [server]
