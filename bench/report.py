@@ -203,12 +203,13 @@ def render_markdown(report: RunReport, header: dict[str, Any]) -> str:
         "candidates per arm at any depth up to 100. Every hybrid system's top 10 is thus "
         "the head of its top 100, one configuration scored and timed.",
         "",
-        "Ingest: the headline includes embedding the documents, every vector system charged "
-        "the raw encoder's rate (same model) measured once on a sample spread over the "
-        "corpus - a peer as its index time plus the corpus's embedding time at that rate, "
-        "Tandem hybrid as that rate times its own `Corpus.add` over the raw encoder, the two "
-        "timed interleaved on the same sample; index-only: the systems that take vectors "
-        "are handed the cached ones. Each system's library imports and model loads happen "
+        "Ingest: the headline includes embedding the documents: every vector system, Tandem "
+        "hybrid too, is charged its index time plus the corpus's embedding time at the raw "
+        "encoder's rate (same model, sentence-transformers' default batch of 32), measured "
+        "once on a sample spread over the corpus; index-only: the systems that take vectors "
+        "are handed the cached ones. Tandem hybrid's own `Corpus.add` (embedding included) "
+        "is also timed against the raw encoder, interleaved on the same sample, and given "
+        "as a ratio below each table. Each system's library imports and model loads happen "
         "before its index is timed.",
     ]
     ratios = {r.corpus: r for r in report.ratios()}
