@@ -7,15 +7,18 @@ with ``ShardedCorpus`` must pickle by reference: a module-level function, like
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from dense import Embedder, EmbedderUnavailable
-from engine import Document
+from engine import CorpusConfig, Document
 from engine.cluster.calls import Pending
+from engine.cluster.routing import shard_for
 from engine.config import EmbedderSpec
 from tests.support.fakes import HashEmbedder
 
@@ -176,3 +179,24 @@ class AllUp:
 
     def up(self) -> list[int]:
         return list(range(self.shards))
+
+
+@contextlib.contextmanager
+def in_process_shards(
+    root: Path, config: CorpusConfig, docs: Sequence[Document], shards: int
+) -> Iterator[list[Any]]:
+    """``shards`` shard bodies (``ShardActor`` run in this process, no Ray), each holding
+    the documents of ``docs`` routed to it, with ``hash_factory``'s vectors; closed after."""
+    from engine.cluster.shard import ShardActor, ShardSpec
+
+    bodies = [
+        ShardActor(ShardSpec(i, str(root / f"{i:03d}"), config, hash_factory))
+        for i in range(shards)
+    ]
+    try:
+        for i, body in enumerate(bodies):
+            body._corpus.add([d for d in docs if shard_for(d.id, shards) == i], progress=False)
+        yield bodies
+    finally:
+        for body in bodies:
+            body.close()

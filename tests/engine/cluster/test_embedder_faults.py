@@ -28,7 +28,6 @@ from engine.cluster import writes
 from engine.cluster.calls import Pending, ShardCalls
 from engine.cluster.errors import ShardUnavailable
 from engine.cluster.health import ClusterMetrics, Operation
-from engine.cluster.routing import shard_for
 from engine.cluster.search import ShardedSearcher
 from engine.cluster.shard import ShardActor, ShardSpec
 from engine.cluster.writes import CorpusDimension, ShardWriter
@@ -39,6 +38,7 @@ from tests.support.cluster_fakes import (
     AllUp,
     InlineCalls,
     hash_factory,
+    in_process_shards,
     sample_documents,
 )
 
@@ -83,16 +83,8 @@ class TolerantCalls(InlineCalls):
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[ShardActor]]:
     """Two in-process shards holding ``DOCS`` with 64-dimension hash vectors."""
-    root = tmp_path_factory.mktemp("faults")
-    bodies = [
-        ShardActor(ShardSpec(i, str(root / f"{i:03d}"), CONFIG, hash_factory))
-        for i in range(SHARDS)
-    ]
-    for i, body in enumerate(bodies):
-        body._corpus.add([d for d in DOCS if shard_for(d.id, SHARDS) == i], progress=False)
-    yield bodies
-    for body in bodies:
-        body.close()
+    with in_process_shards(tmp_path_factory.mktemp("faults"), CONFIG, DOCS, SHARDS) as bodies:
+        yield bodies
 
 
 def searcher(

@@ -24,13 +24,14 @@ from engine.cluster.calls import Pending
 from engine.cluster.health import ClusterMetrics
 from engine.cluster.routing import shard_for
 from engine.cluster.search import ShardedSearcher
-from engine.cluster.shard import ShardActor, ShardSpec
+from engine.cluster.shard import ShardActor
 from engine.embedders import build_embedder
 from tests.support.cluster_fakes import (
     FIELDS,
     AllUp,
     InlineCalls,
     hash_factory,
+    in_process_shards,
     sample_documents,
 )
 
@@ -97,16 +98,8 @@ CONFIG = CorpusConfig.model_validate({"name": "budget", "fields": FIELDS, "windo
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[ShardActor]]:
-    root = tmp_path_factory.mktemp("budget")
-    bodies = [
-        ShardActor(ShardSpec(i, str(root / f"{i:03d}"), CONFIG, hash_factory))
-        for i in range(SHARDS)
-    ]
-    for i, body in enumerate(bodies):
-        body._corpus.add([d for d in DOCS if shard_for(d.id, SHARDS) == i], progress=False)
-    yield bodies
-    for body in bodies:
-        body.close()
+    with in_process_shards(tmp_path_factory.mktemp("budget"), CONFIG, DOCS, SHARDS) as bodies:
+        yield bodies
 
 
 def searcher(
