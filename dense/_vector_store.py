@@ -9,8 +9,11 @@ Rows. Vectors live in two segments numbered as one: the *base* rows ``[0, B)`` a
 file can be memory-mapped — and the *tail* rows ``[B, B + T)`` were appended since.
 Replacing a vector appends a new row and *retires* the old one; removing retires it.
 Retired rows stay where they are until the next ``install`` (a finished graph build)
-compacts them away. Rows never change once written, so a builder holding a ``SealPlan``
-may read them without the index lock.
+compacts them away, or — with no graph — until ``unseal`` folds the live rows into a
+fresh, exactly sized tail (the index does so once retired rows outnumber live ones).
+Either way a label keeps its meaning; only row numbers change. Rows never change once
+written (compaction writes new arrays), so a builder holding a ``SealPlan`` may read
+them without the index lock.
 
 Not thread-safe otherwise: the owning index holds its lock around every other call.
 """
@@ -106,6 +109,11 @@ class VectorStore:
     @property
     def tail_live(self) -> int:
         return self.size - (self.base_rows - self.retired_base)
+
+    @property
+    def retired_rows(self) -> int:
+        """Rows held but no longer live (replaced or removed), base and tail."""
+        return self.base_rows + self.tail_size - self.size
 
     def contains(self, doc_id: str) -> bool:
         label = self.ids.get(doc_id)
@@ -298,7 +306,9 @@ class VectorStore:
         self._row_of_label[tail_labels[live_tail]] = self.base_rows + live_tail
 
     def unseal(self) -> None:
-        """Fold everything into the tail (no graph: nothing needs a sealed base)."""
+        """Fold the live rows into a new tail of exactly their number, in row order,
+        dropping retired rows (no graph: nothing needs a sealed base). Labels are kept;
+        the old arrays are left untouched for any plan still reading them."""
         plan = self.plan()
         vectors = np.empty((len(plan), self.dimension), dtype=np.float32)
         start = 0

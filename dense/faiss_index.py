@@ -17,7 +17,10 @@ the answers differ only as far as HNSW's recall allows. Rows added after the sna
 and any added later, form the tail, which searches score exactly beside the graph;
 replaced and removed rows are masked out of graph results. Once the tail and the masked
 rows together exceed a tenth of the graph (at least ``_REBUILD_MIN``), the next graph is
-built the same way. Falling below the threshold drops the graph.
+built the same way. Falling below the threshold drops the graph. Without a graph, replaced
+and removed rows are compacted away in place once they outnumber the live rows (and
+number at least ``_COMPACT_MIN``), so a small corpus that keeps being updated does not
+grow: labels are kept, so allow-lists stay valid.
 
 Storage. ``storage=VectorStorage.FLOAT32`` (default): the graph stores the float vectors
 and they *are* the base segment (held once). ``VectorStorage.SQ8``: the graph holds
@@ -80,6 +83,8 @@ _MAX_DELAYS = 300  # a build waits for a quiet moment at most this many build de
 _EF_BASE_ROWS = 100_000  # adaptive efSearch: ef_search up to this many graph rows, then
 _EF_GROWTH = 0.8  # grows as (rows / base) ** growth (807 at 1M from 128), up to
 _EF_MAX = 1_024  # this (measured: recall@10 0.979 at 100k/ef 128, 0.962 at 1M/ef 768)
+_COMPACT_MIN = 1_024  # without a graph: retired rows held before they are compacted,
+# once they also outnumber the live ones (see ``_after_write``)
 
 
 MAX_TIE_FETCH = 4_096
@@ -354,10 +359,11 @@ class FaissIndex:
             store = self._store
             if self._graph is None:  # every live row as base, compacted
                 live = store.live_labels()
+                ids, labels = self._saved_ids(live)
                 snap = IndexSnapshot(
                     dimension=self.dimension,
-                    ids=store.ids.tolist(),
-                    base_labels=live,
+                    ids=ids,
+                    base_labels=labels,
                     base_alive=np.ones(live.shape[0], dtype=np.bool_),
                     base_vectors=RowsView(store, store.rows_of(live)),  # type: ignore[arg-type]
                     tail_labels=np.zeros(0, dtype=np.int64),
@@ -395,6 +401,19 @@ class FaissIndex:
                 if self._store.base is base:  # no build swapped it meanwhile
                     self._store.base = self._store.base_keepalive = mapped
                     self._store.base_reader = reader
+
+    def _saved_ids(self, live: npt.NDArray[np.int64]) -> tuple[list[str], npt.NDArray[np.int64]]:
+        """The id table and row labels a save without a graph writes for the ``live``
+        labels (under the lock). Every id ever added keeps its label in memory, so once
+        removed ids outnumber live ones the file gets only the live ids, relabelled
+        ``0..n-1`` in row order: the table does not grow across restarts. Nothing outside
+        a file holds its labels — whoever loads it builds a new index (a new ``identity``;
+        allow-lists of another index are refused) and follows writes by string id — and
+        without a graph the file holds labels only beside its own rows."""
+        table = self._store.ids
+        if len(table) - int(live.shape[0]) <= int(live.shape[0]):
+            return table.tolist(), live
+        return [table[label] for label in live.tolist()], np.arange(live.shape[0], dtype=np.int64)
 
     @classmethod
     def load(
@@ -485,7 +504,8 @@ class FaissIndex:
 
     def _after_write(self) -> None:
         """Under the write lock: keep the graph mask current, drop a graph no longer
-        wanted, and wake the builder if a build is due."""
+        wanted, compact retired rows without a graph, and wake the builder if a build is
+        due."""
         store = self._store
         if self._graph is not None and not self._wants_graph():
             self._set_graph(None)
@@ -493,8 +513,24 @@ class FaissIndex:
             self._layout += 1
         if self._serving is not None and store.retired_base:
             self._serving.mask_retired(store)
+        if self._serving is None and self._compaction_due():
+            store.unseal()  # new arrays: a plan being read keeps the old ones
+            self._layout += 1  # a build planned before this cannot install
         if self._build_due():
             self._builder.request()
+
+    def _compaction_due(self) -> bool:
+        """Without a graph, retired rows are compacted only here (``install`` never runs
+        below the threshold). Compact once they number at least ``_COMPACT_MIN`` and
+        outnumber the live rows: each compaction copies the live rows, which at least as
+        many retirements paid for since the last one (amortised O(1) per write), and at
+        most ``live + max(live, _COMPACT_MIN)`` rows are ever held. Not while a graph is
+        wanted and the builder runs: its build's ``install`` compacts, and compacting now
+        would void the build (``_layout``)."""
+        retired = self._store.retired_rows
+        if retired < _COMPACT_MIN or retired <= self._store.size:
+            return False
+        return not self._wants_graph() or self._builder.closed
 
     def _set_graph(self, graph: Graph | None) -> None:
         self._serving = None if graph is None else ServingGraph(graph)

@@ -1,0 +1,313 @@
+"""A small index that keeps being updated stays small: without a graph (below
+``hnsw_threshold``) replaced and removed rows are compacted once they outnumber the live
+ones, labels kept; a save without a graph drops removed ids once they outnumber live
+ones, so the id table of the file does not grow across restarts either. Neither disturbs
+concurrent searches, allow-lists or a background build."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import dense.faiss_index
+from dense import FaissIndex, IndexKind
+from dense.faiss_index import _COMPACT_MIN
+from dense.index_file import read_snapshot
+
+DIM = 16
+LIVE = 20
+TIMEOUT = 120.0
+
+
+def unit(rng: np.random.Generator, n: int, dim: int = DIM) -> np.ndarray:
+    x = rng.standard_normal((n, dim)).astype(np.float32)
+    rows: np.ndarray = x / np.linalg.norm(x, axis=1, keepdims=True)
+    return rows
+
+
+def rows_held(index: FaissIndex) -> int:
+    store = index._store
+    return store.base_rows + store.tail_size
+
+
+def retired(index: FaissIndex) -> int:
+    return rows_held(index) - len(index)
+
+
+def tail_capacity(index: FaissIndex) -> int:
+    return int(index._store._tail.shape[0])
+
+
+def exact(model: dict[str, np.ndarray], query: np.ndarray, k: int) -> list[str]:
+    ids = list(model)
+    scores = np.stack([model[i] for i in ids]) @ query
+    order = sorted(range(len(ids)), key=lambda i: (-scores[i], ids[i]))
+    return [ids[i] for i in order[:k]]
+
+
+# Bounds with the fix: retired rows stay below max(_COMPACT_MIN, live + 1) after every
+# write; the tail's capacity at most doubles what it holds.
+MAX_ROWS = LIVE + _COMPACT_MIN
+MAX_CAPACITY = 2 * MAX_ROWS
+
+
+def test_updating_the_same_documents_does_not_grow_the_index() -> None:
+    rng = np.random.default_rng(0)
+    index = FaissIndex(DIM)  # threshold 50,000: never a graph here
+    ids = [f"d{i}" for i in range(LIVE)]
+    model = dict(zip(ids, unit(rng, LIVE), strict=True))
+    index.add(ids, np.stack(list(model.values())))
+    allow = index.allow_list(ids[:5])  # compiled before any compaction
+    try:
+        for _round in range(200):  # 4,000 replacements (4,020 rows held before the fix)
+            vectors = unit(rng, LIVE)
+            index.add(ids, vectors)
+            model.update(zip(ids, vectors, strict=True))
+            assert rows_held(index) <= MAX_ROWS
+            assert tail_capacity(index) <= MAX_CAPACITY
+        assert len(index) == LIVE and sorted(index.ids()) == sorted(ids)
+        assert retired(index) < _COMPACT_MIN
+        for q in unit(rng, 5):
+            assert [d for d, _ in index.search(q, 10)] == exact(model, q, 10)
+            only = {d: model[d] for d in ids[:5]}
+            assert [d for d, _ in index.search(q, 10, allow=allow)] == exact(only, q, 10)
+        assert len(index._store.ids) == LIVE  # replacing keeps each id's label
+    finally:
+        index.close()
+
+
+def test_add_and_delete_churn_does_not_grow_the_rows() -> None:
+    rng = np.random.default_rng(1)
+    index = FaissIndex(DIM)
+    ids = [f"d{i}" for i in range(LIVE)]
+    model = dict(zip(ids, unit(rng, LIVE), strict=True))
+    index.add(ids, np.stack(list(model.values())))
+    try:
+        for r in range(100):  # 5,000 ids added and removed (9,020 rows held before)
+            fresh = [f"tmp-{r}-{j}" for j in range(50)]
+            index.add(fresh, unit(rng, 50))
+            assert index.remove(fresh) == 50
+            assert rows_held(index) <= MAX_ROWS
+            assert tail_capacity(index) <= MAX_CAPACITY
+        assert len(index) == LIVE and sorted(index.ids()) == sorted(ids)
+        for q in unit(rng, 5):
+            assert [d for d, _ in index.search(q, 5)] == exact(model, q, 5)
+        for r in (0, 99):  # removed ids stay gone, and come back when added again
+            assert f"tmp-{r}-0" not in index
+        index.add(["tmp-0-0"], unit(rng, 1))
+        assert "tmp-0-0" in index and len(index) == LIVE + 1
+    finally:
+        index.close()
+
+
+def test_a_compaction_keeps_labels_and_frees_the_tail() -> None:
+    rng = np.random.default_rng(2)
+    index = FaissIndex(DIM)
+    ids = [f"d{i}" for i in range(LIVE)]
+    index.add(ids, unit(rng, LIVE))
+    labels = {d: index._store.ids.get(d) for d in ids}
+    layout = index._layout
+    try:
+        for _round in range(60):  # 1,200 replacements: at least one compaction
+            index.add(ids, unit(rng, LIVE))
+        assert index._layout > layout  # compacted (a build planned before would replan)
+        assert {d: index._store.ids.get(d) for d in ids} == labels
+        assert rows_held(index) <= MAX_ROWS
+        index.remove(ids)
+        index.add(["x"], unit(rng, 1))
+        for _round in range(60):
+            index.add(["x"], unit(rng, 1))
+        assert len(index) == 1 and rows_held(index) <= 1 + _COMPACT_MIN
+    finally:
+        index.close()
+
+
+def test_searches_during_compactions_see_whole_states() -> None:
+    """Compaction runs under the write lock; searches hold the read lock throughout, so
+    each sees the rows before or after it, never a mix."""
+    rng = np.random.default_rng(3)
+    index = FaissIndex(DIM)
+    query = unit(rng, 1)[0]
+    anchors = [f"a{i}" for i in range(5)]
+    near = query + 0.05 * unit(rng, 5)  # scores ~0.99 with the query
+    near /= np.linalg.norm(near, axis=1, keepdims=True)
+    index.add(anchors, near)
+    churn = [f"c{i}" for i in range(LIVE)]
+    far = -query + 0.3 * unit(rng, LIVE)  # scores below zero
+    index.add(churn, far)
+    scores = (near @ query).tolist()
+    want = [d for _, d in sorted(zip(scores, anchors, strict=True), reverse=True)]
+    allow = index.allow_list([anchors[1], anchors[3], *churn])
+    stop = threading.Event()
+    failures: list[Any] = []
+
+    def reader() -> None:
+        while not stop.is_set():
+            top = [d for d, _ in index.search(query, 5)]
+            if top != want:
+                failures.append(top)
+            some = [d for d, _ in index.search(query, 4, allow=allow)]
+            if some[:2] != [d for d in want if d in (anchors[1], anchors[3])]:
+                failures.append(some)
+            if len(some) != 4 or not set(some[2:]) <= set(churn):
+                failures.append(some)
+
+    threads = [threading.Thread(target=reader) for _ in range(2)]
+    for t in threads:
+        t.start()
+    layout = index._layout
+    try:
+        for _round in range(120):  # 2,400 replacements: two compactions or more
+            index.add(churn, -query + 0.3 * unit(rng, LIVE))
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(TIMEOUT)
+        index.close()
+    assert index._layout >= layout + 2
+    assert failures == []
+
+
+def _counting_builds(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, list[int]]:
+    """Make ``build_graph`` note each plan it is given (and set an event once one is)."""
+    planned = threading.Event()
+    sizes: list[int] = []
+    build = dense.faiss_index.build_graph
+
+    def counted(plan: Any, *args: Any) -> Any:
+        sizes.append(len(plan))
+        planned.set()
+        return build(plan, *args)
+
+    monkeypatch.setattr(dense.faiss_index, "build_graph", counted)
+    return planned, sizes
+
+
+def test_no_compaction_voids_a_build_above_the_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above the threshold the running build's ``install`` compacts; compacting under it
+    would make it plan again, so churn during a build leaves the rows alone."""
+    planned, sizes = _counting_builds(monkeypatch)
+    gate = threading.Event()
+    rng = np.random.default_rng(4)
+    index = FaissIndex(DIM, hnsw_threshold=300, build_gate=gate, build_delay_s=0)
+    ids = [f"d{i}" for i in range(400)]
+    model = dict(zip(ids, unit(rng, 400), strict=True))
+    index.add(ids, np.stack(list(model.values())))
+    try:
+        assert planned.wait(TIMEOUT)  # held inside build_graph by the gate
+        layout = index._layout
+        hot = ids[:LIVE]
+        for _round in range(60):  # 1,200 retired rows > 400 live
+            vectors = unit(rng, LIVE)
+            index.add(hot, vectors)
+            model.update(zip(hot, vectors, strict=True))
+        assert index._layout == layout and retired(index) >= 1_200
+        gate.set()
+        assert index.wait_for_graph(TIMEOUT)
+        assert index.kind is IndexKind.HNSW
+        assert sizes == [400]  # the first build installed: nothing made it plan again
+        for doc_id in ("d0", "d5", "d200"):
+            ((top, _score),) = index.search(model[doc_id], 1)
+            assert top == doc_id
+    finally:
+        index.close()
+
+
+def test_a_build_planned_before_a_compaction_is_not_installed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Removals take the index below the threshold while a build holds an older plan;
+    churn then compacts, and the stale plan must not be installed over the new rows."""
+    planned, sizes = _counting_builds(monkeypatch)
+    gate = threading.Event()
+    rng = np.random.default_rng(5)
+    index = FaissIndex(DIM, hnsw_threshold=300, build_gate=gate, build_delay_s=0)
+    ids = [f"d{i}" for i in range(400)]
+    model = dict(zip(ids, unit(rng, 400), strict=True))
+    index.add(ids, np.stack(list(model.values())))
+    try:
+        assert planned.wait(TIMEOUT)
+        gone = ids[LIVE:]
+        index.remove(gone)
+        for doc_id in gone:
+            del model[doc_id]
+        layout = index._layout
+        hot = ids[:LIVE]
+        for _round in range(60):
+            vectors = unit(rng, LIVE)
+            index.add(hot, vectors)
+            model.update(zip(hot, vectors, strict=True))
+        assert index._layout > layout and rows_held(index) <= MAX_ROWS
+        gate.set()
+        assert index.wait_for_graph(TIMEOUT)
+        assert index.kind is IndexKind.FLAT and sizes == [400]
+        assert len(index) == LIVE and rows_held(index) <= MAX_ROWS
+        for q in unit(rng, 5):
+            assert [d for d, _ in index.search(q, 10)] == exact(model, q, 10)
+    finally:
+        index.close()
+
+
+# ------------------------------------------------------------------------ saved files
+
+
+def test_a_save_without_a_graph_drops_removed_ids(tmp_path: Path) -> None:
+    rng = np.random.default_rng(6)
+    path = tmp_path / "vectors.faiss"
+    index = FaissIndex(DIM)
+    ids = [f"d{i}" for i in range(LIVE)]
+    model = dict(zip(ids, unit(rng, LIVE), strict=True))
+    index.add(ids, np.stack(list(model.values())))
+    allow = index.allow_list(ids[:3])
+    for phase in range(3):  # each phase opens the last file: ids must not pile up
+        for r in range(100):
+            fresh = [f"p{phase}-{r}-{j}" for j in range(50)]
+            index.add(fresh, unit(rng, 50))
+            index.remove(fresh)
+        assert len(index._store.ids) == LIVE + 5_000  # in memory, every id keeps its label
+        index.save(path)
+        snap, _verification = read_snapshot(path)
+        assert len(snap.ids) == LIVE and sorted(snap.ids) == sorted(ids)
+        assert snap.base_labels.tolist() == list(range(LIVE))
+        assert len(index._store.ids) == LIVE + 5_000  # the running index is unchanged
+        for q in unit(rng, 3):  # and so are its allow-lists
+            want = exact({d: model[d] for d in ids[:3]}, q, 3)
+            assert [d for d, _ in index.search(q, 3, allow=allow)] == want
+        loaded = FaissIndex.load(path)
+        try:
+            assert len(loaded._store.ids) == LIVE and sorted(loaded.ids()) == sorted(ids)
+            for q in unit(rng, 5):
+                assert [d for d, _ in loaded.search(q, 10)] == exact(model, q, 10)
+            with pytest.raises(ValueError, match="different FaissIndex"):
+                loaded.search(unit(rng, 1)[0], 3, allow=allow)  # labels never cross files
+            fresh_allow = loaded.allow_list(ids[:3])
+            q = unit(rng, 1)[0]
+            want = exact({d: model[d] for d in ids[:3]}, q, 3)
+            assert [d for d, _ in loaded.search(q, 3, allow=fresh_allow)] == want
+        finally:
+            loaded.close()
+        index.close()
+        index = FaissIndex.load(path)
+        allow = index.allow_list(ids[:3])
+    index.close()
+
+
+def test_a_save_keeps_the_id_table_while_removed_ids_are_few(tmp_path: Path) -> None:
+    rng = np.random.default_rng(7)
+    path = tmp_path / "vectors.faiss"
+    index = FaissIndex(DIM)
+    ids = [f"d{i}" for i in range(LIVE)]
+    index.add(ids, unit(rng, LIVE))
+    index.remove(ids[:5])
+    index.add(["late"], unit(rng, 1))
+    try:
+        index.save(path)
+        snap, _verification = read_snapshot(path)
+        assert snap.ids == [*ids, "late"]  # every label as it was
+        assert sorted(snap.base_labels.tolist()) == [*range(5, LIVE + 1)]
+    finally:
+        index.close()
