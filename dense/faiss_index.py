@@ -76,7 +76,7 @@ __all__ = ["AllowList", "FaissIndex", "FaissIndexCorrupt", "IndexKind", "VectorS
 logger = logging.getLogger(__name__)
 
 _MAX_COSINE = 1.001  # beyond float32 rounding of a cosine: a score past it is damage
-_REBUILD_MIN = 10_000  # pending rows (tail + masked) before a graph is rebuilt ...
+_REBUILD_MIN = 10_000  # pending rows (tail, retired or not, + masked) before a rebuild ...
 _REBUILD_DIVISOR = 10  # ... or a tenth of the graph, whichever is larger; and whenever
 _MASKED_DIVISOR = 2  # half of the graph's rows are retired, however few that is
 _MAX_DELAYS = 300  # a build waits for a quiet moment at most this many build delays
@@ -497,7 +497,10 @@ class FaissIndex:
         graph = self._graph
         if graph is None:
             return True
-        pending = self._store.tail_live + self._store.retired_base
+        # Every tail row held counts, retired ones too: each is kept and scored until a
+        # build's ``install`` compacts it (counting live ones only, a graph whose few
+        # documents were updated over and over grew its tail for good).
+        pending = self._store.tail_size + self._store.retired_base
         if self._store.retired_base * _MASKED_DIVISOR >= graph.rows:
             return True  # mostly masked: a graph search walks dead rows and comes back short
         return pending >= max(_REBUILD_MIN, graph.rows // _REBUILD_DIVISOR)

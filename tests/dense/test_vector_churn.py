@@ -311,3 +311,37 @@ def test_a_save_keeps_the_id_table_while_removed_ids_are_few(tmp_path: Path) -> 
         assert sorted(snap.base_labels.tolist()) == [*range(5, LIVE + 1)]
     finally:
         index.close()
+
+
+def test_updates_of_a_few_documents_rebuild_a_graph_in_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With a graph, a rebuild came due on live tail rows only: 20 documents updated over
+    and over retired every row they appended, and the tail grew for good (400 live rows,
+    6,000 tail rows, no rebuild due). Retired tail rows count now, so a build's install
+    compacts them."""
+    monkeypatch.setattr(dense.faiss_index, "_REBUILD_MIN", 200)
+    rng = np.random.default_rng(5)
+    index = FaissIndex(DIM, hnsw_threshold=300, build_delay_s=0)
+    ids = [f"d{i}" for i in range(400)]
+    model = dict(zip(ids, unit(rng, 400), strict=True))
+    index.add(ids, np.stack(list(model.values())))
+    try:
+        assert index.wait_for_graph(TIMEOUT)
+        hot = ids[:LIVE]
+        for _round in range(30):  # 600 rows appended to the tail, 580 of them retired
+            vectors = unit(rng, LIVE)
+            index.add(hot, vectors)
+            model.update(zip(hot, vectors, strict=True))
+        assert index.wait_for_graph(TIMEOUT)
+        deadline = TIMEOUT
+        while index._store.tail_size >= 200 and deadline > 0:  # the rebuild installs
+            index.wait_for_graph(1.0)
+            threading.Event().wait(0.05)
+            deadline -= 0.05
+        assert index._store.tail_size < 200
+        for doc_id in ("d0", "d7", "d300"):
+            ((top, _score),) = index.search(model[doc_id], 1)
+            assert top == doc_id
+    finally:
+        index.close()
