@@ -283,17 +283,16 @@ class TantivyBackend:
             hit_language = stored.get_first(F_LANGUAGE)
             if hit_language is None:  # every document is written with one
                 raise SparseIndexCorruptError(f"a hit without a language: {source_id!r}")
-            title, url, shown_language = (
-                _text(stored, F_TITLE),
-                _text(stored, F_URL),
-                int(hit_language),
-            )
-            excerpt = ""
-            if excerpts and bodies is None:
-                excerpt = make_excerpt(_text(stored, F_BODY), excerpt_terms)
-            elif bodies is not None and (body := bodies.get(source_id)) is not None:
+            body = None if bodies is None else bodies.get(source_id)
+            if body is not None:  # the owner's, of one version with the excerpt's text
                 title, url, shown_language, text = body
                 excerpt = make_excerpt(text, excerpt_terms)
+            else:
+                title, url = _text(stored, F_TITLE), _text(stored, F_URL)
+                shown_language = int(hit_language)
+                excerpt = ""
+                if excerpts and bodies is None:
+                    excerpt = make_excerpt(_text(stored, F_BODY), excerpt_terms)
             sources.append(
                 EvidenceSource(
                     source_id=source_id,

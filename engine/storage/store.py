@@ -388,8 +388,9 @@ class DocumentStore:
             "SELECT source_id, title, url, language_id, text FROM documents "
             "WHERE source_id IN ({ids}) AND +is_public = 1"
         )
+        make = StoredBody._make  # columns as stored: str, str, int, str
         return {
-            str(sid): StoredBody(str(title), str(url), int(language_id), str(text))
+            sid: make((title, url, language_id, text))
             for sid, title, url, language_id, text in select_by_ids(self._reader(), sql, ids)
         }
 
