@@ -8,7 +8,6 @@ because an incomplete scan must not read as "no matches".
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Sequence
 
@@ -99,17 +98,15 @@ def compile_pattern(pattern: object, *, fixed: bool) -> regex.Pattern[str]:
         )
     except _INVALID as exc:
         raise InvalidArgument(f"invalid regular expression: {exc}") from exc
-    if next(_compiled) % _PURGE_EVERY == 0:
-        # Even uncached, the module remembers each pattern's text (whether it is locale
-        # sensitive) until its cache is purged: a slow leak of every distinct pattern.
-        regex.purge()
+    # Even uncached, the module remembers each pattern's text (whether it is locale
+    # sensitive) until its cache is purged: a slow leak of every distinct pattern. (A
+    # grep compiles once; what the purge drops, other code recompiles once.)
+    regex.purge()
     return compiled
 
 
 _FLAGS = regex.MULTILINE
 _INVALID = (regex.error, OverflowError, RecursionError, ValueError, MemoryError)
-_PURGE_EVERY = 256
-_compiled = itertools.count(1)
 
 
 def subroutine_call(pattern: str) -> str | None:
