@@ -503,18 +503,22 @@ class Corpus:
     def stats(self) -> dict[str, int | bool]:
         """Counts and state: ``documents``, ``degraded``, ``vectors``,
         ``vector_graph_pending``, ``vectors_enabled``, ``index_bytes``, and
-        ``embedder_up`` — the embedder's own ``is_available()``, so as far as this process
-        knows: a local model that has not been loaded here yet counts as up (``tandem
-        stats`` loads it first)."""
+        ``embedder_up`` — the embedder's own ``is_available()`` (unless its last answer
+        was refused: see ``_embedder_up_now``), so as far as this process knows: a local
+        model that has not been loaded here yet counts as up (``tandem stats`` loads it
+        first); the gauge is set to it too."""
         self._sync.follow()
         faiss = self._indexes.faiss
+        embedder_up = self._embedder_up_now()
+        if self._embedder is not None:
+            self._metrics.embedder_up.labels(self.name).set(1 if embedder_up else 0)
         return {
             "documents": self._store.count(),
             "degraded": self._store.count_status(EmbeddingStatus.DEGRADED),
             "vectors": 0 if self._indexes.faiss is None else len(self._indexes.faiss),
             "vector_graph_pending": faiss is not None and faiss.graph_pending,
             "vectors_enabled": self._embedder is not None,
-            "embedder_up": self._report_embedder_up(),
+            "embedder_up": embedder_up,
             "index_bytes": self._indexes.size_on_disk(),
         }
 
@@ -526,18 +530,19 @@ class Corpus:
 
     def _check_embedder(self) -> None:
         """Internal (``SearchEngine``'s scrapes, on a thread of their own): set the
-        embedder gauge from a health check. Never raises."""
+        embedder gauge from a health check. Never raises; sets nothing once the corpus
+        is closed or dropped (its series must not come back)."""
         try:
-            self._report_embedder_up(gauge_if=lambda: not self._lifetime.ended)
+            up = self._embedder_up_now()
+            with self._lifetime.call():
+                self._metrics.embedder_up.labels(self.name).set(1 if up else 0)
         except Exception as exc:  # a thread's last frame: say it, never raise it
             logger.debug("embedder check of corpus %r failed (%s)", self.name, type(exc))
 
-    def _report_embedder_up(self, gauge_if: Callable[[], bool] = lambda: True) -> bool:
-        """Whether the embedder is up: its ``is_available()`` and its last embedding not
-        failed (False without one); set on the gauge of a corpus with vectors, if
-        ``gauge_if()`` still says so once the check is done (a corpus closed or dropped
-        meanwhile must not get its series back). A custom embedder's exception counts
-        as down."""
+    def _embedder_up_now(self) -> bool:
+        """Whether the embedder is up: its ``is_available()``, unless its last answer was
+        refused (``DimensionGuard.output_refused``); False without one. A custom
+        embedder's exception counts as down."""
         embedder = self._embedder
         if embedder is None:
             return False
@@ -548,10 +553,7 @@ class Corpus:
                 "corpus %r: embedder health check raised %s", self.name, type(exc).__name__
             )
             up = False
-        up = up and not (isinstance(embedder, DimensionGuard) and embedder.last_embed_failed)
-        if gauge_if():
-            self._metrics.embedder_up.labels(self.name).set(1 if up else 0)
-        return up
+        return up and not (isinstance(embedder, DimensionGuard) and embedder.output_refused)
 
     def _refresh_gauges(self) -> None:
         # Public documents only: anyone may read a server's /metrics, and a count that

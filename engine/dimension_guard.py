@@ -83,15 +83,16 @@ class DimensionGuard(WrappedEmbedder):
         super().__init__(inner)
         self._expected = expected
         self._reported: set[tuple[str, str]] = set()
-        self._last_failed = False
+        self._refused = False
 
     @property
-    def last_embed_failed(self) -> bool:
-        """Whether the last embedding through this guard failed (the provider's trouble,
-        or output refused here). A provider's ``is_available()`` cannot know of output
-        refused here — a model re-pulled under its name with another length says it is
-        up while every embedding is refused — so "up" is both."""
-        return self._last_failed
+    def output_refused(self) -> bool:
+        """Whether the last embedding through this guard that got an answer had it
+        refused here (``InvalidOutput``: NaN, zero, wrong rows or length) — which a
+        provider's ``is_available()`` cannot know: a model re-pulled under its name with
+        another length says it is up while every embedding is refused. Provider trouble
+        (down, timed out) is left to ``is_available()`` to judge."""
+        return self._refused
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         with self._outcome():
@@ -109,10 +110,10 @@ class DimensionGuard(WrappedEmbedder):
     def _outcome(self) -> Iterator[None]:
         try:
             yield
-        except EmbedderUnavailable:
-            self._last_failed = True
+        except InvalidOutput:
+            self._refused = True
             raise
-        self._last_failed = False
+        self._refused = False
 
     def _embed_query(self, text: str, before_model: Callable[[], object] | None) -> Vectors:
         with self._io_is_provider_trouble():

@@ -7,9 +7,10 @@ per corpus or per query.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from dense import Embedder
 from dense.passages import PassageMeanEmbedder
@@ -74,6 +75,7 @@ class EmbedderPool:
         self._factory = factory or default_embedder_factory
         self._models: dict[EmbedderSpec, Embedder] = {}
         self._embedders: dict[EmbedderSpec, Embedder] = {}
+        self._pins: dict[EmbedderSpec, int] = {}  # model specs kept whatever is in use
         self._lock = threading.Lock()
 
     def get(self, spec: EmbedderSpec) -> Embedder:
@@ -87,6 +89,21 @@ class EmbedderPool:
                 embedder = self._embedders[spec] = with_passages(spec, model)
             return embedder
 
+    @contextlib.contextmanager
+    def pinned(self, spec: EmbedderSpec) -> Iterator[Embedder]:
+        """``get(spec)``, kept from ``keep_only`` until the block ends (a switch to it runs
+        for a while before any corpus's config names it)."""
+        base = model_spec(spec)
+        with self._lock:
+            self._pins[base] = self._pins.get(base, 0) + 1
+        try:
+            yield self.get(spec)
+        finally:
+            with self._lock:
+                self._pins[base] -= 1
+                if not self._pins[base]:
+                    del self._pins[base]
+
     def keep_only(self, in_use: Iterable[EmbedderSpec]) -> None:
         """Forget (and close) the models no spec in ``in_use`` names: the corpora that
         used them were dropped or switched away, and a model can hold hundreds of MB for
@@ -94,6 +111,7 @@ class EmbedderPool:
         stays loaded while referenced, an Ollama client reopens its pools if used again."""
         wanted = {model_spec(spec) for spec in in_use}
         with self._lock:
+            wanted |= set(self._pins)
             gone = [base for base in self._models if base not in wanted]
             for base in gone:
                 _close(self._models.pop(base))

@@ -381,11 +381,15 @@ class SearchEngine:
             raise InvalidArgument(f"invalid embedder spec: {exc}") from exc
         if config.embedder is None:
             raise InvalidArgument("switch_embedder needs an embedder; None turns vectors off")
-        instance = self._embedders.get(config.embedder)
         try:
-            return corpus.switch_embedder(
-                config, instance, batch_size=batch_size, progress=progress, on_progress=on_progress
-            )
+            with self._embedders.pinned(config.embedder) as instance:
+                return corpus.switch_embedder(
+                    config,
+                    instance,
+                    batch_size=batch_size,
+                    progress=progress,
+                    on_progress=on_progress,
+                )
         finally:
             with self._lock:  # the model switched away from, if no other corpus uses it
                 self._embedders.keep_only(self._specs_in_use())

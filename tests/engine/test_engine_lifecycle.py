@@ -23,6 +23,7 @@ from engine import (
     StorageError,
 )
 from engine.config import EmbedderSpec
+from engine.storage import DocumentStore
 from tests.support.fakes import HashEmbedder, SlowHealthEmbedder
 
 
@@ -442,3 +443,38 @@ def test_models_of_dropped_or_switched_away_corpora_are_let_go(tmp_path: Path) -
         assert len(models) == 1 and built[-1] == "next"  # "shared" let go, "next" kept
         assert [h.source_id for h in two.search("alpha words")] == ["a"]
         assert two.search("alpha words")[0].ranks.dense is not None  # "next" embeds
+
+
+def test_a_drop_during_a_switch_keeps_the_model_switched_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by review: the model a switch fetched is named by no corpus's config until
+    the switch has dropped the old vectors (seconds on a large corpus); a drop of another
+    corpus meanwhile let it go, and the next corpus on that model built a second one."""
+    built: list[str] = []
+
+    def factory(spec: EmbedderSpec) -> HashEmbedder:
+        assert isinstance(spec, SentenceTransformerEmbedding)
+        built.append(spec.model)
+        return HashEmbedder(dimension=8, name=spec.model)
+
+    with SearchEngine(tmp_path, embedder_factory=factory) as engine:
+        engine.create_corpus(CorpusConfig(name="a", embedder=None))
+        first = SentenceTransformerEmbedding(model="x")
+        engine.create_corpus(CorpusConfig(name="b", embedder=first)).add(
+            [Document(id="d", text="alpha words")]
+        )
+        real = DocumentStore.mark_all_degraded
+        drops = iter(["a"])
+
+        def drop_meanwhile(store: DocumentStore) -> int:
+            for name in drops:
+                engine.drop_corpus(name)
+            return real(store)
+
+        monkeypatch.setattr(DocumentStore, "mark_all_degraded", drop_meanwhile)
+        engine.switch_embedder("b", SentenceTransformerEmbedding(model="y"))
+        engine.create_corpus(
+            CorpusConfig(name="c", embedder=SentenceTransformerEmbedding(model="y"))
+        )
+        assert built.count("y") == 1  # one model, shared by b and c

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from engine import CorpusConfig, Document, InvalidArgument, SearchEngine
@@ -182,12 +183,33 @@ def test_embed_errors_at_query_time_fall_back_with_their_own_reason(
     reason = "embedder_error"
     assert value(samples, "tandem_search_fallbacks_total", corpus="docs", reason=reason) == 1
     assert value(samples, "tandem_searches_total", corpus="docs", strategy="keyword") == 1
-    # Asked at the scrape, this embedder says it is up, but its last embedding failed:
-    # down (as a model re-pulled under its name with another length says it is up).
-    assert value(samples, "tandem_embedder_up", corpus="docs") == 0
-    embedder.failing = False
-    corpus.search("alpha bravo")
+    # The gauge is the health check's answer, asked at each scrape: this fake says it is
+    # up while its embeddings fail (a real provider's breaker opens and says down).
+    assert value(samples, "tandem_embedder_up", corpus="docs") == 1
+
+
+def test_an_embedder_whose_answers_are_refused_reads_down(
+    rig: Rig, embedder: RecordingEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression (found by review): the scrape's health check set the gauge back to 1
+    while every answer was refused (zero vectors here; a model re-pulled under its name
+    with another length alike): the provider says it is up. A refused answer now reads
+    down until an answer is taken again; a failure of the provider itself does not stick
+    (one failed query during a blip kept an idle corpus reading down)."""
+    corpus = rig.engine.corpus("docs")
+    corpus.add(docs(3))
+    real = embedder.embed
+    monkeypatch.setattr(embedder, "embed", lambda texts: np.zeros((len(texts), 16), np.float32))
+    assert all(h.ranks.dense is None for h in corpus.search("alpha bravo"))
+    assert rig.gauge(name="tandem_embedder_up") == 0
+    assert corpus.stats()["embedder_up"] is False
+    monkeypatch.setattr(embedder, "embed", real)
+    assert any(h.ranks.dense is not None for h in corpus.search("alpha bravo"))
     assert rig.gauge(name="tandem_embedder_up") == 1
+    embedder.failing = True  # the provider fails, its health check says up
+    corpus.search("alpha bravo")
+    embedder.failing = False
+    assert rig.gauge(name="tandem_embedder_up") == 1  # nothing sticks
 
 
 def test_deleting_degraded_documents_lowers_the_gauge(
