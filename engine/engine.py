@@ -479,6 +479,7 @@ class SearchEngine:
         for server in servers:
             server.stop()
         self.metrics.close()  # waits for a scrape's refresh, which may need self._lock
+        self._health_checks.close()  # a check still asking a provider, a bounded while
         with self._lock:
             if self._closed:
                 return

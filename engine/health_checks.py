@@ -46,3 +46,13 @@ class HealthChecks:
         deadline = time.monotonic() + self._wait_s
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
+
+    def close(self) -> None:
+        """Wait for the checks still running, at most ``wait_s`` in all (a check that
+        outlives it only asks; the corpus it reports on is closed and sets nothing)."""
+        with self._lock:
+            threads = list(self._running.values())
+            self._running.clear()
+        deadline = time.monotonic() + self._wait_s
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
