@@ -14,6 +14,7 @@ import pytest
 import dense.faiss_index
 import dense.index_file
 from dense import FaissIndex, FaissIndexCorrupt, IndexKind, VectorStorage
+from tests.support.unit_vectors import unit_vectors
 
 DIM = 16
 N = 400
@@ -22,9 +23,7 @@ TIMEOUT = 120.0
 
 
 def unit(rng: np.random.Generator, n: int, dim: int = DIM) -> np.ndarray:
-    x = rng.standard_normal((n, dim)).astype(np.float32)
-    rows: np.ndarray = x / np.linalg.norm(x, axis=1, keepdims=True)
-    return rows
+    return unit_vectors(rng, n, dim)
 
 
 def kind_of(index: FaissIndex) -> IndexKind:

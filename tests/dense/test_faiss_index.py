@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from dense import AllowList, FaissIndex, FaissIndexCorrupt, IndexKind
 from dense._search import ef_for
+from tests.support.unit_vectors import unit_vectors
 
 DIM = 16
 FLAT: dict[str, Any] = {"hnsw_threshold": 1_000_000}
@@ -23,9 +24,7 @@ KINDS = pytest.mark.parametrize("params", [FLAT, HNSW], ids=["flat", "hnsw"])
 
 
 def unit(rng: np.random.Generator, n: int, dim: int = DIM) -> np.ndarray:
-    x = rng.standard_normal((n, dim)).astype(np.float32)
-    unit_rows: np.ndarray = x / np.linalg.norm(x, axis=1, keepdims=True)
-    return unit_rows
+    return unit_vectors(rng, n, dim)
 
 
 def build(params: dict[str, Any], n: int = 500, seed: int = 0) -> tuple[FaissIndex, np.ndarray]:

@@ -6,6 +6,7 @@ concurrent searches, allow-lists or a background build."""
 
 from __future__ import annotations
 
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import dense.faiss_index
 from dense import FaissIndex, IndexKind
 from dense.faiss_index import _COMPACT_MIN
 from dense.index_file import read_snapshot
+from tests.support.unit_vectors import unit_vectors
 
 DIM = 16
 LIVE = 20
@@ -24,9 +26,7 @@ TIMEOUT = 120.0
 
 
 def unit(rng: np.random.Generator, n: int, dim: int = DIM) -> np.ndarray:
-    x = rng.standard_normal((n, dim)).astype(np.float32)
-    rows: np.ndarray = x / np.linalg.norm(x, axis=1, keepdims=True)
-    return rows
+    return unit_vectors(rng, n, dim)
 
 
 def rows_held(index: FaissIndex) -> int:
@@ -172,25 +172,46 @@ def test_searches_during_compactions_see_whole_states() -> None:
     assert failures == []
 
 
-def _counting_builds(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, list[int]]:
-    """Make ``build_graph`` note each plan it is given (and set an event once one is)."""
-    planned = threading.Event()
-    sizes: list[int] = []
+class _Builds:
+    """What ``build_graph`` was asked to build, by which index: its caller's ``self``.
+    Builder threads of indexes other tests left behind in this process call the same
+    function, and must neither count nor wake a test up."""
+
+    def __init__(self) -> None:
+        self._seen: list[tuple[object, int]] = []
+        self._changed = threading.Condition()
+
+    def note(self, owner: object, size: int) -> None:
+        with self._changed:
+            self._seen.append((owner, size))
+            self._changed.notify_all()
+
+    def sizes(self, index: FaissIndex) -> list[int]:
+        with self._changed:
+            return [size for owner, size in self._seen if owner is index]
+
+    def wait_for(self, index: FaissIndex, timeout: float) -> bool:
+        with self._changed:
+            return self._changed.wait_for(lambda: bool(self.sizes(index)), timeout)
+
+
+def _counting_builds(monkeypatch: pytest.MonkeyPatch) -> _Builds:
+    """Make ``build_graph`` note each plan it is given, and by which index."""
+    builds = _Builds()
     build = dense.faiss_index.build_graph
 
     def counted(plan: Any, *args: Any) -> Any:
-        sizes.append(len(plan))
-        planned.set()
+        builds.note(sys._getframe(1).f_locals.get("self"), len(plan))
         return build(plan, *args)
 
     monkeypatch.setattr(dense.faiss_index, "build_graph", counted)
-    return planned, sizes
+    return builds
 
 
 def test_no_compaction_voids_a_build_above_the_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
     """Above the threshold the running build's ``install`` compacts; compacting under it
     would make it plan again, so churn during a build leaves the rows alone."""
-    planned, sizes = _counting_builds(monkeypatch)
+    builds = _counting_builds(monkeypatch)
     gate = threading.Event()
     rng = np.random.default_rng(4)
     index = FaissIndex(DIM, hnsw_threshold=300, build_gate=gate, build_delay_s=0)
@@ -198,7 +219,7 @@ def test_no_compaction_voids_a_build_above_the_threshold(monkeypatch: pytest.Mon
     model = dict(zip(ids, unit(rng, 400), strict=True))
     index.add(ids, np.stack(list(model.values())))
     try:
-        assert planned.wait(TIMEOUT)  # held inside build_graph by the gate
+        assert builds.wait_for(index, TIMEOUT)  # held inside build_graph by the gate
         layout = index._layout
         hot = ids[:LIVE]
         for _round in range(60):  # 1,200 retired rows > 400 live
@@ -209,7 +230,7 @@ def test_no_compaction_voids_a_build_above_the_threshold(monkeypatch: pytest.Mon
         gate.set()
         assert index.wait_for_graph(TIMEOUT)
         assert index.kind is IndexKind.HNSW
-        assert sizes == [400]  # the first build installed: nothing made it plan again
+        assert builds.sizes(index) == [400]  # the first build installed: no plan again
         for doc_id in ("d0", "d5", "d200"):
             ((top, _score),) = index.search(model[doc_id], 1)
             assert top == doc_id
@@ -222,7 +243,7 @@ def test_a_build_planned_before_a_compaction_is_not_installed(
 ) -> None:
     """Removals take the index below the threshold while a build holds an older plan;
     churn then compacts, and the stale plan must not be installed over the new rows."""
-    planned, sizes = _counting_builds(monkeypatch)
+    builds = _counting_builds(monkeypatch)
     gate = threading.Event()
     rng = np.random.default_rng(5)
     index = FaissIndex(DIM, hnsw_threshold=300, build_gate=gate, build_delay_s=0)
@@ -230,7 +251,7 @@ def test_a_build_planned_before_a_compaction_is_not_installed(
     model = dict(zip(ids, unit(rng, 400), strict=True))
     index.add(ids, np.stack(list(model.values())))
     try:
-        assert planned.wait(TIMEOUT)
+        assert builds.wait_for(index, TIMEOUT)
         gone = ids[LIVE:]
         index.remove(gone)
         for doc_id in gone:
@@ -244,7 +265,7 @@ def test_a_build_planned_before_a_compaction_is_not_installed(
         assert index._layout > layout and rows_held(index) <= MAX_ROWS
         gate.set()
         assert index.wait_for_graph(TIMEOUT)
-        assert index.kind is IndexKind.FLAT and sizes == [400]
+        assert index.kind is IndexKind.FLAT and builds.sizes(index) == [400]
         assert len(index) == LIVE and rows_held(index) <= MAX_ROWS
         for q in unit(rng, 5):
             assert [d for d, _ in index.search(q, 10)] == exact(model, q, 10)

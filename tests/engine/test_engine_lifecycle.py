@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -413,16 +414,23 @@ def test_a_drop_is_not_starved_by_this_process_writing_back_to_back(
         assert "c" not in engine.list_corpora()
 
 
-def test_models_of_dropped_or_switched_away_corpora_are_let_go(tmp_path: Path) -> None:
-    """Regression: the engine kept every model it had built, for every spec ever used,
-    after the corpora using them were dropped (400 create/drop cycles with a model each
-    left 200 models held; a loaded MiniLM is ~100 MB). Shared models stay while in use."""
+def _model_builder() -> tuple[list[str], Callable[[EmbedderSpec], HashEmbedder]]:
+    """A factory building a fake model per spec, and the list of the models it built."""
     built: list[str] = []
 
     def factory(spec: EmbedderSpec) -> HashEmbedder:
         assert isinstance(spec, SentenceTransformerEmbedding)
         built.append(spec.model)
         return HashEmbedder(dimension=8, name=spec.model)
+
+    return built, factory
+
+
+def test_models_of_dropped_or_switched_away_corpora_are_let_go(tmp_path: Path) -> None:
+    """Regression: the engine kept every model it had built, for every spec ever used,
+    after the corpora using them were dropped (400 create/drop cycles with a model each
+    left 200 models held; a loaded MiniLM is ~100 MB). Shared models stay while in use."""
+    built, factory = _model_builder()
 
     with SearchEngine(tmp_path, embedder_factory=factory) as engine:
         models = engine._embedders._models  # what the engine holds
@@ -451,12 +459,7 @@ def test_a_drop_during_a_switch_keeps_the_model_switched_to(
     """Found by review: the model a switch fetched is named by no corpus's config until
     the switch has dropped the old vectors (seconds on a large corpus); a drop of another
     corpus meanwhile let it go, and the next corpus on that model built a second one."""
-    built: list[str] = []
-
-    def factory(spec: EmbedderSpec) -> HashEmbedder:
-        assert isinstance(spec, SentenceTransformerEmbedding)
-        built.append(spec.model)
-        return HashEmbedder(dimension=8, name=spec.model)
+    built, factory = _model_builder()
 
     with SearchEngine(tmp_path, embedder_factory=factory) as engine:
         engine.create_corpus(CorpusConfig(name="a", embedder=None))
