@@ -19,6 +19,7 @@ import pytest
 
 from engine import CorpusConfig, Document, InvalidArgument, SearchEngine
 from engine.config import EmbedderSpec, SentenceTransformerEmbedding
+from engine.health_checks import HEALTH_WAIT_S
 from engine.surfaces.metrics_http import MetricsServer
 from engine.write.repairer import BackgroundRepairer
 from tests.support.fakes import RecordingEmbedder, SlowHealthEmbedder
@@ -38,6 +39,9 @@ class Rig:
     def __init__(self, path: Path, embedders: dict[str, RecordingEmbedder]) -> None:
         self.embedders = embedders
         self.engine = SearchEngine(path, embedder_factory=self._factory)
+        # A scrape waits 1 s of real time for the embedder checks it starts; a stalled CI
+        # machine could miss that and read the value before. Tests wait for the answer.
+        self.engine._health_checks._wait_s = GENEROUS_S
         self.server: MetricsServer = self.engine.serve_metrics()
 
     def _factory(self, spec: EmbedderSpec) -> RecordingEmbedder:
@@ -477,6 +481,7 @@ def test_a_slow_health_check_does_not_hold_a_scrape(tmp_path: Path) -> None:
     four slow models held every scrape 10 s, Prometheus' own timeout)."""
     embedder = SlowHealthEmbedder(dimension=16, name="model-a")
     rig = Rig(tmp_path / "engine", {"model-a": embedder})
+    rig.engine._health_checks._wait_s = HEALTH_WAIT_S  # the bound under test
     try:
         corpus = rig.engine.create_corpus(CorpusConfig(name="docs", embedder=_spec("model-a")))
         corpus.add(docs(2, "ok"))

@@ -10,15 +10,15 @@ from engine import CorpusConfig, Document, SearchEngine
 from engine.storage.connections import StoreConnections
 
 
-def _descriptors_of(path: Path) -> int:
-    target = os.path.realpath(path)
+def _descriptors_of(file: tuple[int, int]) -> int:
+    """Descriptors this process holds on the file ``(device, inode)`` (unlinked or not)."""
     count = 0
     for fd in os.listdir("/proc/self/fd"):
         try:
-            if os.readlink(f"/proc/self/fd/{fd}") == target:
-                count += 1
+            st = os.stat(f"/proc/self/fd/{fd}")
         except OSError:
             continue
+        count += (st.st_dev, st.st_ino) == file
     return count
 
 
@@ -32,6 +32,8 @@ def test_a_read_only_store_holds_its_file_while_open(tmp_path: Path) -> None:
             [Document(id="a", text="kept words")]
         )
     store_file = tmp_path / "corpora" / "c" / "store.sqlite3"
+    st = os.stat(store_file)
+    file = st.st_dev, st.st_ino
     connections = StoreConnections(store_file, read_only=True)
     try:
 
@@ -43,9 +45,9 @@ def test_a_read_only_store_holds_its_file_while_open(tmp_path: Path) -> None:
         thread.join()
         connections._local.reader.close()  # this thread's too: no connection is left
         assert connections.reader_count() <= 1
-        assert _descriptors_of(store_file) >= 1
+        assert _descriptors_of(file) >= 1
         os.unlink(store_file)  # the file goes (a drop elsewhere) ...
         assert not connections.same_file()  # ... and the store knows it is not there
     finally:
         connections.close(threading.RLock())
-    assert _descriptors_of(store_file) == 0
+    assert _descriptors_of(file) == 0  # the store let go of the file
