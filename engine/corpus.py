@@ -155,10 +155,6 @@ class Corpus:
         return self._model.config
 
     @property
-    def _config(self) -> CorpusConfig:
-        return self._model.config
-
-    @property
     def _embedder(self) -> Embedder | None:
         """The embedder writes use, guarded (``None``: a corpus without vectors)."""
         return self._model.embedder
@@ -216,7 +212,7 @@ class Corpus:
         returns ``top_k`` passages when that many eligible documents match. A malformed
         filter — unknown field, wrong type — raises ``InvalidArgument`` naming the field.
         """
-        compiled = compile_filter(filters, self._config.fields)
+        compiled = compile_filter(filters, self.config.fields)
         self._sync.follow()
         return self._searcher.search(query, top_k, offset, language_id, compiled)
 
@@ -244,7 +240,7 @@ class Corpus:
         never affected by any of this.
         """
         self._sync.follow()
-        return self._questions.ask(self._config, question, user, top_k, language_id)
+        return self._questions.ask(self.config, question, user, top_k, language_id)
 
     @sealed
     @in_lifetime
@@ -295,7 +291,7 @@ class Corpus:
         and counted as degraded.
         """
         docs, supplied = checked_documents(
-            documents, self._config.fields, embeddings, vectors_enabled=self._embedder is not None
+            documents, self.config.fields, embeddings, vectors_enabled=self._embedder is not None
         )
         totals = [0, 0, 0, 0]
         show = progress if progress is not None else len(docs) >= _PROGRESS_MIN
@@ -408,7 +404,7 @@ class Corpus:
         after each batch. Returns how many documents were re-embedded; any the provider
         failed on stay degraded and heal like other degraded documents.
         """
-        check_switch(self._config, config, embedder, batch_size)
+        check_switch(self.config, config, embedder, batch_size)
         with self._sync.writing():
             if self._embedder is None:
                 raise InvalidArgument(

@@ -95,28 +95,13 @@ class DimensionGuard(WrappedEmbedder):
         return self._refused
 
     def embed(self, texts: Sequence[str]) -> Vectors:
-        with self._outcome():
-            with self._io_is_provider_trouble():
-                vectors = self._inner.embed(texts)
-            return self._checked(vectors, len(texts))
+        with self._call():
+            return self._checked(self._inner.embed(texts), len(texts))
 
     def embed_query(
         self, text: str, *, before_model: Callable[[], object] | None = None
     ) -> Vectors:
-        with self._outcome():
-            return self._embed_query(text, before_model)
-
-    @contextlib.contextmanager
-    def _outcome(self) -> Iterator[None]:
-        try:
-            yield
-        except InvalidOutput:
-            self._refused = True
-            raise
-        self._refused = False
-
-    def _embed_query(self, text: str, before_model: Callable[[], object] | None) -> Vectors:
-        with self._io_is_provider_trouble():
+        with self._call():
             if isinstance(self._inner, QueryEmbedder):
                 row = np.asarray(self._inner.embed_query(text, before_model=before_model))
                 if row.ndim != 1:
@@ -130,21 +115,27 @@ class DimensionGuard(WrappedEmbedder):
                 if before_model is not None:
                     before_model()
                 vectors = self._inner.embed([text])
-        checked: Vectors = self._checked(vectors, 1)[0]
-        return checked
+            checked: Vectors = self._checked(vectors, 1)[0]
+            return checked
 
     @contextlib.contextmanager
-    def _io_is_provider_trouble(self) -> Iterator[None]:
-        """An ``OSError`` out of the provider — a refused connection, a reset, a timeout
-        (``requests``' and ``httpx``' connection errors are ``OSError`` s too) — is the
-        provider being down, not this corpus's storage failing: it surfaced as
-        ``StorageError`` and made a search raise instead of answering from keywords."""
+    def _call(self) -> Iterator[None]:
+        """One embedding through the guard. Output refused here marks ``output_refused``
+        (an answer taken clears it). An ``OSError`` out of the provider — a refused
+        connection, a reset, a timeout (``requests``' and ``httpx``' connection errors are
+        ``OSError`` s too) — is the provider being down, not this corpus's storage
+        failing: it surfaced as ``StorageError`` and made a search raise instead of
+        answering from keywords."""
         try:
             yield
+        except InvalidOutput:
+            self._refused = True
+            raise
         except OSError as exc:
             raise EmbedderUnavailable(
                 f"embedder {self._inner.name} failed ({type(exc).__name__})"
             ) from exc
+        self._refused = False
 
     def _checked(self, vectors: object, rows: int) -> Vectors:
         try:

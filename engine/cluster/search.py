@@ -48,7 +48,6 @@ from engine.cluster.health import ClusterMetrics, ShardHealth
 from engine.cluster.merge import completed, fuse, merge_arm
 from engine.cluster.routing import group_by_shard
 from engine.config import CorpusConfig
-from engine.dimension_guard import checked_output
 from engine.documents import ArmRanks, Passage
 from engine.limits import MAX_LANGUAGE_ID, MAX_TOP_K, clamp_int, page_start
 from engine.search.fusing import hybrid_window, paged_ranking
@@ -99,7 +98,9 @@ class _KeywordRequest:
 
 
 class ShardedSearcher:
-    """Runs searches over a sharded corpus's shards (see the module docstring)."""
+    """Runs searches over a sharded corpus's shards (see the module docstring).
+    ``embedder`` comes guarded (``DimensionGuard``): its refusals are what make a search
+    with an unusable query vector answer from keywords."""
 
     def __init__(
         self,
@@ -336,14 +337,13 @@ class ShardedSearcher:
 
     def _query_vector(self, embedder: Embedder, text: str) -> npt.NDArray[np.float32] | None:
         """The query's vector, embedded once here; ``None``: answer from keywords (the
-        provider failed, or its vector is no use: not one row, NaN, infinite, zero — the
-        coordinator's ``DimensionGuard`` also checks its length)."""
+        provider failed, or the coordinator's ``DimensionGuard`` refused its vector: not
+        one row, NaN, infinite, zero, another length)."""
         try:
-            row: npt.NDArray[np.float32] = checked_output([embed_query(embedder, text)], 1, None)[0]
-        except EmbedderUnavailable:  # InvalidOutput (checked_output's) is one
+            return embed_query(embedder, text)
+        except EmbedderUnavailable:  # InvalidOutput (the guard's) is one
             self._fell_back(FallbackReason.EMBEDDER_ERROR)
             return None
-        return row
 
     def _fell_back(self, reason: FallbackReason) -> None:
         """A search of this hybrid corpus answered from keywords (metrics only)."""

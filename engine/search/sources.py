@@ -27,7 +27,6 @@ from engine.limits import (
 from engine.search.regex_checks import (
     MAX_GREP_COPIES,
     ParserUnavailable,
-    PatternCost,
     pattern_cost,
 )
 from engine.storage import DocumentStore
@@ -70,10 +69,28 @@ def compile_pattern(pattern: object, *, fixed: bool) -> regex.Pattern[str]:
         raise InvalidArgument(f"grep pattern is longer than {MAX_GREP_PATTERN} characters")
     if "\x00" in pattern:
         raise InvalidArgument("grep pattern contains a NUL character")
-    cost = PatternCost(copies=0, call=None)
+    if not fixed:
+        _refuse_costly(pattern)
     try:
-        if not fixed:
-            cost = pattern_cost(pattern, _FLAGS)
+        # Never into the regex module's cache: it keeps 500 compiled patterns for the
+        # life of the process, each up to MAX_GREP_COPIES copies, callers choosing them.
+        compiled = regex.compile(
+            regex.escape(pattern) if fixed else pattern, _FLAGS, cache_pattern=False
+        )
+    except _INVALID as exc:
+        raise InvalidArgument(f"invalid regular expression: {exc}") from exc
+    # Even uncached, the module remembers each pattern's text (whether it is locale
+    # sensitive) until its cache is purged: a slow leak of every distinct pattern. (A
+    # grep compiles once; what the purge drops, other code recompiles once.)
+    regex.purge()
+    return compiled
+
+
+def _refuse_costly(pattern: str) -> None:
+    """Refuse, before it is compiled, a pattern that recurses or whose counted
+    repetitions compile into more than ``MAX_GREP_COPIES`` copies (``regex_checks``)."""
+    try:
+        cost = pattern_cost(pattern, _FLAGS)
     except ParserUnavailable as exc:
         raise InvalidArgument(
             f"regular-expression grep is unavailable: {exc}; fixed-string grep still works"
@@ -90,37 +107,10 @@ def compile_pattern(pattern: object, *, fixed: bool) -> regex.Pattern[str]:
             f"grep pattern's counted repetitions ({{m,n}}) expand to {cost.copies:,} copies "
             f"of their parts; the cap is {MAX_GREP_COPIES:,}"
         )
-    try:
-        # Never into the regex module's cache: it keeps 500 compiled patterns for the
-        # life of the process, each up to MAX_GREP_COPIES copies, callers choosing them.
-        compiled = regex.compile(
-            regex.escape(pattern) if fixed else pattern, _FLAGS, cache_pattern=False
-        )
-    except _INVALID as exc:
-        raise InvalidArgument(f"invalid regular expression: {exc}") from exc
-    # Even uncached, the module remembers each pattern's text (whether it is locale
-    # sensitive) until its cache is purged: a slow leak of every distinct pattern. (A
-    # grep compiles once; what the purge drops, other code recompiles once.)
-    regex.purge()
-    return compiled
 
 
 _FLAGS = regex.MULTILINE
 _INVALID = (regex.error, OverflowError, RecursionError, ValueError, MemoryError)
-
-
-def subroutine_call(pattern: str) -> str | None:
-    """The first recursion or subroutine call in ``pattern`` — ``(?R)``, ``(?1)``,
-    ``(?-1)``, ``(?&name)``, ``(?P>name)`` — as spelled, or ``None`` (see
-    ``regex_checks``). An invalid pattern raises ``regex.error``."""
-    return pattern_cost(pattern, _FLAGS).call
-
-
-def counted_copies(pattern: str) -> int:
-    """How many copies of single atoms compiling ``pattern`` makes, counting nested
-    counted repetitions multiplied (``(?:a{10}b){20}`` -> 220) and alternatives summed
-    (see ``regex_checks``). An invalid pattern raises ``regex.error``."""
-    return pattern_cost(pattern, _FLAGS).copies
 
 
 def grep(

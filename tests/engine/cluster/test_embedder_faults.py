@@ -31,6 +31,7 @@ from engine.cluster.health import ClusterMetrics, Operation
 from engine.cluster.search import ShardedSearcher
 from engine.cluster.shard import ShardActor, ShardSpec
 from engine.cluster.writes import CorpusDimension, ShardWriter
+from engine.dimension_guard import DimensionGuard
 from engine.search.strategy import FallbackReason
 from tests.engine.cluster.faulty_embedders import FaultyFactory, FaultyHashEmbedder
 from tests.support.cluster_fakes import (
@@ -94,7 +95,7 @@ def searcher(
     found = ShardedSearcher(
         CONFIG,
         SHARDS,
-        embedder,
+        None if embedder is None else DimensionGuard(embedder, lambda: None),  # as opened
         calls if calls is not None else TolerantCalls(shards),  # type: ignore[arg-type]
         AllUp(SHARDS),  # type: ignore[arg-type]
         metrics,

@@ -7,6 +7,7 @@ import tracemalloc
 import weakref
 
 import pytest
+import regex
 
 import engine.search.sources as sources
 from engine import (
@@ -21,12 +22,18 @@ from engine import (
     SourceNotFound,
 )
 from engine.limits import GREP_TIMEOUT_S, MAX_FETCH_CHARS, MAX_GREP_PATTERN
-from engine.search.sources import (
-    MAX_GREP_COPIES,
-    counted_copies,
-    evidence_text,
-    subroutine_call,
-)
+from engine.search.regex_checks import pattern_cost
+from engine.search.sources import MAX_GREP_COPIES, evidence_text
+
+
+def counted_copies(pattern: str) -> int:
+    """Copies of single atoms compiling ``pattern`` as grep does would make."""
+    return pattern_cost(pattern, regex.MULTILINE).copies
+
+
+def subroutine_call(pattern: str) -> str | None:
+    """The first recursion or subroutine call in ``pattern``, as spelled, or None."""
+    return pattern_cost(pattern, regex.MULTILINE).call
 
 
 @pytest.fixture
