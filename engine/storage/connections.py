@@ -110,8 +110,11 @@ class StoreConnections:
 
     def _open_for_reading(self) -> None:
         self._remember_file()
-        # Fails now, clearly, if there is no readable store.
-        self.reader().execute("SELECT value FROM meta WHERE key = 'seq'").fetchone()
+        try:  # fails now, clearly, if there is no readable store — holding nothing
+            self.reader().execute("SELECT value FROM meta WHERE key = 'seq'").fetchone()
+        except BaseException:
+            self.close(threading.RLock())
+            raise
         with contextlib.suppress(OSError):
             self.changes = ChangeCounter(changes_path(self._path), writable=False)
 

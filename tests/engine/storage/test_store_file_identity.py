@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import gc
 import os
+import sqlite3
 import threading
 from pathlib import Path
 
-from engine import CorpusConfig, Document, SearchEngine
+import pytest
+
+from engine import CorpusConfig, Document, SearchEngine, StorageError
 from engine.storage.connections import StoreConnections
 
 
@@ -51,3 +55,14 @@ def test_a_read_only_store_holds_its_file_while_open(tmp_path: Path) -> None:
     finally:
         connections.close(threading.RLock())
     assert _descriptors_of(file) == 0  # the store let go of the file
+
+
+def test_a_file_that_is_no_store_is_refused_holding_nothing(tmp_path: Path) -> None:
+    """An open that fails (not a store) releases the file it held and its connection."""
+    not_a_store = tmp_path / "store.sqlite3"
+    not_a_store.write_bytes(b"this is not an SQLite database, just bytes" * 100)
+    st = os.stat(not_a_store)
+    with pytest.raises((StorageError, sqlite3.DatabaseError)):
+        StoreConnections(not_a_store, read_only=True)
+    gc.collect()
+    assert _descriptors_of((st.st_dev, st.st_ino)) == 0
