@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import engine.write.indexes
+import engine.write.keyword_keeper
 from engine import CorpusConfig, Document, SearchEngine, StorageError
 from engine.storage import DocumentStore, StoredDocument
 from sparse import SparseDocument, TantivyIndex
@@ -46,7 +46,7 @@ def test_one_add_is_one_keyword_commit(tmp_path: Path, upsert_sizes: list[int]) 
 def test_large_adds_commit_every_batch(
     tmp_path: Path, upsert_sizes: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(engine.write.indexes, "_KEYWORD_BATCH", 600)
+    monkeypatch.setattr(engine.write.keyword_keeper, "_KEYWORD_BATCH", 600)
     with SearchEngine(tmp_path) as eng:
         corpus = eng.create_corpus(CorpusConfig(name="c", embedder=None))
         corpus.add(_docs())

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from engine import Corpus, CorpusConfig, Document, SearchEngine, StorageError
-from engine.write.indexes import DerivedIndexes
 from engine.write.sync import CorpusSync
+from engine.write.vector_keeper import VectorIndexKeeper
 from tests.support.fakes import HashEmbedder
 
 DOCS = [Document(id=f"d{i}", text=f"alpha{i} shared words") for i in range(20)]
@@ -43,10 +43,10 @@ def test_a_full_disk_at_open_still_opens_and_closes(
         engine.create_corpus(CorpusConfig(name="c")).add(DOCS)
     (tmp_path / "corpora" / "c" / "vectors.seq").write_text("-1")  # needs a catch-up
 
-    def disk_full(self: DerivedIndexes, seq: int) -> None:
+    def disk_full(self: VectorIndexKeeper, seq: int) -> None:
         raise StorageError("could not save the vector index: [Errno 28] No space left")
 
-    monkeypatch.setattr(DerivedIndexes, "save_vectors", disk_full)
+    monkeypatch.setattr(VectorIndexKeeper, "save", disk_full)
     with _engine(tmp_path) as engine:  # and its close does not raise either
         hits = engine.corpus("c").search("alpha3 shared")
         assert hits[0].source_id == "d3" and hits[0].ranks.dense is not None

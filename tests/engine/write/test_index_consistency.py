@@ -13,7 +13,7 @@ import pytest
 from dense import Embedder, FaissIndex
 from engine import Corpus, CorpusConfig, Document, SearchEngine
 from engine.config import EmbedderSpec, SentenceTransformerEmbedding
-from engine.write.indexes import DerivedIndexes
+from engine.write.keyword_keeper import KeywordIndexKeeper
 from sparse import SparseDocument
 from tests.support.fakes import HashEmbedder, SwitchableEmbedder
 
@@ -207,13 +207,13 @@ def test_files_of_a_writer_killed_mid_commit_do_not_force_a_rebuild(
     (directory / "tantivy" / "meta.json").write_bytes(meta_before)
     (directory / "tantivy.seq").write_text(marker_before)
     rebuilds: list[int] = []
-    original = DerivedIndexes._rebuild_tantivy
+    original = KeywordIndexKeeper._rebuild
 
-    def counted(self: DerivedIndexes) -> None:
+    def counted(self: KeywordIndexKeeper) -> None:
         rebuilds.append(1)
         original(self)
 
-    monkeypatch.setattr(DerivedIndexes, "_rebuild_tantivy", counted)
+    monkeypatch.setattr(KeywordIndexKeeper, "_rebuild", counted)
     with SearchEngine(tmp_path) as eng:
         corpus = eng.corpus("c")
         assert rebuilds == []  # caught up from the marker, not rebuilt

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import dense.index_file
-import engine.write.indexes
+import engine.write.vector_keeper
 from dense import FaissIndex
 from engine import CorpusConfig, Document, SearchEngine
 from tests.support.fakes import SwitchableEmbedder
@@ -22,7 +22,7 @@ BATCHES = 40
 def test_bulk_load_saves_a_logarithmic_number_of_times_and_loses_nothing(
     tmp_path: Path, hash_embedder: SwitchableEmbedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(engine.write.indexes, "_FAISS_SAVE_EVERY", BATCH)
+    monkeypatch.setattr(engine.write.vector_keeper, "_FAISS_SAVE_EVERY", BATCH)
     saved_sizes: list[int] = []
     real_save = FaissIndex.save
 

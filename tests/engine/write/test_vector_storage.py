@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-import engine.write.indexes
+import engine.write.vector_keeper
 from dense import FaissIndex, IndexKind, VectorStorage
 from engine import CorpusConfig, Document, SearchEngine
 from tests.support.fakes import SwitchableEmbedder
@@ -67,7 +67,7 @@ def small_graphs(monkeypatch: pytest.MonkeyPatch, gate: threading.Event) -> list
             made.append(loaded)
             return loaded
 
-    monkeypatch.setattr(engine.write.indexes, "FaissIndex", Recording)
+    monkeypatch.setattr(engine.write.vector_keeper, "FaissIndex", Recording)
     return made
 
 

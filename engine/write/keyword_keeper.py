@@ -1,0 +1,245 @@
+"""The keyword (tantivy) half of a corpus's derived indexes, kept in step with the store.
+
+``tantivy.seq`` records the store ``seq`` the index holds. The write-lock holder catches
+the index files up (replaying the store's changes after the marker) or rebuilds them; any
+other process only reloads its reader when the marker moves, and re-reads the marker on
+every search while it is behind the store (``pending``). A keyword write that failed after
+the store committed leaves a ``tantivy.behind`` flag file, and a rebuild writes the marker
+-1 first: in both cases every process answers keyword searches from the database fallback
+(``current`` is False) until the holder has caught the index up.
+
+No lock of its own: ``DerivedIndexes`` calls every method under the corpus's index lock.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from engine.storage import DocumentStore, StoredDocument
+from engine.write.seq_markers import read_marker, write_marker
+from sparse import SparseDocument, SparseError, TantivyIndex
+
+logger = logging.getLogger(__name__)
+
+_KEYWORD_BATCH = 20_000  # documents per tantivy commit in bulk writes and rebuilds: a
+# commit costs ~40 ms plus merges whatever its size, so one per 512-document store chunk
+# made commits three quarters of keyword ingest time
+
+
+def to_sparse(doc: StoredDocument) -> SparseDocument:
+    return SparseDocument(
+        source_id=doc.source_id,
+        title=doc.title,
+        text=doc.text,
+        url=doc.url,
+        language_id=doc.language_id,
+        public=doc.is_public,
+        page_uid=doc.page_uid,
+        fields=doc.fields,
+    )
+
+
+class KeywordIndexKeeper:
+    """Keeps one corpus's tantivy index consistent with its store, across processes."""
+
+    def __init__(self, directory: Path, store: DocumentStore, tantivy: TantivyIndex) -> None:
+        self.tantivy = tantivy
+        self._store = store
+        self._marker = directory / "tantivy.seq"
+        self._behind_flag = directory / "tantivy.behind"
+        self._behind = False  # this process's keyword write failed: catch up before the next
+        self._flagged = False  # behind flag, or a rebuild running elsewhere
+        self._seen = -1  # tantivy.seq when the tantivy reader last reloaded
+        self._batched: list[SparseDocument] | None = None  # inside a bulk write
+        self._batched_seq = -1
+        self.pending = False  # tantivy.seq behind the store: re-read it per search
+
+    @property
+    def current(self) -> bool:
+        """False while a failed keyword-index write is waiting to be caught up (here or
+        in another process), or while it is being rebuilt: the index then lacks
+        acknowledged documents, so the cascade must not trust it."""
+        return not (self._behind or self._flagged)
+
+    # -- the write-lock holder ------------------------------------------------------------
+
+    def open(self) -> None:
+        """Catch the index files up to the store, or rebuild them. A failure is contained:
+        the store still answers through the database fallback; the next write retries."""
+        try:
+            self._open()
+        except (SparseError, OSError) as exc:
+            self._failed(exc, "unavailable at open")
+
+    def _open(self) -> None:
+        marker = read_marker(self._marker)
+        existed = (self.tantivy.path / "meta.json").is_file()
+        if marker < 0 or not existed or not self.tantivy.is_available():
+            self._rebuild()
+            return
+        seq = self._store.seq
+        if marker < seq:
+            try:
+                # A writer that died mid-commit (why the marker is behind) left files that
+                # would make the catch-up's first write fail and rebuild the whole index.
+                self.tantivy.collect_garbage()
+                self._catch_up(marker)
+            except SparseError as exc:
+                logger.warning(
+                    "tantivy catch-up failed (%s); rebuilding from the store",
+                    type(exc.__cause__ or exc).__name__,
+                )
+                self._rebuild()
+                return
+        self.tantivy.commit()  # reload: another process may have committed since
+        # Public documents only (``TantivyIndex.upsert``): an index built before that
+        # rule, holding non-public ones, disagrees here and is rebuilt once.
+        if self.tantivy.doc_count() != self._store.count() - self._store.count_non_public():
+            logger.warning("keyword index disagrees with the store; rebuilding it")
+            self._rebuild()
+            return
+        self._mark(seq)
+
+    def _catch_up(self, since: int) -> None:
+        deleted = self._store.tombstones_since(since)
+        if deleted:
+            self.tantivy.delete(deleted)
+        batch: list[SparseDocument] = []
+        for doc in self._store.iter_documents(since_seq=since):
+            batch.append(to_sparse(doc))
+            if len(batch) >= _KEYWORD_BATCH:
+                self.tantivy.upsert(batch)
+                batch = []
+        if batch:
+            self.tantivy.upsert(batch)
+
+    def _rebuild(self) -> None:
+        seq = self._store.seq
+        logger.info("rebuilding the keyword index from the store")
+        write_marker(self._marker, -1)  # other processes: not usable meanwhile
+        self.tantivy.clear()
+        self._catch_up(-1)
+        self._mark(seq)
+
+    def _mark(self, seq: int) -> None:
+        """The keyword index holds everything up to ``seq``: say so, to every process."""
+        write_marker(self._marker, seq)
+        self._seen = seq
+        self._behind = self._flagged = False
+        self._behind_flag.unlink(missing_ok=True)
+
+    def _failed(self, exc: BaseException, what: str) -> None:
+        self._behind = True
+        try:
+            self._behind_flag.touch()
+        except OSError:
+            logger.warning("could not flag the keyword index as behind")
+        logger.warning("keyword index %s (%s); will catch up", what, type(exc).__name__)
+
+    def repair(self, seq: int) -> None:
+        """Catch the index files up to ``seq`` (or rebuild them) if they lag, were flagged
+        behind or are missing. Call ``follow`` first: the last holder's commits show."""
+        if (
+            self._seen >= seq
+            and not self._behind
+            and not self._flagged
+            and self.tantivy.is_available()
+        ):
+            return
+        self._behind = True  # replays from the marker (or rebuilds)
+        self.apply([], [], seq)
+
+    # -- writes (called after the store committed) -------------------------------------------
+
+    def apply(self, written: Sequence[StoredDocument], deleted: Sequence[str], seq: int) -> None:
+        """Mirror one committed store write. A failure is contained: the write is durable
+        in the store (findable through the database fallback); the index catches up on the
+        next write or the next open."""
+        batched = self._batched
+        if batched is not None and not deleted and not self._behind:
+            batched.extend(to_sparse(d) for d in written)
+            self._batched_seq = seq
+            if len(batched) >= _KEYWORD_BATCH:
+                self._flush_batched()
+            return
+        self._flush_batched()  # keep the order of writes
+        try:
+            if self._behind:
+                self._open()  # replays this write too
+                self._behind = False
+                return
+            if deleted:
+                self.tantivy.delete(deleted)
+            if written:
+                self.tantivy.upsert([to_sparse(d) for d in written])
+            self._mark(seq)
+        except (SparseError, OSError) as exc:
+            self._failed(exc, "write failed")
+
+    def start_batching(self) -> None:
+        """Hold upserts until ``_KEYWORD_BATCH`` documents or ``stop_batching``: durable
+        in the store meanwhile, not yet keyword-searchable."""
+        self._batched = []
+
+    def stop_batching(self) -> None:
+        self._flush_batched()
+        self._batched = None
+
+    def _flush_batched(self) -> None:
+        batched = self._batched
+        if not batched:
+            return
+        self._batched = []
+        try:
+            self.tantivy.upsert(batched)
+            self._mark(self._batched_seq)
+        except (SparseError, OSError) as exc:
+            self._failed(exc, "write failed")
+
+    def unchanged_at(self, seq: int) -> None:
+        """The store's write ``seq`` changed no keyword content: a keyword index current at
+        the write before (each write is one ``seq``) is current at this one too. Without
+        the marker moving, the next write-lock holder took the index for lagging and
+        replayed every document the write touched — all of them after a switch — while
+        this process's searches, told the index was not current, went without their
+        keyword arm."""
+        if self._behind or self._flagged:
+            return
+        if self._batched:
+            # Upserts still batched (inside a bulk write, e.g. an add that heals after
+            # writing): the flush marks this write's seq, as current as the one before.
+            if self._batched_seq == seq - 1:
+                self._batched_seq = seq
+            return
+        if self._seen == seq - 1:
+            try:
+                self._mark(seq)
+            except OSError:  # the marker only lags: the next holder replays, as before
+                logger.debug("could not move the keyword marker past a vector-only write")
+
+    def flush(self) -> None:
+        """Commit batched writes; catch up a failed one (write-lock holder)."""
+        self._flush_batched()
+        if self._behind:
+            self.apply([], [], self._store.seq)
+
+    # -- following other processes' writes (no file written) --------------------------------
+
+    def follow(self, followed_seq: int) -> None:
+        """Reload the reader if the marker moved; note whether it lags ``followed_seq``
+        (the store seq this process's view last followed)."""
+        marker = read_marker(self._marker)
+        if marker != self._seen and marker >= 0:
+            try:
+                self.tantivy.commit()  # reload: every commit before the marker shows
+                self._seen = marker
+            except (SparseError, OSError) as exc:
+                logger.debug("keyword index reload failed (%s)", type(exc).__name__)
+        lagging = marker < followed_seq
+        self._flagged = marker < 0 or (lagging and self._behind_flag.exists())
+        self.pending = lagging or self._seen != marker
+
+    def close(self) -> None:
+        self.tantivy.close()
