@@ -188,7 +188,8 @@ that are reported."""
 
 class ZScoreFusion(_Frozen):
     """A convex combination of z-scored arm scores: each arm's scores are standardised
-    within its candidate window (``window``), then combined as
+    over the candidates it scored — its window (``window``) plus, with
+    ``complete_windows``, the other arm's extra candidates — then combined as
     ``(1 - dense_weight) * z_keyword + dense_weight * z_vector`` (see
     ``fusion.zscore_fusion``). Unlike RRF the margins count: an arm sure of its first hit
     moves it further than an arm that is not. A documented per-corpus choice, not the

@@ -404,8 +404,8 @@ class SearchEngine:
         """Serve this engine's metrics at ``http://host:port/metrics`` (and ``/healthz``).
 
         ``port=0`` lets the OS pick (read ``.port`` / ``.url`` on the returned handle).
-        The endpoint covers the corpora opened in this engine; it stops with ``.stop()``
-        or when the engine closes.
+        The endpoint covers every corpus of the directory (each scrape opens one another
+        process created since); it stops with ``.stop()`` or when the engine closes.
         """
         self._check_open()
         from engine.surfaces.metrics_http import serve_metrics
@@ -422,7 +422,8 @@ class SearchEngine:
     def start_repairer(
         self, *, interval_s: float = 30.0, batch_size: int = 64
     ) -> BackgroundRepairer:
-        """Start the background repairer over this engine's open corpora (one at a time).
+        """Start the background repairer over every corpus of the directory (one at a
+        time; each pass opens those not open yet, one another process created included).
 
         Each pass re-embeds at most ``batch_size`` degraded documents per corpus. It stops
         with ``.stop()`` or when the engine closes.
@@ -436,7 +437,7 @@ class SearchEngine:
             if self._repairer is not None and self._repairer.running:
                 raise InvalidArgument("a background repairer is running already")
             self._repairer = BackgroundRepairer(
-                self._open_corpora, interval_s=interval_s, batch_size=batch_size
+                self._every_corpus, interval_s=interval_s, batch_size=batch_size
             )
             self._repairer.start()
             return self._repairer
@@ -445,9 +446,26 @@ class SearchEngine:
         with self._lock:
             return [] if self._closed else list(self._corpora.values())
 
+    def _every_corpus(self) -> list[Corpus]:
+        """Every corpus of the directory, opened: the repairer and the gauges cover them
+        all, not only those a caller happened to open (one another process created since
+        included). One dropped or unreadable meanwhile is skipped."""
+        try:
+            names = self.list_corpora()
+        except (EngineError, OSError):  # closed meanwhile
+            return []
+        corpora = []
+        for name in names:
+            try:
+                corpora.append(self.corpus(name))
+            except (EngineError, sqlite3.Error, OSError) as exc:
+                logger.debug("corpus %s not opened (%s)", name, type(exc).__name__)
+        return corpora
+
     def _refresh_metrics(self) -> None:
-        """Re-read every open corpus's state gauges (run by the metrics refresher), and
-        ask their embedders whether they are up (off this thread, ``HealthChecks``)."""
+        """Re-read every corpus's state gauges (run by the metrics refresher), and ask
+        their embedders whether they are up (off this thread, ``HealthChecks``)."""
+        self._every_corpus()  # opening a corpus publishes its gauges
         for corpus in self._open_corpora():
             try:
                 if corpus.is_current():

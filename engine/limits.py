@@ -31,9 +31,16 @@ GREP_TIMEOUT_S = 2.0
 """``grep`` stops after this long (wall clock) and raises ``GrepTimeout``."""
 
 MAX_SOURCE_ID_CHARS = 256
-SOURCE_ID_PATTERN = re.compile(r"[^\s\x00-\x1f\x7f]{1,256}")
+_ID_CHAR = r"[^\s\x00-\x1f\x7f]"
+_ID_NOT_DOT = r"[^\s\x00-\x1f\x7f.]"
+SOURCE_ID_PATTERN = re.compile(  # no look-ahead: JSON Schema validators differ on it
+    rf"(?:{_ID_CHAR}{{3,256}}|{_ID_NOT_DOT}{_ID_CHAR}?|\.{_ID_NOT_DOT})"
+)
 """The shape of a source id (also the MCP schema's pattern): 1-256 characters, none of
-them whitespace or a control character. ``is_valid_source_id`` also refuses what
+them whitespace or a control character, and not ``.`` or ``..``: an HTTP path names a
+document by its id as one segment, and clients resolve those two segments before sending
+(``DELETE .../documents/..`` reached ``DELETE /v1/corpora/{name}`` and dropped the whole
+corpus), whatever they percent-encode. ``is_valid_source_id`` also refuses what
 ``str.isprintable`` does not print — format characters (bidi overrides, zero-width
 joiners), surrogates, private-use and unassigned code points — so an id reads as what it
 is. Any other character is fine: collections name documents by Wikipedia title
@@ -41,7 +48,7 @@ is. Any other character is fine: collections name documents by Wikipedia title
 as Elasticsearch, LanceDB and txtai accept. Ids never become file names; they reach
 SQLite and tantivy as bound values and an HTTP path as one percent-encoded segment."""
 
-SOURCE_ID_RULE = "1-256 printable characters, no whitespace"
+SOURCE_ID_RULE = "1-256 printable characters, no whitespace, not . or .."
 """What a refused source id is told."""
 
 CORPUS_NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")

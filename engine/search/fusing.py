@@ -55,7 +55,9 @@ def _by_rrf(
 ) -> list[FusedHit]:
     sparse_ids = [hit.source_id for hit in sparse]
     if dense is None:
-        return rrf([sparse_ids], k=config.rrf_k, limit=limit)
+        return rrf(
+            [sparse_ids], k=config.rrf_k, weights=(_alone(config.weights.sparse),), limit=limit
+        )
     return rrf(
         [sparse_ids, [doc_id for doc_id, _ in dense]],
         k=config.rrf_k,
@@ -71,9 +73,16 @@ def _by_zscore(
     assert isinstance(spec, ZScoreFusion)  # the dispatch table guarantees it
     keyword = _scored(sparse)
     if dense is None:
-        return zscore_fusion([keyword], limit=limit)
+        return zscore_fusion([keyword], limit=limit)  # a convex combination: weight-free
     weights = (1.0 - spec.dense_weight, spec.dense_weight)
     return zscore_fusion([keyword, list(dense)], weights=weights, limit=limit)
+
+
+def _alone(weight: float) -> float:
+    """The keyword arm's weight when it answers alone: its hybrid weight (the scores stay
+    on the hybrid answers' scale), or 1 when that is 0 — a corpus that gives keywords no
+    say in fusion still answers from them when its embedder is down, in their order."""
+    return weight if weight > 0 else 1.0
 
 
 def _scored(hits: Sequence[KeywordHit]) -> list[tuple[str, float]]:

@@ -9,6 +9,11 @@ refuse a batch (a check that looks at the batch, not one document), it is split 
 and retried until the offending documents stand alone; validation happens before anything
 is written, so a refused batch costs only its validation.
 
+Each batch is one ``Corpus.add`` (all-or-nothing), so a whole file is not: an engine error
+after some batches were stored (a write that waited out another process's lock, a full
+disk) raises ``AddStopped``, which says what was stored and the first line that was not.
+Writes are upserts, so sending the file again is safe.
+
 A batch holds at most ``batch_size`` documents and is sent early once its titles and
 texts hold ``BATCH_TEXT_CHARS`` characters, so documents at the text cap do not pile up
 gigabytes before the first write.
@@ -19,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from engine import AddResult, Corpus, Document, FieldType, InvalidArgument
+from engine import AddResult, Corpus, Document, EngineError, FieldType, InvalidArgument
 from engine.documents import validate_document
 from engine.fields import encode_fields
 from engine.surfaces.loaders import Loaded, Rejected
@@ -63,6 +68,21 @@ class BulkReport:
         self.degraded += result.degraded
 
 
+class AddStopped(Exception):
+    """An engine error (``error``, also the ``__cause__``) stopped ``add_all`` after it had
+    stored documents: every line before ``next_line`` was stored or rejected, as
+    ``report`` counts; none from it on was stored."""
+
+    def __init__(self, report: BulkReport, next_line: int, error: EngineError) -> None:
+        super().__init__(
+            f"{error} — stopped at line {next_line}: the lines before it were stored, none "
+            "from it on; adding the same input again is safe (writes are upserts)"
+        )
+        self.report = report
+        self.next_line = next_line
+        self.error = error
+
+
 def add_all(
     corpus: Corpus,
     lines: Iterable[Loaded | Rejected],
@@ -74,8 +94,9 @@ def add_all(
 
     ``on_batch`` sees the running report after every batch (for a progress display).
 
-    Engine errors other than ``InvalidArgument`` (disk full, ...) propagate: documents of
-    batches that returned before are durable, the rest were not added.
+    Engine errors other than ``InvalidArgument`` (disk full, a busy lock, ...) stop it:
+    raised as they are while nothing was stored, as ``AddStopped`` (what was stored, where
+    it stopped) once something was.
     """
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
@@ -129,6 +150,13 @@ def _add_batch(corpus: Corpus, batch: Sequence[Loaded], report: BulkReport) -> N
             else:
                 middle = len(part) // 2
                 pending.extend((part[middle:], part[:middle]))  # first half is popped first
+        except EngineError as exc:
+            # Parts are added in line order: everything before this part was stored or
+            # rejected, nothing from it on.
+            if report.added or report.updated or report.unchanged:
+                report.finish()
+                raise AddStopped(report, part[0].line, exc) from exc
+            raise
 
 
 def _documents(part: Sequence[Loaded]) -> list[Document]:

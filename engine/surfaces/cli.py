@@ -33,7 +33,7 @@ from engine import (
 )
 from engine.limits import MAX_GREP_MATCHES
 from engine.surfaces import render
-from engine.surfaces.bulk import BulkReport, add_all
+from engine.surfaces.bulk import AddStopped, BulkReport, add_all
 from engine.surfaces.cli_args import DEFAULT_HOME as DEFAULT_HOME  # still importable here
 from engine.surfaces.cli_args import (
     AnalyzerOpt,
@@ -252,11 +252,12 @@ def add(
             raise CommandError(f"no such file: {file}")
     with open_corpus(ctx, path, corpus) as target:
         source = DocumentFile(file, fields=target.config.fields)
-        report = _add_with_progress(target, source, corpus, quiet=quiet)
-    summary, reasons = render.bulk_summary(report)
-    _echo(summary)
-    if reasons:
-        _echo(reasons, err=True)
+        try:
+            report = _add_with_progress(target, source, corpus, quiet=quiet)
+        except AddStopped as stopped:
+            _print_report(stopped.report)  # what was stored before the error
+            raise CommandError(str(stopped)) from None
+    _print_report(report)
     if report.degraded:
         _echo(
             f"{report.degraded} documents are keyword-searchable only until the embedder "
@@ -269,6 +270,13 @@ def add(
 
 
 _WHY_DOWN = "'tandem -v' shows why"
+
+
+def _print_report(report: BulkReport) -> None:
+    summary, reasons = render.bulk_summary(report)
+    _echo(summary)
+    if reasons:
+        _echo(reasons, err=True)
 
 
 def stored_and_embedded(report: BulkReport) -> tuple[int, int]:
@@ -439,9 +447,7 @@ def serve_metrics(
     path: PathOpt = None,
 ) -> None:
     """Serve Prometheus metrics over HTTP until Ctrl-C or SIGTERM."""
-    with open_engine(ctx, path) as engine:
-        for name in engine.list_corpora():
-            engine.corpus(name)  # opening a corpus publishes its gauges
+    with open_engine(ctx, path) as engine:  # every scrape covers every corpus
         try:
             handle = engine.serve_metrics(host=host, port=port)
         except OSError as exc:  # worded as `tandem serve` words it

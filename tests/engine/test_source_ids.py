@@ -1,6 +1,7 @@
 """Source ids as real collections spell them: Wikipedia titles, URIs, punctuation and
 non-ASCII letters are accepted end to end (add, search, fetch, delete, the JSON Lines
-loader and the HTTP API); whitespace, control and invisible characters are refused."""
+loader and the HTTP API); whitespace, control and invisible characters are refused, and
+so are ``.`` and ``..`` (no URL can name them)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,9 @@ REAL_IDS = (
     "100%_pure?",
     "東京タワー",
     "a" * MAX_SOURCE_ID_CHARS,
+    "...",
+    ".hidden",
+    "a/../b",
 )
 REFUSED_IDS = (
     "",
@@ -42,6 +46,8 @@ REFUSED_IDS = (
     "lone\ud800surrogate",
     "\u00a0",  # no-break space
     "a" * (MAX_SOURCE_ID_CHARS + 1),
+    ".",
+    "..",
 )
 
 
@@ -70,6 +76,7 @@ def test_the_rule_is_printable_without_whitespace(value: str) -> None:
         1 <= len(value) <= MAX_SOURCE_ID_CHARS
         and value.isprintable()
         and not any(ch.isspace() for ch in value)
+        and value not in (".", "..")
     )
     assert is_valid_source_id(value) is expected
 
@@ -105,3 +112,27 @@ def test_the_loader_takes_real_ids_and_names_the_rule_for_refused_ones() -> None
         assert document_from_json({"id": source_id, "text": "x"}).id == source_id
     with pytest.raises(LineError, match="printable"):
         document_from_json({"id": "two words", "text": "x"})
+    with pytest.raises(LineError, match=r"not \. or \.\."):
+        document_from_json({"id": "..", "text": "x"})
+
+
+def test_a_dot_segment_id_cannot_reach_the_corpus_route(tmp_path: Path) -> None:
+    """Regression: ``..`` was a valid id; clients resolve it out of a path
+    (``/documents/..`` -> the corpus itself), so deleting that document dropped the
+    corpus. Such ids are refused at upload now; the corpus survives."""
+    token = "t0ken-for-tests-0123456789"
+    (tmp_path / "token").write_text(token, encoding="utf-8")
+    auth = {"Authorization": f"Bearer {token}"}
+    app = create_app(ServerSettings(home=tmp_path / "home", token_file=tmp_path / "token"))
+    with TestClient(app) as client:
+        client.post("/v1/corpora", json={"name": "k", "embedder": None}, headers=auth)
+        upload = client.post(
+            "/v1/corpora/k/documents",
+            json=[{"id": "..", "text": "a"}, {"id": ".", "text": "b"}, {"id": "ok", "text": "c"}],
+            headers=auth,
+        )
+        report = upload.json()
+        assert upload.status_code == 200 and report["added"] == 1, report
+        assert [r["line"] for r in report["rejected"]] == [1, 2]
+        assert "not . or .." in report["rejected"][0]["reason"]
+        assert client.get("/v1/corpora/k/sources/ok").status_code == 200

@@ -46,7 +46,8 @@ class ApiError(HTTPException):
     """An answer other than success, with a stable machine-readable ``code``.
 
     An ``HTTPException`` so that FastAPI passes it through untouched even when it is
-    raised while a request body is being read (the body caps do that).
+    raised while a request body is being read (the body caps do that). ``extra`` members
+    go beside ``error`` in the body (an upload stopped part-way says what it stored).
     """
 
     def __init__(
@@ -55,10 +56,13 @@ class ApiError(HTTPException):
         code: str,
         message: str,
         headers: Mapping[str, str] | None = None,
+        *,
+        extra: Mapping[str, object] | None = None,
     ) -> None:
         super().__init__(status_code=status, detail=message, headers=dict(headers or {}))
         self.code = code
         self.message = message
+        self.extra = dict(extra or {})
 
 
 def invalid_json(exc: ValueError | RecursionError) -> ApiError:
@@ -140,6 +144,9 @@ def _validation_message(errors: Sequence[Any]) -> str:
 
 async def _on_api_error(request: Request, exc: Exception) -> JsonAnswer:
     assert isinstance(exc, ApiError)
+    if exc.extra:
+        body = exc.extra | error_body(exc.code, exc.message)
+        return JsonAnswer(body, status_code=exc.status_code, headers=dict(exc.headers or {}))
     return _json(exc.status_code, exc.code, exc.message, exc.headers)
 
 

@@ -13,7 +13,6 @@ that escaped the app into a 500 in the API's error shape, logging its type only.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import time
@@ -25,9 +24,10 @@ from fastapi.responses import Response
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from engine import EngineError, SearchEngine
+from engine import SearchEngine
 from engine.surfaces.http.errors import error_body
 from engine.surfaces.http.responses import JsonAnswer
 from engine.surfaces.metrics_http import CONTENT_TYPE
@@ -61,6 +61,10 @@ class RequestMetrics:
         )
 
 
+_CLIENT_CLOSED = 499
+"""Status recorded for a request whose client hung up before it could be answered."""
+
+
 class RequestGuard:
     """Counts every request and answers 500 (error shape) for anything that escaped."""
 
@@ -83,6 +87,12 @@ class RequestGuard:
 
         try:
             await self.app(scope, receive, tracked)
+        except ClientDisconnect:
+            # The client hung up before its body arrived (nothing was written: uploads
+            # are spooled whole first). Not a server error: counted as nginx's 499.
+            logger.debug("client closed the connection before its request body arrived")
+            if not started[0]:
+                status[0] = _CLIENT_CLOSED
         except Exception as exc:  # the last line of defence: never a traceback page
             logger.error("unhandled %s while answering a request", type(exc).__name__)
             if not started[0]:
@@ -108,13 +118,10 @@ class RequestGuard:
 
 def scrape(engine: SearchEngine, *, multiprocess: bool) -> bytes:
     """The Prometheus text for this server (every worker's values in multiprocess mode)."""
-    # A server serves every corpus of its directory: one created since by another
-    # process is opened here so that its gauges are scraped before anyone searches it.
     live = engine.list_corpora()
-    for name in live:
-        with contextlib.suppress(EngineError):  # dropped meanwhile
-            engine.corpus(name)
-    own = generate_latest(engine.registry)  # also refreshes the corpus-state gauges
+    # Refreshes the corpus-state gauges, opening every corpus of the directory first (one
+    # created since by another process too, before anyone searches it).
+    own = generate_latest(engine.registry)
     if not multiprocess:
         return own
     from prometheus_client import multiprocess as mp

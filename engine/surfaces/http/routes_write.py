@@ -17,9 +17,9 @@ from fastapi import APIRouter, Body, Request, Security
 
 from engine import CorpusConfig, SentenceTransformerEmbedding
 from engine.config import names_no_model
-from engine.surfaces.bulk import BulkReport, add_all
+from engine.surfaces.bulk import AddStopped, BulkReport, add_all
 from engine.surfaces.http.auth import BEARER, WriteRoute
-from engine.surfaces.http.errors import ApiError
+from engine.surfaces.http.errors import ApiError, engine_error
 from engine.surfaces.http.in_flight import WritesInFlight
 from engine.surfaces.http.responses import JsonAnswer
 from engine.surfaces.http.routes_read import CorpusName, engine_of
@@ -152,10 +152,29 @@ async def add_documents(request: Request, name: CorpusName) -> JsonAnswer:
         with writes.writing():
             try:
                 return add_all(corpus, parse_upload(upload, corpus.config.fields))
+            except AddStopped as stopped:
+                raise _stopped_part_way(stopped) from None
             finally:
                 upload.close()
 
     return JsonAnswer(report_body(await _outliving_cancellation(write)))
+
+
+def _stopped_part_way(stopped: AddStopped) -> ApiError:
+    """The engine error's answer (status, code, headers), saying what was stored: the
+    upload's earlier batches are durable, so a client told only "busy" would not know
+    that half its documents are in."""
+    mapped = engine_error(stopped.error)
+    line = stopped.next_line
+    return ApiError(
+        mapped.status_code,
+        mapped.code,
+        f"{mapped.message}; the upload stopped at line {line}: the documents before it "
+        "were stored (see written), none from it on. Sending it again is safe (writes "
+        "are upserts)",
+        mapped.headers,
+        extra={"written": report_body(stopped.report), "stopped_at_line": line},
+    )
 
 
 @router.delete(

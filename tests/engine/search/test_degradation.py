@@ -241,9 +241,7 @@ def test_gauge_is_exact_after_a_restart_mid_degradation(tmp_path: Path) -> None:
     embedder2.down = True
     second = Rig(tmp_path / "engine", {"model-a": embedder2})
     try:
-        assert second.gauge() is None  # nothing opened yet: no series, not a wrong value
-        second.engine.corpus("docs")
-        assert second.gauge() == 6
+        assert second.gauge() == 6  # nothing opened yet: the scrape opens it, exact
         assert second.gauge(name="tandem_documents") == 10
         embedder2.down = False
         assert second.engine.corpus("docs").repair() == 6
@@ -288,6 +286,32 @@ def test_engine_repairer_thread_heals_and_stops(rig: Rig, embedder: RecordingEmb
     repairer.stop()
     assert not repairer.running
     _assert_embedded_once(embedder)
+
+
+def test_the_repairer_heals_a_corpus_nobody_opened(tmp_path: Path) -> None:
+    """Regression: the repairer walked the corpora opened in its engine only, so
+    ``SearchEngine(path).start_repairer()`` — the natural long-running setup — healed
+    nothing until something opened each corpus."""
+    embedder = RecordingEmbedder(dimension=16, name="model-a")
+    first = Rig(tmp_path / "e", {"model-a": embedder})
+    first.engine.create_corpus(CorpusConfig(name="docs", embedder=_spec("model-a")))
+    embedder.down = True
+    first.engine.corpus("docs").add(docs(4))
+    first.close()
+    embedder.down = False
+
+    def degraded() -> int | bool:  # read through another engine: opening would heal
+        with SearchEngine(tmp_path / "e", read_only=True, embedder_factory=lambda s: embedder) as e:
+            return e.corpus("docs").stats()["degraded"]
+
+    assert degraded() == 4
+    with SearchEngine(tmp_path / "e", embedder_factory=lambda spec: embedder) as engine:
+        repairer = engine.start_repairer(interval_s=0.05)
+        deadline = time.monotonic() + 30
+        while degraded() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert degraded() == 0
+        repairer.stop()
 
 
 def test_engine_close_stops_the_repairer(tmp_path: Path) -> None:

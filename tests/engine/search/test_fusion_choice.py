@@ -137,3 +137,27 @@ def test_the_choice_persists_and_rejects_unknown_names(tmp_path: Path) -> None:
         CorpusConfig.model_validate({"name": "x", "fusion": "borda"})
     with pytest.raises(ValidationError):
         CorpusConfig(name="x", fusion=ZScoreFusion(dense_weight=1.5))
+
+
+@pytest.mark.parametrize("sparse_weight", [2.0, 0.5, 0.0])
+def test_a_keyword_only_answer_keeps_the_keyword_weight_and_order(
+    engine: SearchEngine, embedder: SwitchableEmbedder, sparse_weight: float
+) -> None:
+    """Regression: with the embedder down an RRF answer scored 1/(k + rank) whatever the
+    keyword arm's weight (its hybrid answers: weight/(k + rank)); a weight of 0 still
+    answers in the keyword order (the arm is all there is), at weight 1."""
+    config = CorpusConfig.model_validate(
+        {"name": "w", "embedder": "hash", "weights": {"sparse": sparse_weight, "dense": 1}}
+    )
+    corpus = engine.create_corpus(config)
+    corpus.add(DOCS)
+    keyword = engine.create_corpus(CorpusConfig(name="kw", embedder=None))
+    keyword.add(DOCS)
+    embedder.down = True
+    scale = sparse_weight or 1.0
+    for text in QUERIES:
+        hits = corpus.search(text, top_k=10)
+        assert [h.source_id for h in hits] == [h.source_id for h in keyword.search(text)]
+        for hit in hits:
+            assert hit.ranks.sparse is not None
+            assert hit.score == pytest.approx(scale / (config.rrf_k + hit.ranks.sparse))

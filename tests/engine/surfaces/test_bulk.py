@@ -16,6 +16,7 @@ from engine import (
     Corpus,
     CorpusConfig,
     Document,
+    EngineBusy,
     FieldType,
     InvalidArgument,
     SearchEngine,
@@ -163,3 +164,53 @@ def test_a_batch_is_sent_once_its_text_reaches_the_budget(
         ["d3", "d4", "d5", "d6"],
         ["d7", "d8", "d9", "d10"],
     ]
+
+
+def _busy_from_call(monkeypatch: pytest.MonkeyPatch, failing_call: int) -> list[int]:
+    """``Corpus.add`` raises ``EngineBusy`` from its ``failing_call``-th call on (a write
+    that waited out another process's lock); returns the sizes of the calls that ran."""
+    real = Corpus.add
+    sizes: list[int] = []
+
+    def add(self: Corpus, documents: Iterable[Document], **kwargs: Any) -> AddResult:
+        docs = list(documents)
+        if len(sizes) + 1 >= failing_call:
+            raise EngineBusy("another write held the lock for 30 s (busy_timeout)")
+        sizes.append(len(docs))
+        return real(self, docs, **kwargs)
+
+    monkeypatch.setattr(Corpus, "add", add)
+    return sizes
+
+
+def test_an_engine_error_after_stored_batches_says_what_was_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines: list[Loaded | Rejected] = [Rejected(1, "not JSON")]
+    lines += [Loaded(n, Document(id=f"d{n}", text=f"shared word{n}")) for n in range(2, 12)]
+    with SearchEngine(tmp_path) as engine:
+        corpus = engine.create_corpus(CorpusConfig(name="c", embedder=None))
+        sizes = _busy_from_call(monkeypatch, failing_call=3)
+        with pytest.raises(bulk.AddStopped) as stopped:
+            add_all(corpus, lines, batch_size=4)
+        assert sizes == [4, 4]
+        assert isinstance(stopped.value.error, EngineBusy)
+        assert stopped.value.next_line == 10  # lines 2-9 stored, 10-11 not
+        assert stopped.value.report.added == 8 and stopped.value.report.rejected_total == 1
+        assert "stopped at line 10" in str(stopped.value)
+        monkeypatch.undo()
+        stored = {h.source_id for h in corpus.search("shared", top_k=100)}
+        assert stored == {f"d{n}" for n in range(2, 10)} and len(corpus) == 8
+
+
+def test_an_engine_error_before_anything_was_stored_is_raised_as_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines: list[Loaded | Rejected] = [Loaded(n, Document(id=f"d{n}", text="w")) for n in (1, 2)]
+    with SearchEngine(tmp_path) as engine:
+        corpus = engine.create_corpus(CorpusConfig(name="c", embedder=None))
+        _busy_from_call(monkeypatch, failing_call=1)
+        with pytest.raises(EngineBusy):
+            add_all(corpus, lines, batch_size=1)
+        monkeypatch.undo()
+        assert len(corpus) == 0

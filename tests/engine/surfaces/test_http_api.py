@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from engine import CorpusConfig, Document, SearchEngine
+from engine import Corpus, CorpusConfig, Document, EngineBusy, SearchEngine
 from engine.limits import MAX_GREP_PATTERN
+from engine.surfaces.bulk import BATCH_SIZE
 from engine.surfaces.http import ServerSettings, create_app
 from engine.surfaces.http.schemas import CorpusResponse, passage_body
 from tests.support.fakes import HashEmbedder, RecordingEmbedder, SwitchableEmbedder, factory_for
@@ -648,6 +649,97 @@ def test_upload_caps_refuse_the_whole_body_and_write_nothing(home: Path) -> None
             headers={**AUTH, "content-type": "text/csv"},
         )
         assert error_of(media, 415)["code"] == "unsupported_media_type"
+
+
+def test_an_upload_stopped_by_a_busy_lock_says_what_it_stored(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: an upload's earlier batches are durable when a later one waits out
+    another process's lock; the 503 said only "busy", so a client could not tell that
+    half its documents were in."""
+    engine: SearchEngine = client.app.state.engine  # type: ignore[attr-defined]
+    corpus = engine.create_corpus(CorpusConfig(name="halfway", embedder=None))
+    real, calls = Corpus.add, []
+
+    def add(self: Corpus, documents: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 2:  # the second batch waited out another process's write
+            raise EngineBusy("corpus 'halfway': another write held the lock for 30 s")
+        return real(self, documents, **kwargs)
+
+    monkeypatch.setattr(Corpus, "add", add)
+    lines = [json.dumps({"id": f"d{n}", "text": f"shared {n}"}) for n in range(BATCH_SIZE + 5)]
+    answer = client.post(
+        "/v1/corpora/halfway/documents",
+        content=("\n".join(lines) + "\n").encode(),
+        headers={**AUTH, "content-type": "application/x-ndjson"},
+    )
+    assert answer.status_code == 503 and answer.headers["retry-after"] == "1"
+    body = answer.json()
+    assert body["error"]["code"] == "engine_busy"
+    assert f"stopped at line {BATCH_SIZE + 1}" in body["error"]["message"]
+    assert body["stopped_at_line"] == BATCH_SIZE + 1
+    assert body["written"]["added"] == BATCH_SIZE == len(corpus)
+    monkeypatch.undo()
+    again = client.post(  # and sending it again completes it
+        "/v1/corpora/halfway/documents",
+        content=("\n".join(lines) + "\n").encode(),
+        headers={**AUTH, "content-type": "application/x-ndjson"},
+    )
+    assert again.status_code == 200 and again.json()["added"] == 5
+    assert len(corpus) == BATCH_SIZE + 5
+
+
+def test_a_client_hanging_up_mid_upload_is_no_server_error(
+    client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Regression: Starlette's ClientDisconnect escaped to the last-resort guard, which
+    logged an ERROR and counted a 500 for every upload a client abandoned."""
+    client.post("/v1/corpora", json={"name": "hangup", "embedder": None}, headers=AUTH)
+    messages = iter(
+        [
+            {"type": "http.request", "body": b'{"id": "a", "text": "x"}\n', "more_body": True},
+            {"type": "http.disconnect"},
+        ]
+    )
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return next(messages)
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/corpora/hangup/documents",
+        "raw_path": b"/v1/corpora/hangup/documents",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"host", b"testserver"),
+            (b"authorization", f"Bearer {TOKEN}".encode()),
+            (b"content-type", b"application/x-ndjson"),
+            (b"content-length", b"100000"),
+        ],
+        "client": ("127.0.0.1", 1),
+        "server": ("testserver", 80),
+        "app": client.app,
+    }
+    with caplog.at_level("DEBUG", logger="engine.surfaces.http.ops"):
+        client.portal.call(client.app, scope, receive, send)  # type: ignore[union-attr]
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+    assert not [m for m in sent if m.get("status") == 500]
+    metrics = client.get("/metrics").text
+    route = 'route="/v1/corpora/{name}/documents"'
+    counted = [line for line in metrics.splitlines() if route in line]
+    assert not [line for line in counted if 'status="500"' in line]
+    assert [line for line in counted if 'status="499"' in line]
+    assert len(client.app.state.engine.corpus("hangup")) == 0  # type: ignore[attr-defined]
 
 
 def test_agent_memory_remember_and_recall_by_scope(client: TestClient) -> None:

@@ -295,3 +295,20 @@ def test_stopped_metrics_servers_are_let_go(tmp_path: Path) -> None:
             engine.serve_metrics().stop()
         server = engine.serve_metrics()
         assert engine._servers == [server]
+
+
+def test_a_scrape_covers_corpora_nobody_opened_and_ones_created_since(
+    tmp_path: Path, embedder: RecordingEmbedder
+) -> None:
+    """Regression: the endpoint published the gauges of corpora opened in its engine
+    only, so ``SearchEngine(path).serve_metrics()`` showed none, and `tandem
+    serve-metrics` never showed a corpus another process created after it started."""
+    with SearchEngine(tmp_path, embedder_factory=lambda spec: embedder) as writer:
+        writer.create_corpus(CorpusConfig(name="old", embedder=_spec())).add(docs(3))
+    with SearchEngine(tmp_path, embedder_factory=lambda spec: embedder) as engine:
+        server = engine.serve_metrics()
+        assert value(scrape(server.url), "tandem_documents", corpus="old") == 3
+        assert value(scrape(server.url), "tandem_embedder_up", corpus="old") is not None
+        with SearchEngine(tmp_path, embedder_factory=lambda spec: embedder) as other:
+            other.create_corpus(CorpusConfig(name="new", embedder=None)).add(docs(2))
+        assert value(scrape(server.url), "tandem_documents", corpus="new") == 2
