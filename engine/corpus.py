@@ -476,11 +476,20 @@ class Corpus:
             yield self._searcher
 
     @in_lifetime
-    def _field_values(self, ids: Sequence[str]) -> dict[str, dict[str, str | int]]:
-        """For stored ids (public or not): their encoded filter-field values (for
-        ``engine.surfaces.memory``, which must not overwrite another scope's memory)."""
+    def _field_values(self, ids: Sequence[str]) -> dict[str, tuple[dict[str, str | int], bool]]:
+        """For stored ids (public or not): their encoded filter-field values and whether
+        they are public (for ``engine.surfaces.memory``, which must not overwrite another
+        scope's memory, nor a non-public document)."""
         stored = self._store.get_many(ids, public_only=False)
-        return {sid: dict(doc.fields) for sid, doc in stored.items()}
+        return {sid: (dict(doc.fields), doc.is_public) for sid, doc in stored.items()}
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Hold the write lock across a read and the ``add`` it decides (the lock is
+        re-entrant in one thread): no other writer, here or in another process, comes
+        between them (``engine.surfaces.memory``'s check of an id's scope)."""
+        with self._sync.writing():
+            yield
 
     @in_lifetime
     def _content_state(self, ids: Sequence[str]) -> dict[str, tuple[str, bool]]:

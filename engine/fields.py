@@ -10,6 +10,7 @@ day number, days since 1970-01-01), so every range is an integer range.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Collection, Mapping
 
 from engine.config import FieldType
@@ -38,6 +39,21 @@ SPARSE_KIND = {
     FieldType.INTEGER: FieldKind.INTEGER,
     FieldType.DATE: FieldKind.INTEGER,
 }
+
+
+ISO_DAY_PATTERN = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
+"""The one form a date takes in text (JSON Lines, filters, the question model's answer)."""
+_ISO_DAY = re.compile(ISO_DAY_PATTERN)
+
+
+def parse_day(text: str) -> dt.date:
+    """A ``YYYY-MM-DD`` date; ``ValueError`` for anything else. Stricter than
+    ``date.fromisoformat``, which from Python 3.11 also reads week dates (``1942-W01-1``
+    is 1941-12-29) and the basic form (``19420315``): a value in another form is refused,
+    not stored as some other day."""
+    if _ISO_DAY.fullmatch(text) is None:
+        raise ValueError(f"not a YYYY-MM-DD date: {text[:20]!r}")
+    return dt.date.fromisoformat(text)
 
 
 def date_to_days(value: dt.date) -> int:

@@ -28,7 +28,7 @@ from typing import Any, TypeAlias
 
 from engine.config import FieldType
 from engine.errors import InvalidArgument
-from engine.fields import INT64_MAX, INT64_MIN, described, encode_value, is_int64
+from engine.fields import INT64_MAX, INT64_MIN, described, encode_value, is_int64, parse_day
 from sparse import FieldFilter, RangeFilter, TermsFilter
 from sparse.contracts import MAX_FIELD_NAME_LENGTH
 
@@ -239,7 +239,7 @@ def _kind_of(field: object, declared: Mapping[str, FieldType]) -> FieldType:
 def _value(field: str, kind: FieldType, value: object) -> str | int:
     if kind is FieldType.DATE and isinstance(value, str):
         try:
-            value = dt.date.fromisoformat(value)
+            value = parse_day(value)
         except ValueError:
             raise InvalidArgument(
                 f"filter on {field!r}: a date field takes dates as YYYY-MM-DD"

@@ -127,6 +127,7 @@ class TantivyIndex:
         self._create_missing = bool(create_missing) and not read_only
         self._read_only = bool(read_only)
         self._shadow: ShadowDirectory | None = None
+        self._told_unopenable = False  # a read-only index that cannot open says so once
 
     @property
     def path(self) -> Path:
@@ -297,6 +298,19 @@ class TantivyIndex:
         except SparseIndexCorruptError:
             raise
         except (ValueError, OSError) as exc:
+            if self._read_only and not self._told_unopenable:
+                # Its schema is another's (an older version's analyzers or title weight)
+                # or it is damaged: only a writable open rebuilds it, and until then every
+                # keyword search answers from its owner's fallback. Say so once, not per
+                # search, and not silently.
+                self._told_unopenable = True
+                logger.warning(
+                    "keyword index at %s cannot be opened read-only (%s: built by another "
+                    "version or with other settings, or damaged); a writable open rebuilds "
+                    "it from the store, keyword searches fall back until then",
+                    path,
+                    type(exc).__name__,
+                )
             raise SparseIndexCorruptError(f"cannot open tantivy index at {path}") from exc
         for analyzer in self._analyzers.routed:
             index.register_tokenizer(analyzer.tokenizer_name, analyzer.build())

@@ -24,7 +24,7 @@ from typing import Any
 
 from engine.config import FieldType
 from engine.documents import is_utf8_encodable
-from engine.fields import is_int64
+from engine.fields import ISO_DAY_PATTERN, is_int64
 from engine.natural.errors import NaturalSearchUnavailable
 
 MAX_KEYWORDS = 8
@@ -39,7 +39,7 @@ character, so an answer within ``MAX_OUTPUT_CHARS`` is never cut; without a cap 
 that loops in JSON mode (endless whitespace is a known failure) generates until its
 context is full, holding the question for as long."""
 
-_DATE_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
+_DATE_PATTERN = f"^{ISO_DAY_PATTERN}$"
 _DATE = re.compile(_DATE_PATTERN)
 _BOUND_KEYS = {FieldType.INTEGER: ("min", "max"), FieldType.DATE: ("from", "to")}
 

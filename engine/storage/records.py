@@ -99,15 +99,22 @@ def field_rows(docs: Sequence[StoredDocument]) -> list[tuple[str, str, str | Non
 def with_fields(conn: sqlite3.Connection, docs: list[StoredDocument]) -> list[StoredDocument]:
     """Attach each document's field values (one query per chunk of ids)."""
     found: dict[str, list[tuple[str, str | int]]] = {}
-    for sid, name, text, number in select_by_ids(
-        conn,
-        "SELECT source_id, name, value_text, value_int FROM document_fields "
-        "WHERE source_id IN ({ids})",
-        [d.source_id for d in docs],
-    ):
-        found.setdefault(sid, []).append(
-            (str(name), str(text) if text is not None else int(number))
-        )
+    try:
+        for sid, name, text, number in select_by_ids(
+            conn,
+            "SELECT source_id, name, value_text, value_int FROM document_fields "
+            "WHERE source_id IN ({ids})",
+            [d.source_id for d in docs],
+        ):
+            found.setdefault(sid, []).append(
+                (str(name), str(text) if text is not None else int(number))
+            )
+    except sqlite3.OperationalError as exc:
+        # A store written before filterable fields, opened read-only: the table comes with
+        # the first writable open, and until then no document has a field value.
+        if "no such table: document_fields" not in str(exc):
+            raise
+        return docs
     if not found:
         return docs
     return [

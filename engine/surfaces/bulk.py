@@ -89,10 +89,15 @@ def add_all(
     *,
     batch_size: int = BATCH_SIZE,
     on_batch: Callable[[BulkReport], None] | None = None,
+    report: BulkReport | None = None,
 ) -> BulkReport:
     """Add every loaded document to ``corpus``; collect rejections with their reasons.
 
     ``on_batch`` sees the running report after every batch (for a progress display).
+    ``report``: the tally to keep (a new one by default), which the caller still holds
+    when the add is interrupted part-way. An id repeated within a batch counts as an
+    update by its later lines (the engine stores the last), as its lines in separate
+    batches do.
 
     Engine errors other than ``InvalidArgument`` (disk full, a busy lock, ...) stop it:
     raised as they are while nothing was stored, as ``AddStopped`` (what was stored, where
@@ -100,7 +105,7 @@ def add_all(
     """
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
-    report = BulkReport()
+    report = BulkReport() if report is None else report
     declared = corpus.config.fields
     batch: list[Loaded] = []
     chars = 0
@@ -144,6 +149,7 @@ def _add_batch(corpus: Corpus, batch: Sequence[Loaded], report: BulkReport) -> N
         part = pending.pop()
         try:
             report.count(corpus.add(_documents(part), progress=False))
+            report.updated += len(part) - len({item.document.id for item in part})
         except InvalidArgument as exc:
             if len(part) == 1:
                 report.reject(Rejected(part[0].line, str(exc)))

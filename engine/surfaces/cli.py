@@ -224,10 +224,10 @@ def add(
     ctx: typer.Context,
     corpus: CorpusArg,
     file: Annotated[
-        Path,
+        str,  # not a Path: ``Path("./-")`` prints as "-", the name of standard input
         typer.Argument(
             help="JSON Lines (or BEIR corpus.jsonl), optionally gzipped, or a JSON array of "
-            "documents; - (or a pipe, /dev/stdin) reads standard input.",
+            "documents; - (or a pipe, /dev/stdin) reads standard input (./- is a file).",
             metavar="FILE",
         ),
     ],
@@ -242,21 +242,32 @@ def add(
     the time left (how far through, for a file of known size); none is drawn when stderr
     is not a terminal or with --quiet.
     """
-    if str(file) != STDIN:
-        if file.is_dir():
+    if file != STDIN:
+        if Path(file).is_dir():
             raise CommandError(
                 f"{file} is a directory; give one JSON Lines file (.jsonl, .jsonl.gz), "
                 "a JSON array (.json) or - for standard input"
             )
-        if not file.exists():
+        if not Path(file).exists():
             raise CommandError(f"no such file: {file}")
     with open_corpus(ctx, path, corpus) as target:
         source = DocumentFile(file, fields=target.config.fields)
+        report = BulkReport()  # the running tally, also when the add does not finish
         try:
-            report = _add_with_progress(target, source, corpus, quiet=quiet)
+            _add_with_progress(target, source, corpus, report, quiet=quiet)
         except AddStopped as stopped:
-            _print_report(stopped.report)  # what was stored before the error
+            _print_report(report)  # what was stored before the error
             raise CommandError(str(stopped)) from None
+        except KeyboardInterrupt:
+            report.finish()
+            _print_report(report)
+            _echo(
+                "interrupted: the documents counted were stored (the batch being written "
+                "when it stopped may be too); adding the same file again is safe (writes "
+                "are upserts)",
+                err=True,
+            )
+            raise typer.Exit(130) from None
     _print_report(report)
     if report.degraded:
         _echo(
@@ -287,21 +298,21 @@ def stored_and_embedded(report: BulkReport) -> tuple[int, int]:
 
 
 def _add_with_progress(
-    target: Corpus, source: DocumentFile, name: str, *, quiet: bool
-) -> BulkReport:
+    target: Corpus, source: DocumentFile, name: str, report: BulkReport, *, quiet: bool
+) -> None:
     if not wants_progress(sys.stderr, quiet=quiet):
-        return add_all(target, source)
+        add_all(target, source, report=report)
+        return
     bar = AddProgress(
         sys.stderr, f"adding to {name}", source.size, vectors=target.config.vectors_enabled
     )
     bar.update(0, 0, 0, force=True)
 
-    def draw(report: BulkReport, *, final: bool = False) -> None:
-        (bar.finish if final else bar.update)(source.progress(), *stored_and_embedded(report))
+    def draw(tally: BulkReport, *, final: bool = False) -> None:
+        (bar.finish if final else bar.update)(source.progress(), *stored_and_embedded(tally))
 
-    report = add_all(target, source, on_batch=draw)
+    add_all(target, source, on_batch=draw, report=report)
     draw(report, final=True)
-    return report
 
 
 # -- reading --------------------------------------------------------------------------------
@@ -390,17 +401,12 @@ def ask(
     passages = list(answer.passages)
     interpretation = answer.interpretation.to_dict()
     if as_json:
-        _echo(
-            json.dumps(
-                {
-                    "interpretation": interpretation,
-                    "passages": json.loads(render.passages_json(passages))["passages"],
-                },
-                ensure_ascii=False,
-            )
-        )
+        passages_out = json.loads(render.passages_json(passages))["passages"]
+        _echo(render.to_json({"interpretation": interpretation, "passages": passages_out}))
     else:
-        _echo(f"understood as: {json.dumps(interpretation, ensure_ascii=False)}")
+        # Resolved values come from stored documents (other writers'): shown inert.
+        understood = json.dumps(interpretation, ensure_ascii=False)
+        _echo(f"understood as: {render.safe(understood, one_line=True)}")
         render.print_passages(console(), passages)
 
 

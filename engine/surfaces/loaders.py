@@ -21,7 +21,6 @@ and a verdict's ``line`` is then the document's position in the array (1-based).
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import gzip
 import io
 import json
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol, cast
 
 from engine import Document, FieldType
+from engine.fields import parse_day
 from engine.limits import (
     MAX_ACCESS_GROUPS,
     MAX_DOCUMENT_CHARS,
@@ -162,7 +162,7 @@ def _date(name: str, raw: object) -> object:
     if not isinstance(raw, str):
         return raw  # the engine names the type problem
     try:
-        return dt.date.fromisoformat(raw)
+        return parse_day(raw)
     except ValueError:
         raise LineError(f"field {name!r} is a date field: values must be YYYY-MM-DD") from None
 
@@ -246,6 +246,9 @@ class DocumentFile:
     """
 
     def __init__(self, path: str | Path, fields: Mapping[str, FieldType] = _NO_FIELDS) -> None:
+        # Told apart before ``Path`` normalises it: ``Path("./-")`` prints as "-", and
+        # ``./-`` is how a person names a file called "-".
+        self._stdin = isinstance(path, str) and path == STDIN
         self.path = Path(path)
         self.fields = fields
         self.size = 0
@@ -265,7 +268,8 @@ class DocumentFile:
 
     @property
     def is_stdin(self) -> bool:
-        return str(self.path) == STDIN
+        """Standard input: the string ``"-"`` was given (not a path that prints as it)."""
+        return self._stdin
 
     def progress(self) -> int:
         """Bytes of the file read so far (all of them once it was read to the end; 0

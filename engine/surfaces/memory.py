@@ -69,9 +69,10 @@ class Recalled:
 
 
 def _check_scope(scope: object) -> str:
-    if not is_keyword_value(scope):
-        raise InvalidArgument("scope must be 1-256 characters without control characters")
-    assert isinstance(scope, str)
+    # Printable too (no C1 controls, zero-width or bidi characters): a scope that prints
+    # like another ("alice" and "alice\u200b") would read as the same one in answers.
+    if not is_keyword_value(scope) or not isinstance(scope, str) or not scope.isprintable():
+        raise InvalidArgument("scope must be 1-256 printable characters")
     return scope
 
 
@@ -127,13 +128,18 @@ class Memory:
         validate_document(document)  # a refused memory leaves no corpus behind
         corpus = self._corpus(create=True)
         assert corpus is not None
-        if id is not None:
-            held = corpus._field_values([doc_id]).get(doc_id)
-            if held is not None and held.get(SCOPE_FIELD) != scope:
-                # An id names one memory in one scope: replacing another scope's would
-                # lose that scope's memory through a caller who cannot even see it.
-                raise InvalidArgument(f"memory id {doc_id!r} is taken in another scope")
-        result = corpus.add([document], progress=False)
+        # The check and the write under one hold of the write lock: checked outside it,
+        # two scopes remembering one id at once both passed, and one replaced the other.
+        with corpus._writing():
+            if id is not None:
+                held = corpus._field_values([doc_id]).get(doc_id)
+                if held is not None and (held[0].get(SCOPE_FIELD) != scope or not held[1]):
+                    # An id names one memory in one scope: replacing another scope's would
+                    # lose it through a caller who cannot even see it; a non-public
+                    # document is no memory to replace (and gets the same words, so the
+                    # answer does not say that one exists).
+                    raise InvalidArgument(f"memory id {doc_id!r} is taken in another scope")
+            result = corpus.add([document], progress=False)
         return Remembered(id=doc_id, scope=scope, added=result.added == 1)
 
     def recall(self, query: str, scope: str | None = None, top_k: int = 5) -> list[Recalled]:

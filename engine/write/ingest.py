@@ -207,7 +207,8 @@ class Ingestor:
         self._store.set_embeddings(ids, vectors, self._embedder.name)
         self._indexes.apply_vectors(ids, vectors, self._store.seq)
         self._plan.healed(ids)
-        self._metrics.repaired.labels(self._corpus).inc(len(ids))
+        # Public ones only: anyone may read the metrics, which say nothing of the rest.
+        self._metrics.repaired.labels(self._corpus).inc(sum(d.is_public for d in ordered))
         return len(ids)
 
     def _model_name(self) -> str | None:

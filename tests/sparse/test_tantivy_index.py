@@ -8,6 +8,7 @@ import pytest
 
 from sparse.analyzers import Analyzer
 from sparse.contracts import SparseDocument
+from sparse.errors import SparseIndexCorruptError
 from sparse.tantivy_backend import TantivyBackend
 from sparse.tantivy_index import TantivyIndex
 from tests.sparse.backend_contract import PUBLIC, ids, query
@@ -143,3 +144,22 @@ def test_non_documents_and_non_string_ids_raise_value_error(tmp_path: Path) -> N
         index.upsert([{"source_id": "a"}])  # type: ignore[list-item]
     with pytest.raises(ValueError):
         index.delete([1])  # type: ignore[list-item]
+
+
+def test_a_read_only_index_that_cannot_open_says_so_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An index built by another version (another schema) or damaged cannot open read-only,
+    and nothing can rebuild it there: every search fails over to the owner's fallback. It
+    used to do so without a word; now one warning says why, not one per search."""
+    writer = TantivyIndex(tmp_path / "ix")
+    writer.upsert([SparseDocument("a", "Alpha", "walrus")])
+    writer.close()
+    (tmp_path / "ix" / "meta.json").write_text("{not json", encoding="utf-8")
+    reader = TantivyIndex(tmp_path / "ix", read_only=True)
+    with caplog.at_level("WARNING", logger="sparse.tantivy_index"):
+        for _ in range(3):
+            with pytest.raises(SparseIndexCorruptError):
+                reader.view()
+    told = [r for r in caplog.records if "cannot be opened read-only" in r.getMessage()]
+    assert len(told) == 1 and "a writable open rebuilds it" in told[0].getMessage()

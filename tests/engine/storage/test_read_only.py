@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -144,3 +145,20 @@ def test_read_only_works_on_a_directory_it_cannot_write(tmp_path: Path) -> None:
     assert out["hybrid-write"] == out["keyword-write"] == "refused"
     assert out["fetch"] == "Orders arrive within five days."
     assert _listing(root) == before  # not a file created, changed or removed
+
+
+def test_a_store_from_before_filter_fields_reads_read_only(tmp_path: Path) -> None:
+    """Regression (upgrades): a store written before filterable fields has no
+    ``document_fields`` table until a writable open creates it; a read-only open failed
+    every fetch (and opening a hybrid corpus) with "no such table: document_fields"."""
+    _build(tmp_path)
+    for name in ("hybrid", "keyword"):
+        with sqlite3.connect(tmp_path / "corpora" / name / "store.sqlite3") as db:
+            db.execute("DROP TABLE document_fields")  # as an older version left it
+    with _engine(tmp_path, read_only=True) as engine:
+        for name in ("hybrid", "keyword"):
+            corpus = engine.corpus(name)
+            assert corpus.fetch_source("p1").text == "Use the reset link to sign in."
+            assert corpus.search("reset password")[0].source_id == "p1"
+    with _engine(tmp_path) as engine:  # a writable open brings the table back
+        assert engine.corpus("keyword").fetch_source("p2").title == "Delivery times"

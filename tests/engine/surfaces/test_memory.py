@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mcp.client.session import ClientSession
 
-from engine import CorpusConfig, Document, InvalidArgument, SearchEngine
+from engine import Corpus, CorpusConfig, Document, InvalidArgument, SearchEngine
 from engine.surfaces.memory import MAX_MEMORY_CHARS, Memory, memory_id
 from tests.engine.surfaces.test_mcp import expect_tool_error, payload, run_session
 
@@ -49,6 +51,72 @@ def test_an_explicit_id_never_replaces_another_scopes_memory(memory: Memory) -> 
     updated = memory.remember("Alice's doctor is Dr Foster", "alice", id="note-1")
     assert not updated.added  # the same scope may replace its own memory
     assert [m.text for m in memory.recall("doctor", "alice")] == ["Alice's doctor is Dr Foster"]
+
+
+def test_two_scopes_remembering_one_id_at_once_never_replace_each_other(
+    memory: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: the id's scope was checked outside the write lock, so two scopes
+    remembering the same id at once both passed the check and one replaced the other
+    (146 of 150 racing rounds in a review)."""
+    memory.remember("seed", "seed-scope")  # the corpus exists before the race
+    real_add = Corpus.add
+    outcomes: dict[str, object] = {}
+
+    def bob() -> None:
+        try:
+            outcomes["bob"] = memory.remember("Bob's note", "bob", id="shared-id")
+        except InvalidArgument as exc:
+            outcomes["bob"] = exc
+
+    def add_after_bob_tried(self: Corpus, documents: Any, **kwargs: Any) -> Any:
+        if "started" not in outcomes:  # Alice's add: let Bob try in between, if he can
+            outcomes["started"] = True
+            rival = threading.Thread(target=bob)
+            rival.start()
+            rival.join(timeout=2)  # with the fix he waits for the lock: Alice goes on
+            outcomes["rival"] = rival
+        return real_add(self, documents, **kwargs)
+
+    monkeypatch.setattr(Corpus, "add", add_after_bob_tried)
+    alice = memory.remember("Alice's note", "alice", id="shared-id")
+    rival = outcomes["rival"]
+    assert isinstance(rival, threading.Thread)
+    rival.join(timeout=60)
+    assert alice.added
+    assert isinstance(outcomes["bob"], InvalidArgument)  # told, not silently replaced
+    assert [m.text for m in memory.recall("note", "alice")] == ["Alice's note"]
+    assert memory.recall("note", "bob") == []
+
+
+def test_remember_neither_replaces_nor_reveals_a_non_public_document(
+    memory: Memory, fast_engine: SearchEngine
+) -> None:
+    """Regression: ``remember(id=...)`` of a non-public document's id replaced it (made
+    public, its access groups dropped) in its scope, and in another scope answered
+    differently from an id nobody holds."""
+    memory.remember("seed", "alice")
+    corpus = fast_engine.corpus("memory")
+    private = Document(
+        id="hr-note",
+        text="salary review",
+        access_groups=frozenset({"hr"}),
+        fields={"scope": "alice"},
+    )
+    corpus.add([private])
+    for scope in ("alice", "bob"):
+        with pytest.raises(InvalidArgument, match="taken in another scope"):
+            memory.remember("overwrite attempt", scope, id="hr-note")
+    assert corpus._store.get_many(["hr-note"], public_only=False)["hr-note"].text == "salary review"
+    assert "hr-note" not in {m.id for m in memory.recall("salary review", "alice", top_k=50)}
+
+
+@pytest.mark.parametrize("scope", ["\x85alice", "alice\u200b", "\u202ealice"])
+def test_a_scope_that_prints_like_another_is_refused(memory: Memory, scope: str) -> None:
+    with pytest.raises(InvalidArgument, match="printable"):
+        memory.remember("note", scope)
+    with pytest.raises(InvalidArgument, match="printable"):
+        memory.recall("note", scope)
 
 
 def test_memory_refuses_what_search_would_refuse(memory: Memory, fast_engine: SearchEngine) -> None:

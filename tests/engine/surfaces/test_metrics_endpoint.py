@@ -76,6 +76,10 @@ def test_the_document_gauges_say_nothing_of_non_public_documents(
     assert value(samples, "tandem_documents", corpus="docs") == 3
     assert value(samples, "tandem_documents_degraded", corpus="docs") == 3
     assert corpus.stats()["documents"] == 8  # the operator's own count still says all
+    embedder.down = False
+    assert corpus.repair() == 8
+    # Regression: the repair counter counted the healed non-public documents too.
+    assert value(scrape(server.url), "tandem_repair_documents_total", corpus="docs") == 3
 
 
 def test_scrape_parses_and_follows_degradation(
