@@ -9,6 +9,7 @@ import pytest
 
 from engine import SearchEngine
 from tests.support.fakes import HashEmbedder, SwitchableEmbedder
+from tests.support.natural_standin import ChatStandIn
 
 
 @pytest.fixture
@@ -21,3 +22,14 @@ def fast_engine(tmp_path: Path, hash_embedder: SwitchableEmbedder) -> Iterator[S
     """An engine whose corpora embed with ``hash_embedder`` (switchable faults)."""
     with SearchEngine(tmp_path / "fast", embedder_factory=lambda spec: hash_embedder) as eng:
         yield eng
+
+
+@pytest.fixture
+def chat_standin() -> Iterator[ChatStandIn]:
+    """The Ollama stand-in with a chat model (``tests.support.natural_standin``), running."""
+    standin = ChatStandIn()
+    standin.start()
+    try:
+        yield standin
+    finally:
+        standin.stop()

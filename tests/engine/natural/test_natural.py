@@ -66,16 +66,6 @@ def _letters() -> list[Document]:
 
 
 @pytest.fixture
-def chat_standin() -> Iterator[ChatStandIn]:
-    standin = ChatStandIn()
-    standin.start()
-    try:
-        yield standin
-    finally:
-        standin.stop()
-
-
-@pytest.fixture
 def engine(tmp_path: Path) -> Iterator[SearchEngine]:
     with SearchEngine(tmp_path / "nl") as eng:
         yield eng

@@ -5,7 +5,7 @@ output that survives an ASCII terminal and shows stored values inert."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -98,23 +98,14 @@ def test_dates_are_read_in_one_form_only(value: str) -> None:
     assert document_from_json({"id": "w", "text": "x", "sent": "1942-03-15"}, declared).fields
 
 
-@pytest.fixture
-def chat() -> Iterator[ChatStandIn]:
-    standin = ChatStandIn()
-    standin.start()
-    try:
-        yield standin
-    finally:
-        standin.stop()
-
-
 SPOOF = "\u202eWalter\u202c \x9b31m"
 
 
 def test_ask_output_survives_an_ascii_terminal_and_shows_stored_values_inert(
-    tmp_path: Path, chat: ChatStandIn
+    tmp_path: Path, chat_standin: ChatStandIn
 ) -> None:
     home = tmp_path / "engine"
+    chat = chat_standin
     natural = NaturalLanguage(model=CHAT_MODEL, host=chat.host, timeout_s=30, health_timeout_s=30)
     with SearchEngine(home) as engine:
         corpus = engine.create_corpus(
