@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -14,7 +15,14 @@ from engine.config import CorpusConfig, EmbedderSpec, save_config
 from engine.corpus_model import CorpusModel, guarded
 from engine.dimension_guard import DimensionGuard
 from engine.documents import AddResult, Document, GrepMatch, Passage, SourceText
-from engine.errors import CorpusNotFound, InvalidArgument, StorageError, sealed
+from engine.errors import (
+    CorpusNotFound,
+    EngineError,
+    InvalidArgument,
+    StorageError,
+    sealed,
+    storage_error,
+)
 from engine.fields import sparse_kinds
 from engine.filters import Filter, compile_filter
 from engine.lifetime import Lifetime, in_lifetime
@@ -487,9 +495,17 @@ class Corpus:
     def _writing(self) -> Iterator[None]:
         """Hold the write lock across a read and the ``add`` it decides (the lock is
         re-entrant in one thread): no other writer, here or in another process, comes
-        between them (``engine.surfaces.memory``'s check of an id's scope)."""
-        with self._sync.writing():
-            yield
+        between them (``engine.surfaces.memory``'s check of an id's scope). Inside the
+        corpus's lifetime, with storage errors in the engine's words, as a public
+        method's (a corpus closed meanwhile is a ``StorageError``, not a bare OSError)."""
+        with self._lifetime.call():
+            try:
+                with self._sync.writing():
+                    yield
+            except EngineError:
+                raise
+            except (sqlite3.Error, OSError) as exc:
+                raise storage_error(exc) from exc
 
     @in_lifetime
     def _content_state(self, ids: Sequence[str]) -> dict[str, tuple[str, bool]]:

@@ -458,8 +458,11 @@ class SearchEngine:
         for name in names:
             try:
                 corpora.append(self.corpus(name))
-            except (EngineError, sqlite3.Error, OSError) as exc:
-                logger.debug("corpus %s not opened (%s)", name, type(exc).__name__)
+            except Exception as exc:
+                # An unreadable config, an embedder factory that refuses its spec, a drop:
+                # one corpus must not end the repairer or fail every scrape. Types only:
+                # messages may quote files.
+                logger.warning("corpus %s not opened (%s); skipped", name, type(exc).__name__)
         return corpora
 
     def _refresh_metrics(self) -> None:

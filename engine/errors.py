@@ -93,9 +93,14 @@ def sealed(method: Callable[_P, _R]) -> Callable[_P, _R]:
             return method(*args, **kwargs)
         except EngineError:
             raise
-        except sqlite3.Error as exc:
-            raise StorageError(f"the document store failed ({type(exc).__name__}: {exc})") from exc
-        except OSError as exc:
-            raise StorageError(f"storage I/O failed ({type(exc).__name__}: {exc})") from exc
+        except (sqlite3.Error, OSError) as exc:
+            raise storage_error(exc) from exc
 
     return call
+
+
+def storage_error(exc: sqlite3.Error | OSError) -> StorageError:
+    """The engine's words for a storage layer's exception (``sealed`` raises them)."""
+    if isinstance(exc, sqlite3.Error):
+        return StorageError(f"the document store failed ({type(exc).__name__}: {exc})")
+    return StorageError(f"storage I/O failed ({type(exc).__name__}: {exc})")

@@ -71,15 +71,20 @@ class BulkReport:
 class AddStopped(Exception):
     """An engine error (``error``, also the ``__cause__``) stopped ``add_all`` after it had
     stored documents: every line before ``next_line`` was stored or rejected, as
-    ``report`` counts; none from it on was stored."""
+    ``report`` counts; the batch of lines ``next_line``..``last_line`` was being written
+    (stored or not: an error can come after the store committed it); none after it."""
 
-    def __init__(self, report: BulkReport, next_line: int, error: EngineError) -> None:
+    def __init__(
+        self, report: BulkReport, next_line: int, last_line: int, error: EngineError
+    ) -> None:
         super().__init__(
-            f"{error} — stopped at line {next_line}: the lines before it were stored, none "
-            "from it on; adding the same input again is safe (writes are upserts)"
+            f"{error} — stopped at line {next_line}: the lines before it were stored, "
+            f"lines {next_line}-{last_line} may have been (an error can follow the store's "
+            "commit), none after; adding the same input again is safe (writes are upserts)"
         )
         self.report = report
         self.next_line = next_line
+        self.last_line = last_line
         self.error = error
 
 
@@ -158,10 +163,10 @@ def _add_batch(corpus: Corpus, batch: Sequence[Loaded], report: BulkReport) -> N
                 pending.extend((part[middle:], part[:middle]))  # first half is popped first
         except EngineError as exc:
             # Parts are added in line order: everything before this part was stored or
-            # rejected, nothing from it on.
+            # rejected, nothing after it.
             if report.added or report.updated or report.unchanged:
                 report.finish()
-                raise AddStopped(report, part[0].line, exc) from exc
+                raise AddStopped(report, part[0].line, part[-1].line, exc) from exc
             raise
 
 

@@ -104,7 +104,10 @@ class Ingestor:
                     else:
                         need.append(i)
                 if need:
-                    fresh = self.embed([embedding_text(docs[i].title, docs[i].text) for i in need])
+                    fresh = self.embed(
+                        [embedding_text(docs[i].title, docs[i].text) for i in need],
+                        public=any(not docs[i].access_groups for i in need),
+                    )
                     if fresh is not None:
                         for i, vector in zip(need, fresh, strict=True):
                             vectors[i] = vector
@@ -135,13 +138,15 @@ class Ingestor:
         degraded = sum(1 for r in rows if r.embedding_status is EmbeddingStatus.DEGRADED)
         return added, updated, unchanged, degraded
 
-    def embed(self, texts: list[str]) -> Vectors | None:
-        """Vectors for ``texts``, or None when the provider is down (counted, not raised)."""
-        return self._embed(texts)[0]
+    def embed(self, texts: list[str], *, public: bool = True) -> Vectors | None:
+        """Vectors for ``texts``, or None when the provider is down (counted, not raised).
+        ``public``: some of the texts are public documents' (see ``_embed``)."""
+        return self._embed(texts, public=public)[0]
 
-    def _embed(self, texts: list[str]) -> tuple[Vectors | None, bool]:
+    def _embed(self, texts: list[str], *, public: bool = True) -> tuple[Vectors | None, bool]:
         """``embed``, and whether the provider was asked (False: it was down, or nothing
-        to embed)."""
+        to embed). A batch of non-public documents only is not timed in the metrics,
+        which anyone may read and which say nothing of those documents."""
         embedder = self._embedder
         if embedder is None or not texts:
             return None, False
@@ -162,9 +167,10 @@ class Ingestor:
             )
             return None, True
         finally:
-            self._metrics.embed_duration.labels(self._corpus, "documents").observe(
-                time.perf_counter() - started
-            )
+            if public:
+                self._metrics.embed_duration.labels(self._corpus, "documents").observe(
+                    time.perf_counter() - started
+                )
         return np.asarray(vectors, dtype=np.float32), True
 
     def repair(self, batch_size: int) -> int:
@@ -198,7 +204,10 @@ class Ingestor:
 
     def _embed_batch(self, ordered: list[StoredDocument]) -> int:
         ids = [d.source_id for d in ordered]
-        vectors, asked = self._embed([embedding_text(d.title, d.text) for d in ordered])
+        vectors, asked = self._embed(
+            [embedding_text(d.title, d.text) for d in ordered],
+            public=any(d.is_public for d in ordered),
+        )
         if vectors is None:
             if asked:
                 self._plan.failed(ids)

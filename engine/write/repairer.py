@@ -120,7 +120,12 @@ class BackgroundRepairer:
     def run_once(self) -> int:
         """One pass over every corpus; returns how many documents it healed."""
         healed = 0
-        for corpus in self._corpora():
+        try:
+            corpora = self._corpora()
+        except Exception as exc:  # the thread is the only healer: it outlives this pass
+            logger.error("listing the corpora to repair failed (%s)", type(exc).__name__)
+            corpora = []
+        for corpus in corpora:
             if self._stop.is_set():
                 break
             try:

@@ -233,7 +233,15 @@ class VectorIndexKeeper:
             self._unsaved >= max(_FAISS_SAVE_EVERY, held // _FAISS_SAVE_FRACTION)
             or self._file_stale
         ):
-            self.save(seq)
+            try:
+                self.save(seq)
+            except StorageError as exc:
+                # The write is committed in the store (its vectors too): an eager save is
+                # an optimisation, and failing the write over it (a full disk) told the
+                # caller that documents it had stored were not. The marker still lags, so
+                # the next flush or close saves, or the next open catches up.
+                logger.warning("could not save the vector index (%s); saved later", exc)
+                self._unsaved = 0
 
     def drop(self, seq: int) -> None:
         """Forget every vector (an embedder switch, a vector-only write at ``seq``)."""

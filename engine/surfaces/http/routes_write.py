@@ -165,13 +165,13 @@ def _stopped_part_way(stopped: AddStopped) -> ApiError:
     upload's earlier batches are durable, so a client told only "busy" would not know
     that half its documents are in."""
     mapped = engine_error(stopped.error)
-    line = stopped.next_line
+    line, last = stopped.next_line, stopped.last_line
     return ApiError(
         mapped.status_code,
         mapped.code,
         f"{mapped.message}; the upload stopped at line {line}: the documents before it "
-        "were stored (see written), none from it on. Sending it again is safe (writes "
-        "are upserts)",
+        f"were stored (see written), lines {line}-{last} may have been, none after. "
+        "Sending it again is safe (writes are upserts)",
         mapped.headers,
         extra={"written": report_body(stopped.report), "stopped_at_line": line},
     )

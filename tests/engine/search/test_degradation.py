@@ -314,6 +314,28 @@ def test_the_repairer_heals_a_corpus_nobody_opened(tmp_path: Path) -> None:
         repairer.stop()
 
 
+def test_a_corpus_that_cannot_open_does_not_stop_the_repairer(tmp_path: Path) -> None:
+    """Regression: the repairer lists every corpus of the directory now; one whose config
+    did not parse ended the repairer's thread for good."""
+    embedder = RecordingEmbedder(dimension=16, name="model-a")
+    first = Rig(tmp_path / "e", {"model-a": embedder})
+    first.engine.create_corpus(CorpusConfig(name="bad", embedder=None))
+    first.engine.create_corpus(CorpusConfig(name="docs", embedder=_spec("model-a")))
+    embedder.down = True
+    first.engine.corpus("docs").add(docs(3))
+    first.close()
+    (tmp_path / "e" / "corpora" / "bad" / "config.json").write_text("{x", encoding="utf-8")
+    embedder.down = False
+    with SearchEngine(tmp_path / "e", embedder_factory=lambda spec: embedder) as engine:
+        repairer = engine.start_repairer(interval_s=0.05)
+        deadline = time.monotonic() + 30
+        while repairer.passes < 3 and repairer.running and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert repairer.running and repairer.passes >= 3
+        assert engine.corpus("docs").stats()["degraded"] == 0
+        repairer.stop()
+
+
 def test_engine_close_stops_the_repairer(tmp_path: Path) -> None:
     rig = Rig(tmp_path / "e", {})
     repairer = rig.engine.start_repairer(interval_s=0.05)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from mcp.client.session import ClientSession
 
-from engine import Corpus, CorpusConfig, Document, InvalidArgument, SearchEngine
+from engine import Corpus, CorpusConfig, Document, InvalidArgument, SearchEngine, StorageError
 from engine.surfaces.memory import MAX_MEMORY_CHARS, Memory, memory_id
 from tests.engine.surfaces.test_mcp import expect_tool_error, payload, run_session
 
@@ -218,3 +218,18 @@ def test_mcp_remember_recall_and_search_filters(tmp_path: Path) -> None:
         assert "declared fields" in message
 
     run_session(path, scenario)
+
+
+def test_remember_on_a_corpus_closed_meanwhile_is_an_engine_error(
+    memory: Memory, fast_engine: SearchEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: with the scope check under the write lock, a corpus closed between
+    ``remember`` finding it and writing raised a bare OSError (the lock's), which MCP and
+    the HTTP error mapping do not catch; it is a StorageError, as every write's."""
+    memory.remember("seed", "alice")
+    corpus = fast_engine.corpus("memory")
+    corpus.close()
+    monkeypatch.setattr(Memory, "_corpus", lambda self, create: corpus)  # the stale object
+    for explicit in (None, "note-1"):
+        with pytest.raises(StorageError):
+            memory.remember("late note", "alice", id=explicit)

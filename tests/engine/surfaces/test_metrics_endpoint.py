@@ -80,6 +80,39 @@ def test_the_document_gauges_say_nothing_of_non_public_documents(
     assert corpus.repair() == 8
     # Regression: the repair counter counted the healed non-public documents too.
     assert value(scrape(server.url), "tandem_repair_documents_total", corpus="docs") == 3
+    timed = value(scrape(server.url), EMBED_COUNT, corpus="docs", purpose="documents")
+    corpus.add(  # embedded, and not timed: a batch of non-public documents only
+        Document(id=f"more{i}", text="beta hidden", access_groups=frozenset({"staff"}))
+        for i in range(2)
+    )
+    embedder.down = True
+    corpus.add(
+        Document(id=f"late{i}", text="late hidden", access_groups=frozenset({"hr"}))
+        for i in range(2)
+    )
+    embedder.down = False
+    assert corpus.repair() == 2
+    assert value(scrape(server.url), EMBED_COUNT, corpus="docs", purpose="documents") == timed
+    corpus.add(docs(1, "pub"))  # a public one is timed, as before
+    assert value(scrape(server.url), EMBED_COUNT, corpus="docs", purpose="documents") == timed + 1
+
+
+EMBED_COUNT = "tandem_embed_duration_seconds_count"
+
+
+def test_a_corpus_that_cannot_open_is_skipped_by_scrapes(
+    tmp_path: Path, embedder: RecordingEmbedder
+) -> None:
+    """Regression: since scrapes open every corpus of the directory, one whose config did
+    not parse made every scrape fail (the refresher raised into the exposition)."""
+    with SearchEngine(tmp_path, embedder_factory=lambda spec: embedder) as writer:
+        writer.create_corpus(CorpusConfig(name="good", embedder=None)).add(docs(2))
+        writer.create_corpus(CorpusConfig(name="bad", embedder=None))
+    (tmp_path / "corpora" / "bad" / "config.json").write_text("{not json", encoding="utf-8")
+    with SearchEngine(tmp_path, embedder_factory=lambda spec: embedder) as engine:
+        server = engine.serve_metrics()
+        assert value(scrape(server.url), "tandem_documents", corpus="good") == 2
+        assert value(scrape(server.url), "tandem_documents", corpus="bad") is None
 
 
 def test_scrape_parses_and_follows_degradation(

@@ -3,12 +3,15 @@ corpus that still opens, no descriptor held, no half-created corpus listed."""
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
 import pytest
 
+from dense import FaissIndex
 from engine import Corpus, CorpusConfig, Document, SearchEngine, StorageError
+from engine.write import vector_keeper
 from engine.write.sync import CorpusSync
 from engine.write.vector_keeper import VectorIndexKeeper
 from tests.support.fakes import HashEmbedder
@@ -128,3 +131,32 @@ def test_a_close_whose_catch_up_fails_still_releases_every_file(
         assert _descriptors_into(tmp_path / "corpora" / "c") == []
         monkeypatch.undo()
         assert len(engine.corpus("c").search("alpha3 shared")) > 0  # and it opens again
+
+
+def test_a_failed_eager_vector_save_does_not_fail_a_stored_add(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: an add whose documents the store had committed raised StorageError when
+    the eager vector-file save after it hit a full disk, so bulk uploads reported stored
+    documents as not stored. The save is retried at close; the vectors are in the store."""
+    monkeypatch.setattr(vector_keeper, "_FAISS_SAVE_EVERY", 1)
+    saves: list[int] = []
+    real = FaissIndex.save
+
+    def full_disk(self: FaissIndex, path: str | Path) -> None:
+        saves.append(len(self))
+        if len(saves) < 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(self, path)
+
+    monkeypatch.setattr(FaissIndex, "save", full_disk)
+    with _engine(tmp_path) as engine:
+        corpus = engine.create_corpus(CorpusConfig(name="c"))
+        result = corpus.add(DOCS[:5])  # its eager save fails: the add stands
+        assert result.added == 5 and len(corpus) == 5
+        assert corpus.search("alpha3 shared")[0].source_id == "d3"
+        corpus.add(DOCS[5:8])  # fails again, the add stands again
+    assert len(saves) >= 3  # the close saved (the third try)
+    with _engine(tmp_path) as engine:
+        hits = engine.corpus("c").search("alpha7 shared")
+        assert hits[0].source_id == "d7" and hits[0].ranks.dense is not None
