@@ -36,6 +36,7 @@ import ollama
 
 from dense.breaker import BreakerState, CircuitBreaker
 from dense.contracts import EmbedderUnavailable, checked_texts
+from dense.hosts import shown_host
 from dense.ollama_errors import REMOTE_ERRORS, describe_failure
 from dense.ollama_transport import MAX_SHOW_BYTES, bounded_client
 
@@ -101,6 +102,7 @@ class OllamaEmbedder:
             raise ValueError(f"health_ttl_s must be >= 0, got {health_ttl_s!r}")
         self._model = model
         self._host = host
+        self._shown_host = shown_host(host)  # what logs and messages name
         self._health_timeout_s = float(health_timeout_s)
         self._timeout_s = float(timeout_s)
         self._batch_size = batch_size
@@ -200,7 +202,7 @@ class OllamaEmbedder:
             return np.empty((0, self.dimension), dtype=np.float32)
         if not self._breaker.allow():
             raise EmbedderUnavailable(
-                f"ollama embed at {self._host}: circuit open, next probe in "
+                f"ollama embed at {self._shown_host}: circuit open, next probe in "
                 f"{self._breaker.retry_after_s():.2f} s"
             )
         started = time.perf_counter()
@@ -217,7 +219,9 @@ class OllamaEmbedder:
             # this call through, perhaps as the half-open trial: unreported, the trial
             # would be spent and the back-off would never grow.
             self._mark_failed()
-            logger.warning("ollama embed at %s: failed with %s", self._host, type(exc).__name__)
+            logger.warning(
+                "ollama embed at %s: failed with %s", self._shown_host, type(exc).__name__
+            )
             raise
         self._mark_healthy()
         logger.debug(
@@ -251,7 +255,7 @@ class OllamaEmbedder:
             # it propagates; but this probe was granted by ``allow()`` and must report.
             self._mark_failed()
             logger.warning(
-                "ollama health check at %s: failed with %s", self._host, type(exc).__name__
+                "ollama health check at %s: failed with %s", self._shown_host, type(exc).__name__
             )
             raise
         if shown.capabilities is not None and "embedding" not in shown.capabilities:
@@ -321,5 +325,5 @@ class OllamaEmbedder:
         return normalised
 
     def _bad_output(self, what: str) -> EmbedderUnavailable:
-        logger.warning("ollama embed at %s returned %s", self._host, what)
-        return EmbedderUnavailable(f"ollama embed at {self._host}: returned {what}")
+        logger.warning("ollama embed at %s returned %s", self._shown_host, what)
+        return EmbedderUnavailable(f"ollama embed at {self._shown_host}: returned {what}")

@@ -13,6 +13,7 @@ import httpx
 import ollama
 import pydantic
 
+from dense.hosts import shown_host
 from dense.ollama_transport import ResponseTooLarge
 
 __all__ = ["REMOTE_ERRORS", "describe_failure"]
@@ -45,7 +46,9 @@ The client raises some of them for bad *input* too (``UnicodeEncodeError``,
 
 
 def describe_failure(exc: Exception, *, model: str, host: str, timeout_s: float) -> str:
-    """One sentence saying what failed, fit for a log line and an error message."""
+    """One sentence saying what failed, fit for a log line and an error message (the
+    host without its credentials)."""
+    host = shown_host(host)
     if isinstance(exc, ollama.ResponseError):
         if exc.status_code == 404:
             return f"model {model!r} not found at Ollama {host}; run `ollama pull {model}`"

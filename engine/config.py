@@ -16,7 +16,7 @@ import os
 import urllib.parse
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Annotated, Generic, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -29,6 +29,7 @@ from pydantic import (
 )
 
 from dense import VectorStorage
+from dense.hosts import shown_host
 from engine.limits import CORPUS_NAME_PATTERN, MAX_LANGUAGE_ID
 from sparse.contracts import DEFAULT_TITLE_WEIGHT, MAX_TITLE_WEIGHT
 
@@ -82,6 +83,12 @@ def _plain_dict(value: Mapping[K, V]) -> dict[K, V]:
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        # A server URL may carry a proxy's credentials: ``repr`` (logs, tracebacks) shows
+        # it without them, as every log line naming the host does.
+        for name, value in super().__repr_args__():
+            yield name, shown_host(value) if name == "host" and isinstance(value, str) else value
 
 
 class PassageWindows(_Frozen):
@@ -306,6 +313,12 @@ class CorpusConfig(_Frozen):
     @classmethod
     def _model_name_shorthand(cls, value: object) -> object:
         if isinstance(value, str):
+            if names_no_model(value):
+                # "none" meant no embedder, and made a hybrid corpus whose every document
+                # is degraded (no model of that name loads).
+                raise ValueError(
+                    f"{value!r} is not a model name; embedder=None makes a keyword-only corpus"
+                )
             return SentenceTransformerEmbedding(model=value)
         return value
 

@@ -52,6 +52,20 @@ class Document:
     def is_public(self) -> bool:
         return not self.access_groups
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # ``fields`` may be a MappingProxyType (the default, and after validation), which
+        # does not pickle: rebuilt from a plain dict, so documents cross process pools,
+        # ``copy.deepcopy`` and caches like every other public value.
+        values = {f: getattr(self, f) for f in _DOCUMENT_FIELDS}
+        values["fields"] = dict(self.fields)
+        return (_document, (values,))
+
+
+def _document(values: dict[str, object]) -> Document:
+    return Document(**values)  # type: ignore[arg-type]
+
+
+_DOCUMENT_FIELDS = ("id", "title", "text", "url", "language_id", "access_groups", "page_uid")
 
 FieldInput = str | int | dt.date | Collection[str | int | dt.date]
 """What ``Document.fields`` maps a field name to: one value or a collection of values."""

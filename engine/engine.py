@@ -138,7 +138,7 @@ class SearchEngine:
         )
         if not isinstance(path, str | os.PathLike):
             raise InvalidArgument(f"path must be a str or os.PathLike, got {type(path).__name__}")
-        self._root = Path(path)
+        self._root = Path(path).expanduser()  # "~/tandem" is the home's, not a "~" here
         if self._read_only:
             if not (self._root / "corpora").is_dir():
                 raise EngineReadOnly(
@@ -230,6 +230,12 @@ class SearchEngine:
         self._check_open()
         if not isinstance(config, CorpusConfig):
             raise InvalidArgument("create_corpus takes an engine.CorpusConfig")
+        try:
+            # Validated again as it will be read back: a config built without validation
+            # (``model_copy(update=...)``) was written, listed, and never opened again.
+            config = CorpusConfig.model_validate(config.model_dump(warnings=False))
+        except ValueError as exc:  # pydantic's ValidationError is a ValueError
+            raise InvalidArgument(f"invalid corpus config: {exc}") from None
         with self._lock, self._engine_writing():
             directory = self._corpus_dir(config.name)
             if (directory / "config.json").exists():

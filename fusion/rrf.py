@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 
 from fusion._args import as_float, checked_limit, checked_weights
@@ -180,11 +180,19 @@ def _fuse(arms: Sequence[Sequence[str]], k: float, weights: Sequence[float]) -> 
 def _checked_rankings(rankings: Sequence[Sequence[str]]) -> Sequence[Sequence[str]]:
     if isinstance(rankings, str):
         raise FusionError("rankings must be a sequence of rankings, not a str")
+    if not isinstance(rankings, Iterable):
+        raise FusionError("rankings must be a sequence of rankings (sequences of ids)")
     rankings = list(rankings)  # a generator of rankings is read once, here
     for index, ranking in enumerate(rankings):
         if isinstance(ranking, str):
             raise FusionError(
                 f"rankings[{index}] is a str; a ranking is a sequence of ids, best first"
+            )
+        if isinstance(ranking, Set | Mapping) or not isinstance(ranking, Iterable):
+            # A set has no order to rank by (it fused in hash order); a mapping ranks keys.
+            raise FusionError(
+                f"rankings[{index}] is a {type(ranking).__name__}; a ranking is a sequence "
+                "of ids, best first"
             )
     return rankings
 

@@ -202,6 +202,8 @@ class TantivyIndex:
         length — so the order of public hits would tell an anonymous caller which words
         non-public documents hold.
         """
+        if isinstance(docs, SparseDocument):
+            raise ValueError("upsert takes a sequence of SparseDocument, not a single one")
         checked = [(doc, self._to_tantivy(doc)) for doc in docs]  # every one validated
         prepared = [(doc.source_id, laid if doc.public else None) for doc, laid in checked]
         if prepared:
@@ -210,6 +212,8 @@ class TantivyIndex:
 
     def delete(self, source_ids: Iterable[str]) -> None:
         """Delete the documents with these source ids (unknown ids are ignored), commit."""
+        if isinstance(source_ids, str | bytes):  # read as its characters: "ab" as "a", "b"
+            raise ValueError("delete takes a collection of ids, not a single string")
         ids = list(source_ids)
         for source_id in ids:
             if not isinstance(source_id, str):
@@ -347,8 +351,11 @@ class TantivyIndex:
     def _to_tantivy(self, doc: SparseDocument) -> tantivy.Document:
         if not isinstance(doc, SparseDocument):
             raise ValueError(f"expected SparseDocument, got {type(doc).__name__}")
-        if not doc.source_id:
-            raise ValueError("a document needs a non-empty source_id")
+        if not isinstance(doc.source_id, str) or not doc.source_id:
+            raise ValueError("a document needs a non-empty str source_id")
+        for name in ("title", "text", "url"):
+            if not isinstance(getattr(doc, name), str):
+                raise ValueError(f"{name} must be a str, got {type(getattr(doc, name)).__name__}")
         if not _is_int64(doc.language_id) or doc.language_id < 0:
             raise ValueError(f"language_id must be an int >= 0, got {doc.language_id!r}")
         if doc.page_uid is not None and not _is_int64(doc.page_uid):

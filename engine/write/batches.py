@@ -28,6 +28,8 @@ def checked_documents(
     for those documents in the same order."""
     if isinstance(documents, Document):
         raise InvalidArgument("add takes a list of Documents, not a single Document")
+    if isinstance(documents, Mapping):  # iterated, it gave its keys: "got str"
+        raise InvalidArgument("add takes a list of Documents, not a dict (use Document(**d))")
     docs = _as_list(documents, "add takes an iterable of Documents")
     if len(docs) > MAX_BATCH_SIZE:
         raise InvalidArgument(f"{len(docs)} documents in one add; the cap is {MAX_BATCH_SIZE}")

@@ -292,3 +292,22 @@ def test_an_unexpected_error_in_the_health_probe_is_reported(
     assert embedder.embed(["q"]).shape == (1, 8)
     assert breaker.state is BreakerState.CLOSED
     embedder.close()
+
+
+def test_credentials_in_the_host_are_never_shown(caplog: pytest.LogCaptureFixture) -> None:
+    """Regression: a host carrying a proxy's credentials (``http://user:secret@h``) was
+    named as it is in warnings, error messages and the config's ``repr``."""
+    from engine import CorpusConfig, OllamaEmbedding
+
+    host = "http://alice:s3cr3t-token@127.0.0.1:1"  # port 1: refused at once
+    embedder = OllamaEmbedder("m", host=host, timeout_s=5, health_timeout_s=5)
+    with caplog.at_level("DEBUG"):
+        embedder.is_available()
+        with pytest.raises(EmbedderUnavailable) as failed:
+            embedder.embed(["text"])
+    shown = [str(failed.value), *(r.getMessage() for r in caplog.records)]
+    assert any("***@127.0.0.1:1" in line for line in shown)
+    assert not [line for line in shown if "s3cr3t" in line]
+    config = CorpusConfig(name="a", embedder=OllamaEmbedding(model="m", host=host))
+    assert "s3cr3t" not in repr(config) and "***@127.0.0.1:1" in repr(config)
+    assert config.embedder is not None and config.embedder.host == host  # still dialled

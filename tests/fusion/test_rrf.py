@@ -356,6 +356,14 @@ def test_a_bare_string_is_not_a_ranking(rankings: object) -> None:
         rrf(rankings)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("rankings", [None, 5, [{"a", "b"}], [{"a": 1}], [["a"], 3]])
+def test_an_unordered_or_missing_ranking_is_refused(rankings: object) -> None:
+    """Regression: a set ranking fused in hash order, a mapping ranked its keys, and
+    ``None`` failed with a TypeError from inside the function."""
+    with pytest.raises(FusionError, match="ranking"):
+        rrf(rankings)  # type: ignore[arg-type]
+
+
 def test_fusion_error_is_a_value_error() -> None:
     with pytest.raises(ValueError, match="k must be"):
         rrf([["a"]], k=0)

@@ -163,3 +163,32 @@ def test_a_read_only_index_that_cannot_open_says_so_once(
                 reader.view()
     told = [r for r in caplog.records if "cannot be opened read-only" in r.getMessage()]
     assert len(told) == 1 and "a writable open rebuilds it" in told[0].getMessage()
+
+
+def test_a_single_id_or_document_is_refused_not_read_piecewise(tmp_path: Path) -> None:
+    """Regression: ``delete("abc")`` deleted the documents "a", "b" and "c" (a string is
+    a collection of characters) and kept "abc"."""
+    index = TantivyIndex(tmp_path / "ix")
+    index.upsert([SparseDocument(i, i, "walrus") for i in ("a", "b", "abc")])
+    with pytest.raises(ValueError, match="not a single string"):
+        index.delete("abc")
+    with pytest.raises(ValueError, match="not a single one"):
+        index.upsert(SparseDocument("d", "D", "walrus"))  # type: ignore[arg-type]
+    assert sorted(_titles(index, "walrus")) == ["a", "abc", "b"]
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        SparseDocument(7, "T", "x"),  # type: ignore[arg-type]
+        SparseDocument("a", None, "x"),  # type: ignore[arg-type]
+        SparseDocument("a", "T", b"x"),  # type: ignore[arg-type]
+        SparseDocument("a", "T", "x", url=None),  # type: ignore[arg-type]
+    ],
+)
+def test_a_field_of_the_wrong_type_is_named(tmp_path: Path, doc: SparseDocument) -> None:
+    """Regression: these failed inside tantivy's binding (TypeError, AttributeError)."""
+    index = TantivyIndex(tmp_path / "ix")
+    with pytest.raises(ValueError, match=r"source_id|title|text|url"):
+        index.upsert([doc])
+    assert index.doc_count() == 0
