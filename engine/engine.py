@@ -169,6 +169,7 @@ class SearchEngine:
         self._closed = False
         self._closing = False
         self._servers: list[MetricsServer] = []
+        self._unopenable: set[str] = set()  # corpora _every_corpus has warned about
         self._repairer: BackgroundRepairer | None = None
         self._health_checks = HealthChecks()
         self.metrics.set_refresher(self._refresh_metrics)
@@ -466,9 +467,20 @@ class SearchEngine:
                 corpora.append(self.corpus(name))
             except Exception as exc:
                 # An unreadable config, an embedder factory that refuses its spec, a drop:
-                # one corpus must not end the repairer or fail every scrape. Types only:
-                # messages may quote files.
-                logger.warning("corpus %s not opened (%s); skipped", name, type(exc).__name__)
+                # one corpus must not end the repairer or fail every scrape. Said once per
+                # corpus, not at every scrape; types only: messages may quote files.
+                with self._lock:
+                    first = name not in self._unopenable
+                    self._unopenable.add(name)
+                logger.log(
+                    logging.WARNING if first else logging.DEBUG,
+                    "corpus %s not opened (%s); skipped",
+                    name,
+                    type(exc).__name__,
+                )
+            else:
+                with self._lock:
+                    self._unopenable.discard(name)
         return corpora
 
     def _refresh_metrics(self) -> None:

@@ -101,7 +101,7 @@ EMBED_COUNT = "tandem_embed_duration_seconds_count"
 
 
 def test_a_corpus_that_cannot_open_is_skipped_by_scrapes(
-    tmp_path: Path, embedder: RecordingEmbedder
+    tmp_path: Path, embedder: RecordingEmbedder, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Regression: since scrapes open every corpus of the directory, one whose config did
     not parse made every scrape fail (the refresher raised into the exposition)."""
@@ -111,8 +111,12 @@ def test_a_corpus_that_cannot_open_is_skipped_by_scrapes(
     (tmp_path / "corpora" / "bad" / "config.json").write_text("{not json", encoding="utf-8")
     with SearchEngine(tmp_path, embedder_factory=lambda spec: embedder) as engine:
         server = engine.serve_metrics()
-        assert value(scrape(server.url), "tandem_documents", corpus="good") == 2
-        assert value(scrape(server.url), "tandem_documents", corpus="bad") is None
+        with caplog.at_level("WARNING", logger="engine.engine"):
+            for _ in range(3):
+                assert value(scrape(server.url), "tandem_documents", corpus="good") == 2
+                assert value(scrape(server.url), "tandem_documents", corpus="bad") is None
+        said = [r for r in caplog.records if "corpus bad not opened" in r.getMessage()]
+        assert len(said) == 1  # once, not at every scrape
 
 
 def test_scrape_parses_and_follows_degradation(
