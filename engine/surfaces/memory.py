@@ -132,8 +132,9 @@ class Memory:
         # two scopes remembering one id at once both passed, and one replaced the other.
         with corpus._writing():
             if id is not None:
-                held = corpus._field_values([doc_id]).get(doc_id)
-                if held is not None and (held[0].get(SCOPE_FIELD) != scope or not held[1]):
+                unheld = ({SCOPE_FIELD: scope}, True)  # no document holds the id yet
+                fields, public = corpus._field_values([doc_id]).get(doc_id, unheld)
+                if fields.get(SCOPE_FIELD) != scope or not public:
                     # An id names one memory in one scope: replacing another scope's would
                     # lose it through a caller who cannot even see it; a non-public
                     # document is no memory to replace (and gets the same words, so the

@@ -28,7 +28,7 @@ _KEYWORD_BATCH = 20_000  # documents per tantivy commit in bulk writes and rebui
 # made commits three quarters of keyword ingest time
 
 
-def to_sparse(doc: StoredDocument) -> SparseDocument:
+def _to_sparse(doc: StoredDocument) -> SparseDocument:
     return SparseDocument(
         source_id=doc.source_id,
         title=doc.title,
@@ -108,7 +108,7 @@ class KeywordIndexKeeper:
             self.tantivy.delete(deleted)
         batch: list[SparseDocument] = []
         for doc in self._store.iter_documents(since_seq=since):
-            batch.append(to_sparse(doc))
+            batch.append(_to_sparse(doc))
             if len(batch) >= _KEYWORD_BATCH:
                 self.tantivy.upsert(batch)
                 batch = []
@@ -159,7 +159,7 @@ class KeywordIndexKeeper:
         next write or the next open."""
         batched = self._batched
         if batched is not None and not deleted and not self._behind:
-            batched.extend(to_sparse(d) for d in written)
+            batched.extend(_to_sparse(d) for d in written)
             self._batched_seq = seq
             if len(batched) >= _KEYWORD_BATCH:
                 self._flush_batched()
@@ -173,7 +173,7 @@ class KeywordIndexKeeper:
             if deleted:
                 self.tantivy.delete(deleted)
             if written:
-                self.tantivy.upsert([to_sparse(d) for d in written])
+                self.tantivy.upsert([_to_sparse(d) for d in written])
             self._mark(seq)
         except (SparseError, OSError) as exc:
             self._failed(exc, "write failed")
