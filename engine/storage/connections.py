@@ -24,7 +24,7 @@ from pathlib import Path
 from engine.errors import CorpusNotFound, StorageError
 from engine.storage.change_counter import ChangeCounter
 from engine.storage.records import ReaderHandle
-from engine.storage.schema import SCHEMA, SCHEMA_VERSION
+from engine.storage.schema import SCHEMA, migrate
 
 logger = logging.getLogger(__name__)
 
@@ -123,11 +123,8 @@ class StoreConnections:
         try:
             with conn:
                 conn.executescript(SCHEMA)
-                conn.execute(
-                    "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
-                    (str(SCHEMA_VERSION),),
-                )
                 conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('seq', '0')")
+            migrate(conn)
         except BaseException:
             conn.close()
             raise

@@ -1,12 +1,15 @@
 """Filter conditions as SQL over ``document_fields``, for the store and the LIKE fallback.
 
 Each condition becomes ``<id column> IN (SELECT source_id FROM document_fields WHERE
-name = ? AND ...)``, so SQLite finds the matching values through the
-``(name, value)`` indexes. Every value is a bound parameter.
+name = ? AND is_public = 1 AND ...)``, so SQLite finds the matching values through the
+``(name, is_public, value)`` indexes and reads public documents' rows only: how long a
+filter takes must not tell how many non-public documents carry a value. Every value is a
+bound parameter.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 
 from sparse import FieldFilter, RangeFilter, TermsFilter
@@ -14,10 +17,21 @@ from sparse import FieldFilter, RangeFilter, TermsFilter
 FALSE = "0"
 
 
+class RowScope(enum.Enum):
+    """Which ``document_fields`` rows a condition reads; the value is its SQL."""
+
+    PUBLIC = "is_public = 1 AND "
+    ALL = "is_public IN (0, 1) AND "  # the (name, is_public, value) indexes stay usable
+    UNMARKED = ""
+    """A schema 1 store read before a writable open migrated it: its rows carry no
+    visibility (the caller's query checks ``documents.is_public`` as it always does)."""
+
+
 def filter_sql(
-    filters: Sequence[FieldFilter], id_column: str = "source_id"
+    filters: Sequence[FieldFilter], id_column: str = "source_id", *, rows: RowScope
 ) -> tuple[str, list[object]]:
     """An SQL condition (``"1"`` when there are no filters) and its parameters."""
+    scope = rows.value
     parts: list[str] = []
     params: list[object] = []
     for condition in filters:
@@ -28,14 +42,14 @@ def filter_sql(
             marks = ",".join("?" * len(condition.values))
             parts.append(
                 f"{id_column} IN (SELECT source_id FROM document_fields "
-                f"WHERE name = ? AND {column} IN ({marks}))"
+                f"WHERE name = ? AND {scope}{column} IN ({marks}))"
             )
             params += [condition.field, *condition.values]
         elif isinstance(condition, RangeFilter):
             low, high = condition.low, condition.high
             if low is not None and high is not None and low > high:
                 return FALSE, []
-            bounds = ["name = ?", "value_int IS NOT NULL"]
+            bounds = [f"name = ? AND {scope}value_int IS NOT NULL"]
             params.append(condition.field)
             for op, bound in ((">=", low), ("<=", high)):
                 if bound is not None:

@@ -134,7 +134,9 @@ class DatabaseLikeBackend:
             where += " AND language_id = ?"
             params.append(query.language_id)
         if query.filters:
-            condition, filter_params = filter_sql(query.filters)
+            condition, filter_params = filter_sql(
+                query.filters, rows=self._store.field_rows(public_only=access.is_public_only)
+            )
             where += f" AND {condition}"
             params += filter_params
         if query.within is not None:

@@ -86,11 +86,14 @@ def select_by_ids(
         yield from conn.execute(sql.replace("{ids}", marks), [*chunk, *params])
 
 
-def field_rows(docs: Sequence[StoredDocument]) -> list[tuple[str, str, str | None, int | None]]:
+def field_rows(
+    docs: Sequence[StoredDocument],
+) -> list[tuple[str, str, str | None, int | None, int]]:
+    """``document_fields`` rows: (source id, name, text value, integer value, is_public)."""
     return [
-        (d.source_id, name, value, None)
+        (d.source_id, name, value, None, int(d.is_public))
         if isinstance(value, str)
-        else (d.source_id, name, None, value)
+        else (d.source_id, name, None, value, int(d.is_public))
         for d in docs
         for name, value in d.fields
     ]

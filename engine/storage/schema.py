@@ -2,13 +2,24 @@
 
 ``document_fields`` holds the filterable field values, one row per (document, field,
 value): ``value_text`` for keyword fields, ``value_int`` for integer and date fields
-(a date as its day number). It is written and deleted in the same transaction as its
-document.
+(a date as its day number), and its document's ``is_public``. It is written and deleted in
+the same transaction as its document. A filter looks values up through the ``(name,
+is_public, value)`` indexes, so what it costs depends on the public documents that carry
+a value, never on the non-public ones (with the visibility only in ``documents``, an
+allow-list query read every carrier's row: its time told how many private documents held
+a value).
+
+Schema 1 stores (before the column) get it on their first writable open: ``migrate``
+adds it, copies each row's visibility from its document and swaps the indexes, in one
+transaction.
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+import contextlib
+import sqlite3
+
+SCHEMA_VERSION = 2
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS documents (
@@ -39,15 +50,74 @@ CREATE TABLE IF NOT EXISTS document_fields (
     source_id   TEXT NOT NULL,
     name        TEXT NOT NULL,
     value_text  TEXT,
-    value_int   INTEGER
+    value_int   INTEGER,
+    is_public   INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS document_fields_doc ON document_fields(source_id);
-CREATE INDEX IF NOT EXISTS document_fields_text ON document_fields(name, value_text);
-CREATE INDEX IF NOT EXISTS document_fields_text_nocase
-    ON document_fields(name, value_text COLLATE NOCASE);
-CREATE INDEX IF NOT EXISTS document_fields_int ON document_fields(name, value_int);
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
 """
+
+FIELD_INDEXES = """
+CREATE INDEX IF NOT EXISTS document_fields_public_text
+    ON document_fields(name, is_public, value_text);
+CREATE INDEX IF NOT EXISTS document_fields_public_text_nocase
+    ON document_fields(name, is_public, value_text COLLATE NOCASE);
+CREATE INDEX IF NOT EXISTS document_fields_public_int
+    ON document_fields(name, is_public, value_int);
+DROP INDEX IF EXISTS document_fields_text;
+DROP INDEX IF EXISTS document_fields_text_nocase;
+DROP INDEX IF EXISTS document_fields_int;
+"""
+"""The value indexes, created once ``document_fields.is_public`` exists (schema 1's,
+without it, dropped). ``DEFAULT 0``: a row written without the column (by a process of an
+older version, which the README says to stop before upgrading) is hidden from filters
+rather than shown."""
+
+
+def has_field_visibility(conn: sqlite3.Connection) -> bool:
+    """Whether the store's ``document_fields`` rows carry ``is_public`` (false for a
+    schema 1 store not yet opened for writing by this version, or one without the
+    table)."""
+    columns = conn.execute("PRAGMA table_info(document_fields)").fetchall()
+    return any(str(column[1]) == "is_public" for column in columns)
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Bring a store whose tables ``SCHEMA`` has made sure of — new (no
+    ``schema_version`` yet) or an older version's — to ``SCHEMA_VERSION``, in one write
+    transaction (another process opening the store at
+    the same moment waits for it, then finds nothing left to do). A store already there
+    is not written to (an open stays a read)."""
+    if _current(conn):
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if not has_field_visibility(conn):
+            conn.execute(
+                "ALTER TABLE document_fields ADD COLUMN is_public INTEGER NOT NULL DEFAULT 0"
+            )
+            conn.execute(
+                "UPDATE document_fields SET is_public = 1 WHERE source_id IN "
+                "(SELECT source_id FROM documents WHERE is_public = 1)"
+            )
+        for statement in FIELD_INDEXES.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        conn.execute(
+            "INSERT INTO meta(key, value) VALUES ('schema_version', ?) "
+            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (str(SCHEMA_VERSION),),
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):  # BEGIN itself may have failed
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _current(conn: sqlite3.Connection) -> bool:
+    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    return row is not None and row[0] == str(SCHEMA_VERSION) and has_field_visibility(conn)

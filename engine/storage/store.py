@@ -30,6 +30,7 @@ from engine.errors import StorageError
 from engine.storage import field_queries
 from engine.storage.change_counter import ChangeCounter
 from engine.storage.connections import StoreConnections, changes_path
+from engine.storage.field_sql import RowScope
 from engine.storage.header_cache import HeaderCache
 from engine.storage.records import (
     COLUMNS,
@@ -41,6 +42,7 @@ from engine.storage.records import (
     select_by_ids,
     with_fields,
 )
+from engine.storage.schema import has_field_visibility
 from engine.storage.state import StoreState
 from sparse import FieldFilter, StoredBody
 
@@ -53,6 +55,7 @@ class DocumentStore:
         self._write_lock = threading.RLock()
         self._headers = HeaderCache()
         self._connections = StoreConnections(path, read_only=read_only)
+        self._marked = False  # document_fields rows carry is_public (see ``_fields_marked``)
 
     @property
     def read_only(self) -> bool:
@@ -198,8 +201,8 @@ class DocumentStore:
                 [(d.source_id,) for d in docs],
             )
             self._writer.executemany(
-                "INSERT INTO document_fields(source_id, name, value_text, value_int) "
-                "VALUES (?,?,?,?)",
+                "INSERT INTO document_fields(source_id, name, value_text, value_int, "
+                "is_public) VALUES (?,?,?,?,?)",
                 field_rows(docs),
             )
         added = sum(1 for d in docs if d.source_id not in existing)
@@ -377,7 +380,9 @@ class DocumentStore:
         filters: Sequence[FieldFilter],
         found: dict[str, tuple[str, str, int, str | None]],
     ) -> None:
-        found.update(field_queries.public_headers(self._reader(), ids, filters))
+        found.update(
+            field_queries.public_headers(self._reader(), ids, filters, self._public_rows())
+        )
         if generation >= 0 and ids:
             self._headers.fill(generation, ids, found)
 
@@ -456,7 +461,9 @@ class DocumentStore:
     ) -> list[str]:
         """Ids of public documents that have a vector (the dense arm's allow-list),
         optionally of one language and satisfying ``filters``."""
-        return field_queries.public_vector_ids(self._reader(), language_id, filters)
+        return field_queries.public_vector_ids(
+            self._reader(), language_id, filters, self._public_rows()
+        )
 
     def public_filtered_ids(
         self,
@@ -467,13 +474,15 @@ class DocumentStore:
     ) -> list[str]:
         """Public documents satisfying ``filters``, in insertion order (a browse)."""
         return field_queries.public_filtered_ids(
-            self._reader(), filters, language_id, limit, offset
+            self._reader(), filters, language_id, limit, offset, self._public_rows()
         )
 
     def keyword_values(self, field: str, value: str, limit: int) -> list[str]:
         """Public documents' values of keyword ``field`` equal to ``value`` ignoring ASCII
         case, or else containing it; at most ``limit``, most frequent first."""
-        return field_queries.keyword_values(self._reader(), field, value, limit)
+        return field_queries.keyword_values(
+            self._reader(), field, value, limit, self._public_rows()
+        )
 
     def iter_documents(self, *, since_seq: int = 0, batch: int = 1000) -> Iterator[StoredDocument]:
         """Documents written after ``since_seq``, in rowid order, read in batches.
@@ -516,6 +525,22 @@ class DocumentStore:
 
     def all_ids(self) -> set[str]:
         return {str(r[0]) for r in self._reader().execute("SELECT source_id FROM documents")}
+
+    def field_rows(self, *, public_only: bool) -> RowScope:
+        """Which ``document_fields`` rows a filter may read (see ``field_sql``)."""
+        if not public_only:
+            return RowScope.ALL if self._fields_marked() else RowScope.UNMARKED
+        return self._public_rows()
+
+    def _public_rows(self) -> RowScope:
+        return RowScope.PUBLIC if self._fields_marked() else RowScope.UNMARKED
+
+    def _fields_marked(self) -> bool:
+        # Once true, for good: only a schema 1 store opened read-only asks again (a
+        # writable open of it by another process migrates it meanwhile).
+        if not self._marked:
+            self._marked = has_field_visibility(self._reader())
+        return self._marked
 
     def connection(self) -> sqlite3.Connection:
         """This thread's read-only connection (for the LIKE fallback and grep)."""
