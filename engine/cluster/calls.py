@@ -98,8 +98,8 @@ class ShardCalls:
     def collect(
         self, pending: Pending, timeout_s: float, operation: Operation = Operation.SEARCH
     ) -> dict[int, Any]:
-        """The answers of the shards that replied within ``timeout_s``. Failed shards are
-        marked down; nothing is raised for them."""
+        """The answers of the shards that replied within ``timeout_s``. Failed shards, and
+        those that did not answer in time, are marked down; nothing is raised for them."""
         indexes, refs = pending.indexes, pending.refs
         if not refs:
             return {}
@@ -118,9 +118,12 @@ class ShardCalls:
                 answers[index] = ray.get(ref, timeout=0)
             except RayActorError:
                 self._health.mark_down(index, operation)
-            except GetTimeoutError:  # slow, not dead: left out of this answer only
-                self._metrics.failures.labels(self._corpus, operation.value).inc()
+            except GetTimeoutError:
+                # Hung or very slow: skipped from now on until it answers a probe (the
+                # prober's pings queue behind its stuck calls). Left up, it cost every
+                # later search the whole timeout until a scrape or ``health()`` probed it.
                 logger.warning("shard %d of %s did not answer in time", index, self._corpus)
+                self._health.mark_down(index, operation)
             except RayTaskError as exc:
                 self._metrics.failures.labels(self._corpus, operation.value).inc()
                 logger.error(

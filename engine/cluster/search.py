@@ -50,7 +50,7 @@ from engine.cluster.routing import group_by_shard
 from engine.config import CorpusConfig
 from engine.documents import ArmRanks, Passage
 from engine.limits import MAX_LANGUAGE_ID, MAX_TOP_K, clamp_int, page_start
-from engine.search.fusing import hybrid_window, paged_ranking
+from engine.search.fusing import hybrid_window, keyword_only_window, paged_ranking
 from engine.search.strategy import FallbackReason
 from engine.search.windows import ArmWindow, ScoredHit
 from fusion import FusedHit
@@ -183,9 +183,9 @@ class ShardedSearcher:
             keyword, statistics = collect()  # (not used if the model failed)
             targets = sorted(keyword)  # the shards that missed a round are not asked again
         if vector is None:
-            window = need
+            window = keyword_only_window(config, need)
             keyword, statistics = self._keyword_round(
-                _KeywordRequest(targets, text, need, language, compiled, False, ahead), budget
+                _KeywordRequest(targets, text, window, language, compiled, False, ahead), budget
             )
         fused, windows, answered, vector = self._fused(
             text, vector, window, need, language, compiled, ahead, keyword, statistics, budget
@@ -270,11 +270,12 @@ class ShardedSearcher:
                 # a keyword search — through the full cascade, as the windows above were
                 # the hybrid arm's, index-backed only.
                 self._fell_back(FallbackReason.EMBEDDER_ERROR)
+                alone = keyword_only_window(config, need)
                 keyword, statistics = self._keyword_round(
-                    _KeywordRequest(ranked, text, need, language, compiled, False, ahead), budget
+                    _KeywordRequest(ranked, text, alone, language, compiled, False, ahead), budget
                 )
                 return self._fused(
-                    text, None, need, need, language, compiled, ahead, keyword, statistics, budget
+                    text, None, alone, need, language, compiled, ahead, keyword, statistics, budget
                 )
         answered = [i for i in ranked if vector is None or i in rounds]
         if len(answered) < len(ranked):

@@ -31,6 +31,14 @@ def hybrid_window(config: CorpusConfig, need: int) -> int:
     return config.window if need <= config.window else MAX_SOURCES
 
 
+def keyword_only_window(config: CorpusConfig, need: int) -> int:
+    """How many keyword hits a keyword-only answer ``need`` places deep is fused from:
+    ``need`` under RRF (ranks alone need no more than the page), the hybrid window under
+    a score fusion — z-scores standardise over a window, and standardised over the page
+    asked for, a one-hit page scored 0 and the next page's scores rose above this one's."""
+    return need if isinstance(config.fusion, RRFFusion) else hybrid_window(config, need)
+
+
 def paged_ranking(head: Sequence[FusedHit], deep: Sequence[FusedHit], limit: int) -> list[FusedHit]:
     """The order pages past the fusion window are cut from: the window's own ranking
     (``head``, what every page within the window is cut from), then the deep ranking

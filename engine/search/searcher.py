@@ -21,12 +21,12 @@ import numpy as np
 import numpy.typing as npt
 
 from dense import Embedder, EmbedderUnavailable, embed_query
-from engine.config import CorpusConfig, RRFFusion
+from engine.config import CorpusConfig
 from engine.documents import Passage
 from engine.limits import MAX_LANGUAGE_ID, MAX_TOP_K, clamp_int, page_start
 from engine.metrics import EngineMetrics
 from engine.search.completion import complete_windows
-from engine.search.fusing import fuse_arms, hybrid_window, paged_ranking
+from engine.search.fusing import fuse_arms, hybrid_window, keyword_only_window, paged_ranking
 from engine.search.passages import build_passages
 from engine.search.router import resolve_strategy
 from engine.search.strategy import Arm, FallbackReason, Strategy
@@ -270,10 +270,7 @@ class Searcher:
         # query a second time: ~0.2 ms of Cranfield's ~1.4 ms answer). Deeper, it would
         # read the text of every hit above the page too (offset 1,000 of megabyte texts:
         # a gigabyte, for 200 passages): ``build_passages`` cuts the page's alone.
-        # Z-scores standardise over a window: over the fusion window, as in a hybrid
-        # search, not over the page asked for (a one-hit page scored 0, and the next
-        # page's scores rose above this one's). Ranks alone need no more than the page.
-        wanted = need if isinstance(p.config.fusion, RRFFusion) else hybrid_window(p.config, need)
+        wanted = keyword_only_window(p.config, need)
         hits = p.keyword_full.search(
             text,
             wanted,

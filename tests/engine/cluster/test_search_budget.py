@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -245,6 +246,19 @@ def test_a_stopped_shard_is_asked_once_per_search(
         assert passages and all(shard_for(p.source_id, SHARDS) != HUNG for p in passages)
         assert sum(HUNG in indexes for _, indexes in sent) == 1
         assert sent[0][1] == [0, 1, 2] and len(sent) >= 4
+        # Regression: left "up", the hung shard cost every later search the whole timeout
+        # until something probed it. Now it is skipped until it answers a probe.
+        sent.clear()
+        assert corpus.search("password reset item", top_k=5)
+        assert sent and all(HUNG not in indexes for _, indexes in sent)
+        os.kill(info.pid, signal.SIGCONT)
+        info = None
+        deadline = time.monotonic() + 120  # generous: the prober's pings wait their turn
+        while not corpus._health.is_up(HUNG) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        sent.clear()
+        corpus.search("password reset item", top_k=5)
+        assert sent[0][1] == [0, 1, 2]  # back in every search once it answered
     finally:
         if info is not None:
             os.kill(info.pid, signal.SIGCONT)
