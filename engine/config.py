@@ -16,7 +16,7 @@ import os
 import urllib.parse
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, TypeAlias, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -207,7 +207,13 @@ class ZScoreFusion(_Frozen):
 
 
 FusionSpec = Annotated[RRFFusion | ZScoreFusion, Field(discriminator="kind")]
-_FUSION_SHORTHANDS = {"rrf": RRFFusion, "zscore": ZScoreFusion}
+FusionName: TypeAlias = Literal["rrf", "zscore"]
+"""The shorthand names ``CorpusConfig.fusion`` takes, as a type (run time also takes them
+in any case, surrounding spaces ignored)."""
+_FUSION_SHORTHANDS: dict[str, type[RRFFusion | ZScoreFusion]] = {
+    "rrf": RRFFusion,
+    "zscore": ZScoreFusion,
+}
 FUSION_NAMES: tuple[str, ...] = tuple(_FUSION_SHORTHANDS)
 """The names ``CorpusConfig.fusion`` takes as shorthands (the CLI and HTTP API list them)."""
 
@@ -228,6 +234,13 @@ class FieldType(enum.StrEnum):
     KEYWORD = "keyword"
     INTEGER = "integer"
     DATE = "date"
+
+
+FieldTypeName: TypeAlias = Literal["keyword", "integer", "date"]
+"""``FieldType``'s values, as a type: what ``CorpusConfig(fields={"x": "keyword"})`` takes."""
+
+VectorStorageName: TypeAlias = Literal["float32", "sq8"]
+"""``dense.VectorStorage``'s values, as a type: ``CorpusConfig(vector_storage="sq8")``."""
 
 
 class NaturalLanguage(_Frozen):
@@ -298,6 +311,30 @@ class CorpusConfig(_Frozen):
     title_weight: Annotated[int, Field(strict=True, ge=1, le=MAX_TITLE_WEIGHT)] = (
         DEFAULT_TITLE_WEIGHT
     )
+
+    if TYPE_CHECKING:
+        # What a type checker sees of the constructor (pydantic's own ``__init__`` runs):
+        # the fields' types plus the shorthands the validators below turn into them — a
+        # model name for ``embedder``, a fusion name, field types and vector storage by
+        # value. Without it, ``dataclass_transform`` offers the fields' types only and
+        # ``CorpusConfig(embedder="all-MiniLM-L6-v2")`` fails ``mypy --strict``. Keep its
+        # parameters in step with the fields (tests/test_readme_types.py checks).
+        def __init__(
+            self,
+            *,
+            name: str,
+            embedder: SentenceTransformerEmbedding | OllamaEmbedding | str | None = ...,
+            rrf_k: float = ...,
+            weights: FusionWeights = ...,
+            window: int = ...,
+            complete_windows: bool = ...,
+            fusion: RRFFusion | ZScoreFusion | FusionName = ...,
+            languages: Mapping[int, str] = ...,
+            fields: Mapping[str, FieldType | FieldTypeName] = ...,
+            natural: NaturalLanguage | None = ...,
+            vector_storage: VectorStorage | VectorStorageName = ...,
+            title_weight: int = ...,
+        ) -> None: ...
 
     @field_validator("name")
     @classmethod

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from tqdm import tqdm
@@ -24,7 +24,7 @@ from engine.errors import (
     storage_error,
 )
 from engine.fields import sparse_kinds
-from engine.filters import Filter, compile_filter
+from engine.filters import FilterInput, compile_filter
 from engine.lifetime import Lifetime, in_lifetime
 from engine.limits import is_wait_seconds
 from engine.metrics import EngineMetrics
@@ -201,7 +201,7 @@ class Corpus:
         offset: int = 0,
         language_id: int | None = None,
         *,
-        filters: Filter | Mapping[str, object] | str | None = None,
+        filters: FilterInput | None = None,
     ) -> list[Passage]:
         """The best public passages for ``query``, best first.
 
@@ -215,10 +215,11 @@ class Corpus:
         (``MAX_SOURCES`` per arm) without those documents.
 
         ``filters`` restricts the search to documents whose declared fields match (see
-        ``engine.filters``: ``Eq``/``In``/``Range`` combined with ``&``, or the dict/JSON
-        form). They apply inside both arms before the top k is cut, so a filtered search
-        returns ``top_k`` passages when that many eligible documents match. A malformed
-        filter — unknown field, wrong type — raises ``InvalidArgument`` naming the field.
+        ``engine.filters``: ``Eq``/``In``/``Range`` combined with ``&``, the dict/JSON
+        form, or a list of either, AND-ed). They apply inside both arms before the top k
+        is cut, so a filtered search returns ``top_k`` passages when that many eligible
+        documents match. A malformed filter — unknown field, wrong type — raises
+        ``InvalidArgument`` naming the field.
         """
         compiled = compile_filter(filters, self.config.fields)
         self._sync.follow()

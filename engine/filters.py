@@ -48,15 +48,22 @@ _OPS = ("eq", "in", *_RANGE_OPS)
 _SHOWN_OPS, _SHOWN_CHARS = 5, 40  # an error quotes this much of a caller's unknown operators
 
 
-class _Combinable:
+class FilterBase:
+    """The base of ``Eq``, ``In``, ``Range`` and ``And``: ``a & b`` is ``And(a, b)``.
+
+    Only those four are filters (anything else is refused at run time); this class
+    exists so that a type checker has a name for a list mixing them — mypy infers
+    ``[Eq(...), Range(...)]`` as ``list[FilterBase]`` — and every parameter that takes
+    a filter takes it. Annotate your own code with ``Filter``; do not subclass this."""
+
     __slots__ = ()
 
-    def __and__(self, other: Filter) -> And:
-        return And(self, other)  # type: ignore[arg-type]
+    def __and__(self, other: FilterBase) -> And:
+        return And(self, other)
 
 
 @dataclass(frozen=True, slots=True)
-class Eq(_Combinable):
+class Eq(FilterBase):
     """``field`` equals ``value``."""
 
     field: str
@@ -64,7 +71,7 @@ class Eq(_Combinable):
 
 
 @dataclass(frozen=True, slots=True, init=False)
-class In(_Combinable):
+class In(FilterBase):
     """``field`` equals one of ``values`` (empty: matches nothing)."""
 
     field: str
@@ -79,7 +86,7 @@ class In(_Combinable):
 
 
 @dataclass(frozen=True, slots=True)
-class Range(_Combinable):
+class Range(FilterBase):
     """``field`` lies within the given bounds (integer and date fields)."""
 
     field: str
@@ -90,12 +97,12 @@ class Range(_Combinable):
 
 
 @dataclass(frozen=True, slots=True, init=False)
-class And(_Combinable):
+class And(FilterBase):
     """Every clause holds."""
 
     clauses: tuple[Eq | In | Range, ...]
 
-    def __init__(self, *clauses: Filter) -> None:
+    def __init__(self, *clauses: FilterBase) -> None:
         flat: list[Eq | In | Range] = []
         for clause in clauses:
             if isinstance(clause, And):
@@ -109,6 +116,12 @@ class And(_Combinable):
 
 Filter: TypeAlias = Eq | In | Range | And
 """A filter expression."""
+
+FilterInput: TypeAlias = FilterBase | Mapping[str, object] | str | list[Any] | tuple[Any, ...]
+"""Every form a search's ``filters`` takes (``parse_filter``): a filter expression, a dict
+of field conditions, their JSON text, or a list or tuple of any of these (AND-ed). A
+list's items are checked when the search runs, as a dict's conditions are: a list is
+invariant, so ``list[Filter]`` would refuse a ``list[Eq]`` or a list of dicts."""
 
 CompiledFilter: TypeAlias = tuple[FieldFilter, ...]
 """A validated filter as the search arms receive it (AND-ed, hashable, cacheable)."""
