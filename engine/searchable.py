@@ -6,12 +6,12 @@ both satisfy it, so code written against it runs against either.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Protocol, runtime_checkable
 
 from engine.config import CorpusConfig
 from engine.documents import AddResult, Document, GrepMatch, Passage, SourceText
-from engine.filters import Filter
+from engine.filters import FilterInput
 
 
 @runtime_checkable
@@ -47,7 +47,7 @@ class SearchableCorpus(Protocol):
         offset: int = 0,
         language_id: int | None = None,
         *,
-        filters: Filter | Mapping[str, object] | str | None = None,
+        filters: FilterInput | None = None,
     ) -> list[Passage]: ...
 
     def evidence(self, question: str, top_k: int = 5) -> str: ...

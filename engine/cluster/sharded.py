@@ -23,7 +23,7 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -54,7 +54,7 @@ from engine.dimension_guard import DimensionGuard
 from engine.documents import AddResult, Document, GrepMatch, Passage, SourceText
 from engine.embedders import build_embedder
 from engine.errors import GrepTimeout, InvalidArgument, SourceNotFound, StorageError
-from engine.filters import Filter, compile_filter
+from engine.filters import FilterInput, compile_filter
 from engine.lifetime import Lifetime, in_lifetime
 from engine.limits import MAX_GREP_MATCHES, clamp_int
 from engine.search.sources import compile_pattern, evidence_text
@@ -333,7 +333,7 @@ class ShardedCorpus:
         offset: int = 0,
         language_id: int | None = None,
         *,
-        filters: Filter | Mapping[str, object] | str | None = None,
+        filters: FilterInput | None = None,
     ) -> list[Passage]:
         """The best public passages for ``query``, best first — as ``Corpus.search``.
 

@@ -25,10 +25,12 @@ from engine import (
     OllamaEmbedding,
     PassageWindows,
     Range,
+    SearchableCorpus,
     SearchEngine,
     SentenceTransformerEmbedding,
     ZScoreFusion,
 )
+from engine.cluster import ShardedCorpus
 
 
 def configs() -> list[CorpusConfig]:
@@ -78,6 +80,17 @@ def filters(corpus: Corpus) -> list[object]:
         corpus.search("war", filters='{"author": "Walter"}'),
         corpus.search("war", filters={"sent": {"gte": datetime.date(1942, 1, 1)}}),
         corpus.search("war", filters=None),
+    ]
+
+
+def every_corpus(corpus: Corpus, sharded: ShardedCorpus) -> list[object]:
+    """``SearchableCorpus`` and ``ShardedCorpus`` take the filters ``Corpus`` takes."""
+    either: list[SearchableCorpus] = [corpus, sharded]
+    clauses = [Eq("author", "Walter"), Range("year", lte=1943)]
+    return [
+        *(c.search("war", filters=clauses) for c in either),
+        *(c.search("war", filters=[{"author": "Walter"}, In("year", [1942])]) for c in either),
+        sharded.search("war", filters=clauses),
     ]
 
 
