@@ -25,7 +25,7 @@ from engine.errors import (
     SourceNotFound,
     StorageError,
 )
-from engine.filters import And, Eq, Filter, In, Range
+from engine.filters import And, Eq, Filter, FilterInput, In, Range
 from engine.natural import (
     Answer,
     ExtractedValue,
@@ -53,6 +53,7 @@ __all__ = [
     "ExtractedValue",
     "FieldType",
     "Filter",
+    "FilterInput",
     "FusionWeights",
     "GrepMatch",
     "GrepTimeout",
