@@ -31,6 +31,7 @@ from engine.metrics import EngineMetrics
 from engine.natural import Answer
 from engine.natural.questions import CorpusQuestions
 from engine.search.current_index import CurrentIndexBackend, GateFreeBackend
+from engine.search.embed_deadline import DEFAULT_QUERY_EMBED_TIMEOUT_S
 from engine.search.searcher import Searcher, SearchState
 from engine.search.sources import evidence_text, fetch_source, grep
 from engine.search.visibility import DenseVisibility
@@ -77,6 +78,7 @@ class Corpus:
         read_only: bool = False,
         busy_timeout: float = 30.0,
         embedder_for: Callable[[EmbedderSpec], Embedder] | None = None,
+        query_embed_timeout: float | None = DEFAULT_QUERY_EMBED_TIMEOUT_S,
     ) -> None:
         self._dir = directory
         self._dropped_here = False
@@ -131,7 +133,8 @@ class Corpus:
                     visibility=self._visibility,
                     metrics=metrics,
                     gate=self._gate,
-                )
+                ),
+                query_embed_timeout=query_embed_timeout,
             )
             self._questions = CorpusQuestions(config.name, self._store, self._searcher, metrics)
             self._model = CorpusModel(

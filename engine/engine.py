@@ -45,6 +45,7 @@ from engine.errors import (
 from engine.health_checks import HealthChecks
 from engine.limits import is_valid_corpus_name, is_wait_seconds
 from engine.metrics import EngineMetrics
+from engine.search.embed_deadline import DEFAULT_QUERY_EMBED_TIMEOUT_S
 from engine.search.gate import SearchGate
 from engine.storage import DocumentStore
 from engine.storage.store import announce_change_at
@@ -85,6 +86,15 @@ def _checked_search_threads(threads: object) -> int | None:
     return threads
 
 
+def _checked_query_embed_timeout(seconds: object) -> float | None:
+    if seconds is None:
+        return None
+    if not is_wait_seconds(seconds) or seconds == 0:
+        raise InvalidArgument("query_embed_timeout must be a finite number of seconds > 0, or None")
+    assert isinstance(seconds, int | float)
+    return float(seconds)
+
+
 def _checked_busy_timeout(seconds: object) -> float:
     if not is_wait_seconds(seconds):
         raise InvalidArgument("busy_timeout must be a finite number of seconds >= 0")
@@ -117,6 +127,12 @@ class SearchEngine:
         read_only: open without taking or creating any lock file and without writing
             anything; every write raises ``EngineReadOnly``. Works on a directory this
             process may read but not write, and follows other processes' writes.
+        query_embed_timeout: how long a hybrid search waits for its query's vector (the
+            query is embedded on a worker thread); past it that search is answered from
+            keywords, counted as ``embedder_timeout``, and so is every search while that
+            call still runs (``engine.search.embed_deadline``; why 30 s:
+            ``DEFAULT_QUERY_EMBED_TIMEOUT_S``). ``None``: embed in the searching thread
+            and wait for ever. Writes are not bounded by it.
     """
 
     def __init__(
@@ -129,8 +145,10 @@ class SearchEngine:
         serialize_searches: bool = True,
         busy_timeout: float = 30.0,
         read_only: bool = False,
+        query_embed_timeout: float | None = DEFAULT_QUERY_EMBED_TIMEOUT_S,
     ) -> None:
         self._search_threads = _checked_search_threads(search_threads)
+        self._query_embed_timeout = _checked_query_embed_timeout(query_embed_timeout)
         self._busy_timeout = _checked_busy_timeout(busy_timeout)
         self._read_only = bool(read_only)
         self._gate: contextlib.AbstractContextManager[None] = (
@@ -315,6 +333,7 @@ class SearchEngine:
             read_only=self._read_only,
             busy_timeout=self._busy_timeout,
             embedder_for=self._embedders.get,
+            query_embed_timeout=self._query_embed_timeout,
         )
         self.metrics.track(config.name, vectors=embedder is not None)
         self._corpora[config.name] = corpus

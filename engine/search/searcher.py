@@ -20,12 +20,17 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from dense import Embedder, EmbedderUnavailable, embed_query
+from dense import Embedder, EmbedderUnavailable
 from engine.config import CorpusConfig
 from engine.documents import Passage
 from engine.limits import MAX_LANGUAGE_ID, MAX_TOP_K, clamp_int, page_start
 from engine.metrics import EngineMetrics
 from engine.search.completion import complete_windows
+from engine.search.embed_deadline import (
+    DEFAULT_QUERY_EMBED_TIMEOUT_S,
+    EmbedDeadline,
+    QueryEmbedTimeout,
+)
 from engine.search.fusing import fuse_arms, hybrid_window, keyword_only_window, paged_ranking
 from engine.search.passages import build_passages
 from engine.search.router import resolve_strategy
@@ -72,13 +77,20 @@ class SearchState:
 class Searcher:
     """Runs searches for one corpus.
 
-    In a hybrid search the keyword arm runs on a worker thread while the calling thread
-    embeds the query: the model call releases the GIL, so the keyword arm's cost hides
-    behind the one model call that every hybrid search must pay anyway.
+    In a hybrid search the keyword arm runs on a worker thread while the query is
+    embedded: the model call releases the GIL, so the keyword arm's cost hides behind the
+    one model call that every hybrid search must pay anyway. The search waits for the
+    query's vector at most ``query_embed_timeout`` seconds (``engine.search.embed_deadline``;
+    ``None``: embedded in the calling thread, without a deadline).
     """
 
-    def __init__(self, state: SearchState) -> None:
+    def __init__(
+        self,
+        state: SearchState,
+        query_embed_timeout: float | None = DEFAULT_QUERY_EMBED_TIMEOUT_S,
+    ) -> None:
         self._state = state
+        self._deadline = EmbedDeadline(state.corpus, query_embed_timeout)
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         self._pool_pid = os.getpid()
@@ -105,6 +117,7 @@ class Searcher:
         return self._pool
 
     def close(self) -> None:
+        self._deadline.close()
         with self._pool_lock:
             if self._pool is not None:
                 self._pool.shutdown(wait=True)
@@ -140,6 +153,10 @@ class Searcher:
         if strategy is Strategy.HYBRID and p.embedder is not None:
             try:
                 fused, sparse_hits = self._hybrid(p, p.embedder, text, need, language, filters)
+            except QueryEmbedTimeout:
+                # Not a failure of the embedder's (it may answer yet): embedder_up stays.
+                p.metrics.fallbacks.labels(p.corpus, FallbackReason.EMBEDDER_TIMEOUT.value).inc()
+                strategy = Strategy.KEYWORD
             except EmbedderUnavailable:
                 p.metrics.fallbacks.labels(p.corpus, FallbackReason.EMBEDDER_ERROR.value).inc()
                 p.metrics.embedder_up.labels(p.corpus).set(0)  # as a failed add records it
@@ -293,17 +310,22 @@ class Searcher:
     ) -> tuple[list[FusedHit], list[KeywordHit]]:
         window = hybrid_window(p.config, need)
         sparse_arm: list[Future[list[KeywordHit]]] = []
+        arm_lock = threading.Lock()
+        search_over: list[bool] = []  # set once this search stops waiting for the embedder
 
         def start_sparse_arm() -> None:
             # Called by the embedder right before its model runs and releases the GIL:
-            # submitted earlier, the worker's Python would hold up the tokeniser.
-            sparse_arm.append(
-                self._workers().submit(self._sparse_arm, p, text, window, language, filters)
-            )
+            # submitted earlier, the worker's Python would hold up the tokeniser. (On the
+            # embedding's worker: a call past its deadline starts no arm nobody waits for.)
+            with arm_lock:
+                if not search_over:
+                    sparse_arm.append(
+                        self._workers().submit(self._sparse_arm, p, text, window, language, filters)
+                    )
 
         try:
             t0 = time.perf_counter()
-            vector = embed_query(embedder, text, before_model=start_sparse_arm)
+            vector = self._deadline.embed(embedder, text, start_sparse_arm)
             t1 = time.perf_counter()
             p.metrics.embed_duration.labels(p.corpus, "query").observe(t1 - t0)
             index = p.indexes.faiss
@@ -314,6 +336,8 @@ class Searcher:
             dense = self._dense_arm(p, vector, window, language, filters)
         finally:
             # Never leave the arm running behind a failed query.
+            with arm_lock:
+                search_over.append(True)
             done = [arm.result() for arm in sparse_arm]
         # (an embedder that never called the hook gets the arm run here)
         sparse_hits = done[0] if done else self._sparse_arm(p, text, window, language, filters)

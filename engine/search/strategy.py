@@ -20,6 +20,9 @@ class FallbackReason(enum.Enum):
 
     EMBEDDER_DOWN = "embedder_down"
     EMBEDDER_ERROR = "embedder_error"
+    EMBEDDER_TIMEOUT = "embedder_timeout"
+    """The query's vector missed its deadline, or an earlier one that did still runs
+    (``engine.search.embed_deadline``)."""
 
 
 class Arm(enum.Enum):

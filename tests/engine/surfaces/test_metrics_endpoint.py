@@ -245,7 +245,7 @@ def test_labels_are_bounded_to_corpus_names_and_enum_values(
     allowed = {
         "corpus": {"docs", "kw"},
         "strategy": {"hybrid", "keyword"},
-        "reason": {"embedder_down", "embedder_error"},
+        "reason": {"embedder_down", "embedder_error", "embedder_timeout"},
         "arm": {"sparse", "dense", "completion"},
         "purpose": {"query", "documents"},
     }

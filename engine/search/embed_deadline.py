@@ -1,0 +1,188 @@
+"""The query embedding's deadline: a hybrid search waits for its vector at most so long.
+
+An embedder is opaque — a local model, Ollama, or anything a custom factory builds — and
+one that never returns must not hold the search that called it. So the query is embedded
+on a worker thread and the search waits for it at most ``timeout_s``; past that it is
+answered from keywords (``QueryEmbedTimeout``, counted as ``embedder_timeout``), as when
+the embedder fails. The call itself cannot be cancelled: it keeps its worker until it
+returns.
+
+A stuck embedder must not cost a thread per search. While a call this corpus gave up on
+is still running, later searches do not call the embedder at all: they answer from
+keywords at once (the same reason). When the last such call returns, whatever it
+returned, searches embed again — no timer, no probe: the call that got stuck is the
+probe. Searches already waiting when the embedder stalled each hold their own call, so
+the threads held are bounded by the searches in flight at that moment.
+
+The workers are daemon threads, reused while idle: a call that never returns keeps its
+thread, never the process (a ``ThreadPoolExecutor``'s threads are joined at exit).
+
+``timeout_s=None`` embeds in the calling thread, with no deadline, as before there was one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+
+import numpy as np
+import numpy.typing as npt
+
+from dense import Embedder, EmbedderUnavailable, embed_query
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_QUERY_EMBED_TIMEOUT_S = 30.0
+"""The default deadline. A deadline is there to bound a hang, not to cut a slow call:
+a healthy query embedding takes milliseconds (all-MiniLM-L6-v2 through ONNX Runtime:
+~4 ms here), but the first one in a process may load the model — up to ~15 s measured on
+this 2-core machine (torch's import, then the one-off ONNX export) — and a call cut off
+degrades every search of the corpus until it returns. 30 s clears every cold start with
+room to spare and is the default of Ollama's own request timeout
+(``OllamaEmbedding.timeout_s``), so by default the engine never gives up on a remote call
+before its client would. A server that wants answers sooner sets less
+(``SearchEngine(query_embed_timeout=...)``)."""
+
+Vector = npt.NDArray[np.float32]
+
+
+class QueryEmbedTimeout(EmbedderUnavailable):
+    """The query embedding missed its deadline, or an earlier one that did is still
+    running (internal: the search answers from keywords)."""
+
+
+class _DaemonWorkers:
+    """Daemon threads running submitted jobs; an idle one is reused before a new one starts."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._idle = threading.Semaphore(0)  # one token per worker waiting for a job
+        self._lock = threading.Lock()
+        self._started = 0
+        self._closed = False
+
+    def submit(self, job: Callable[[], None]) -> None:
+        self._jobs.put(job)
+        if self._idle.acquire(blocking=False):
+            return  # a waiting worker takes it
+        with self._lock:
+            self._started += 1
+            number = self._started
+        threading.Thread(target=self._work, name=f"{self._name}-{number}", daemon=True).start()
+
+    def close(self) -> None:
+        """Idle workers end now; one still in a call ends when the call returns."""
+        with self._lock:
+            self._closed = True
+            started = self._started
+        for _ in range(started):
+            self._jobs.put(None)
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            job()
+            if self._closed:
+                return
+            self._idle.release()
+
+
+class EmbedDeadline:
+    """Embeds one corpus's queries, each within ``timeout_s`` (``None``: no deadline)."""
+
+    def __init__(self, corpus: str, timeout_s: float | None) -> None:
+        self._corpus = corpus
+        self._timeout_s = timeout_s
+        self._lock = threading.Lock()
+        # Per embedder (a switch installs another): calls given up on and still running.
+        self._overdue: dict[int, tuple[Embedder, int]] = {}
+        self._workers: _DaemonWorkers | None = None
+        self._pid = os.getpid()
+
+    def embed(
+        self, embedder: Embedder, text: str, before_model: Callable[[], object] | None
+    ) -> Vector:
+        """``dense.embed_query(embedder, text, before_model=...)`` within the deadline;
+        ``QueryEmbedTimeout`` when it is missed or an earlier miss still runs. Whatever
+        else the call raises is raised here. ``before_model`` runs on the worker."""
+        timeout = self._timeout_s
+        if timeout is None:
+            return embed_query(embedder, text, before_model=before_model)
+        workers = self._pool()  # first: a forked child forgets its parent's overdue calls
+        key = id(embedder)
+        if key in self._overdue:  # (read without the lock: a stale answer costs one call)
+            raise QueryEmbedTimeout("an earlier query embedding is still running")
+        future: Future[Vector] = Future()
+        started = time.monotonic()
+
+        def call() -> None:
+            if not future.set_running_or_notify_cancel():
+                return  # given up on before its worker started
+            try:
+                future.set_result(embed_query(embedder, text, before_model=before_model))
+            except BaseException as exc:  # handed to the waiting search, whatever it is
+                future.set_exception(exc)
+
+        workers.submit(call)
+        try:
+            return future.result(timeout)
+        except FutureTimeout:
+            if future.cancel():  # never started: nothing is left running
+                raise QueryEmbedTimeout("the query embedding did not start in time") from None
+            if future.done():  # answered since: take it
+                return future.result()
+        with self._lock:
+            embedder_, count = self._overdue.get(key, (embedder, 0))
+            self._overdue[key] = (embedder_, count + 1)
+            first = count == 0
+        if first:
+            logger.warning(
+                "corpus %r: query embedding not answered within %.3g s; searches answer "
+                "from keywords until it returns",
+                self._corpus,
+                timeout,
+            )
+        future.add_done_callback(lambda _: self._returned(key, started))
+        raise QueryEmbedTimeout(f"query embedding not answered within {timeout:.3g} s")
+
+    def close(self) -> None:
+        """Stop the idle workers (a call still running keeps its own until it returns)."""
+        with self._lock:
+            workers, self._workers = self._workers, None
+        if workers is not None:
+            workers.close()
+
+    def _returned(self, key: int, started: float) -> None:
+        with self._lock:
+            entry = self._overdue.get(key)
+            if entry is None:  # not expected; a worker's callback must never raise
+                return
+            embedder, count = entry
+            if count > 1:
+                self._overdue[key] = (embedder, count - 1)
+                return
+            del self._overdue[key]
+        logger.info(
+            "corpus %r: an overdue query embedding returned after %.1f s; hybrid search resumes",
+            self._corpus,
+            time.monotonic() - started,
+        )
+
+    def _pool(self) -> _DaemonWorkers:
+        with self._lock:
+            if self._pid != os.getpid():
+                # A forked child: the parent's workers did not come along (nor did its
+                # overdue calls), and a job queued for them would wait for ever.
+                self._workers, self._overdue, self._pid = None, {}, os.getpid()
+            if self._workers is None:
+                self._workers = _DaemonWorkers(f"tandem-embed-{self._corpus}")
+            return self._workers
