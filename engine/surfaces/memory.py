@@ -69,10 +69,15 @@ class Recalled:
 
 
 def _check_scope(scope: object) -> str:
-    # Printable too (no C1 controls, zero-width or bidi characters): a scope that prints
-    # like another ("alice" and "alice\u200b") would read as the same one in answers.
+    # Printable too (no C1 controls, zero-width or bidi characters), and no space at
+    # either end (nor only spaces): a scope that prints like another ("alice" and
+    # "alice\u200b", "bob" and " bob ") would read as the same one in answers.
     if not is_keyword_value(scope) or not isinstance(scope, str) or not scope.isprintable():
         raise InvalidArgument("scope must be 1-256 printable characters")
+    if scope.strip() != scope:  # "   " too: it is not empty, its strip() is
+        raise InvalidArgument(
+            "scope must be 1-256 printable characters, not starting or ending with a space"
+        )
     return scope
 
 
@@ -109,7 +114,8 @@ class Memory:
         """Store ``text`` under ``scope`` (durable when this returns).
 
         Raises ``InvalidArgument`` for empty or over-long text (``MAX_MEMORY_CHARS``), a
-        scope that is not a keyword value, an id outside the source-id grammar, anything
+        scope that is not a keyword value (or not printable, or with a space at either
+        end), an id outside the source-id grammar, anything
         ``Corpus.add`` refuses in a document (a NUL character, ...), or a corpus of that name
         that is not a memory corpus. A refused memory creates no corpus: the document is
         checked before the corpus is created or opened.

@@ -758,6 +758,12 @@ def test_agent_memory_remember_and_recall_by_scope(client: TestClient) -> None:
     }
     bad = client.post("/v1/memories", json={"text": "x", "scope": "a\x07b"}, headers=AUTH)
     assert "scope" in error_of(bad, 422)["message"]
+    # " alice " would be a scope of its own that prints like "alice"; "   " no scope at all.
+    for padded in (" alice ", "   "):
+        bad = client.post("/v1/memories", json={"text": "x", "scope": padded}, headers=AUTH)
+        assert "space" in error_of(bad, 422)["message"]
+        bad = client.post("/v1/recall", json={"query": "prefers", "scope": padded})
+        assert "space" in error_of(bad, 422)["message"]
 
 
 # -- operations, page, headers -----------------------------------------------------------------

@@ -119,6 +119,20 @@ def test_a_scope_that_prints_like_another_is_refused(memory: Memory, scope: str)
         memory.recall("note", scope)
 
 
+@pytest.mark.parametrize("scope", [" bob ", " bob", "bob ", " ", "   "])
+def test_a_scope_with_a_space_at_either_end_is_refused(
+    memory: Memory, fast_engine: SearchEngine, scope: str
+) -> None:
+    """Regression: " bob " was a scope of its own that printed like "bob", and "   " was
+    taken as a scope."""
+    for call in (lambda: memory.remember("note", scope), lambda: memory.recall("note", scope)):
+        with pytest.raises(InvalidArgument, match="not starting or ending with a space"):
+            call()
+    assert "memory" not in fast_engine.list_corpora()
+    assert memory.remember("note", "bob").scope == "bob"  # inner spaces are fine: "team a"
+    assert memory.remember("note", "team a").scope == "team a"
+
+
 def test_memory_refuses_what_search_would_refuse(memory: Memory, fast_engine: SearchEngine) -> None:
     for text, scope, needle in [
         ("", "a", "non-empty"),
@@ -189,6 +203,9 @@ def test_mcp_remember_recall_and_search_filters(tmp_path: Path) -> None:
         everything = payload(await session.call_tool("recall", {"query": "user writes"}))
         assert len(everything["memories"]) == 2
         await expect_tool_error(session, "remember", {"text": "x", "scope": "a\u0007b"}, "scope")
+        for padded in (" project-x ", "   "):
+            await expect_tool_error(session, "remember", {"text": "x", "scope": padded}, "space")
+            await expect_tool_error(session, "recall", {"query": "xy", "scope": padded}, "space")
 
         late = payload(
             await session.call_tool(
