@@ -5,8 +5,12 @@ agent memory: ``remember`` and ``recall`` (see ``engine.surfaces.memory``).
 Every argument is chosen by a model and therefore untrusted: the input schema carries the
 caps and grammars (corpus name, source id, lengths, ``top_k``/``limit`` ranges), the SDK
 rejects anything outside them, and whatever the engine still refuses comes back as a tool
-error (``isError``) with one readable sentence — never a crash, never a dead server. Only
-public documents are ever returned (the engine enforces it).
+error (``isError``) with one readable sentence — never a crash, never a dead server. An
+argument a tool does not declare is refused too (``additionalProperties: false`` in its
+schema, and checked again on every call, since clients need not validate): ignored, an
+``offset`` the tool lacked answered page 1 again, and an ``id`` the tool lacked stored
+the memory under another one. Only public documents are ever returned (the engine
+enforces it).
 
 The engine directory is opened on the first tool call and held until the server exits;
 other processes may use it meanwhile (``tandem add`` beside a running server), and the
@@ -25,7 +29,9 @@ from typing import Annotated, Any, TypeVar, cast
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import BaseModel, ConfigDict, Field
+from mcp.server.mcpserver.tools import Tool
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
+from pydantic_core import PydanticCustomError
 
 from engine import (
     Corpus,
@@ -41,6 +47,7 @@ from engine.limits import (
     CORPUS_NAME_PATTERN,
     MAX_GREP_MATCHES,
     MAX_GREP_PATTERN,
+    MAX_OFFSET,
     MAX_SOURCE_ID_CHARS,
     MAX_TITLE_CHARS,
     SOURCE_ID_PATTERN,
@@ -144,6 +151,16 @@ Query = Annotated[
     Field(min_length=1, max_length=MAX_QUERY_CHARS, description="What to look for."),
 ]
 TopK = Annotated[int, Field(ge=1, le=MAX_AGENT_TOP_K, description="How many passages.")]
+Offset = Annotated[
+    int,
+    Field(
+        description=(
+            "How many of the best passages to skip, to page on: 0, then top_k, 2 * top_k, "
+            f"... (clamped as search clamps it: a negative offset is 0; past {MAX_OFFSET:,} "
+            "the page is empty)."
+        ),
+    ),
+]
 Pattern = Annotated[
     str,
     Field(
@@ -174,6 +191,59 @@ Scope = Annotated[
 ]
 MemoryText = Annotated[str, Field(min_length=1, max_length=MAX_MEMORY_CHARS)]
 MemoryTitle = Annotated[str, Field(max_length=MAX_TITLE_CHARS, description="Optional title.")]
+MemoryId = Annotated[
+    str | None,
+    Field(
+        min_length=1,
+        max_length=MAX_SOURCE_ID_CHARS,
+        pattern=f"^{SOURCE_ID_PATTERN.pattern}$",
+        description=(
+            "Optional id naming the memory (default: derived from scope and text); "
+            "remembering under the same id in the same scope replaces it, an id another "
+            "scope holds is refused."
+        ),
+    ),
+]
+
+
+class _KnownArgumentsOnly(BaseModel):
+    """Mixed into each tool's argument model: an argument it does not declare is refused."""
+
+    model_config = ConfigDict(extra="forbid")  # the schema says additionalProperties: false
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_unknown(cls, data: Any) -> Any:
+        # ``extra="forbid"`` alone refuses them too, with "Extra inputs are not
+        # permitted"; this says which arguments the tool does take.
+        if isinstance(data, dict):
+            known = [field.alias or name for name, field in cls.model_fields.items()]
+            unknown = sorted(str(key) for key in data if key not in known)
+            if unknown:
+                named = ", ".join(repr(name[:64]) for name in unknown[:10])
+                raise PydanticCustomError(
+                    "unknown_argument",
+                    "{unknown}: this tool takes {known}",
+                    {
+                        "unknown": f"unknown argument{'s' if len(unknown) > 1 else ''} {named}",
+                        "known": ", ".join(known) or "no arguments",
+                    },
+                )
+        return data
+
+
+def _strict_tool(fn: Callable[..., Any]) -> Tool:
+    """``fn`` as a tool whose schema and argument check refuse undeclared arguments."""
+    tool = Tool.from_function(fn)
+    loose = tool.fn_metadata.arg_model
+    strict = create_model(loose.__name__, __base__=(loose, _KnownArgumentsOnly))
+    metadata = tool.fn_metadata.model_copy(update={"arg_model": strict})
+    return tool.model_copy(
+        update={
+            "fn_metadata": metadata,
+            "parameters": strict.model_json_schema(by_alias=True),
+        }
+    )
 
 
 class EngineHolder:
@@ -232,26 +302,28 @@ def _with_corpus(holder: EngineHolder, name: str, action: Callable[[Corpus], T])
 
 def build_server(holder: EngineHolder) -> MCPServer:
     """An ``MCPServer`` whose tools read the engine held by ``holder``."""
-    server: MCPServer = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING")
 
-    @server.tool()
     def list_corpora() -> CorpusList:
         """Names of the corpora that can be searched."""
         with _tool_errors(holder):
             return CorpusList(corpora=holder.engine().list_corpora())
 
-    @server.tool()
     def search_knowledge(
-        corpus: CorpusName, query: Query, top_k: TopK = 8, filters: Filters = None
+        corpus: CorpusName,
+        query: Query,
+        top_k: TopK = 8,
+        offset: Offset = 0,
+        filters: Filters = None,
     ) -> SearchOut:
         """The best passages for a query, best first: source_id, title, url, excerpt.
 
-        ``filters`` (optional) keeps only documents whose declared fields match."""
+        ``offset`` pages on (the next page starts at offset + top_k); ``filters``
+        (optional) keeps only documents whose declared fields match."""
         # A list of filter objects is AND-ed, as Corpus.search reads it (its hint names
         # the dict and JSON forms only).
         given = cast(Any, filters)
         passages = _with_corpus(
-            holder, corpus, lambda c: c.search(query, top_k=top_k, filters=given)
+            holder, corpus, lambda c: c.search(query, top_k=top_k, offset=offset, filters=given)
         )
         return SearchOut(
             passages=[
@@ -260,7 +332,6 @@ def build_server(holder: EngineHolder) -> MCPServer:
             ]
         )
 
-    @server.tool()
     def fetch_source(corpus: CorpusName, source_id: SourceId) -> SourceOut:
         """The full text of one source (capped; truncated says whether it was cut)."""
         s = _with_corpus(holder, corpus, lambda c: c.fetch_source(source_id))
@@ -268,7 +339,6 @@ def build_server(holder: EngineHolder) -> MCPServer:
             source_id=s.source_id, title=s.title, url=s.url, text=s.text, truncated=s.truncated
         )
 
-    @server.tool()
     def grep_knowledge(
         corpus: CorpusName, pattern: Pattern, limit: Limit = 20, fixed: bool = False
     ) -> GrepOut:
@@ -281,21 +351,27 @@ def build_server(holder: EngineHolder) -> MCPServer:
             ]
         )
 
-    @server.tool()
-    def remember(text: MemoryText, scope: Scope, title: MemoryTitle = "") -> RememberOut:
+    def remember(
+        text: MemoryText, scope: Scope, title: MemoryTitle = "", id: MemoryId = None
+    ) -> RememberOut:
         """Store a short note under a scope, to recall later (same text twice: stored once)."""
         with _tool_errors(holder):
-            done = holder.memory().remember(text, scope, title=title)
+            done = holder.memory().remember(text, scope, title=title, id=id)
         return RememberOut(id=done.id, scope=done.scope, added=done.added)
 
-    @server.tool()
     def recall(query: Query, scope: Scope | None = None, top_k: TopK = 5) -> RecallOut:
         """The remembered notes that best match a query, best first (within scope if given)."""
         with _tool_errors(holder):
             found = holder.memory().recall(query, scope, top_k)
         return RecallOut(memories=[MemoryOut(id=m.id, title=m.title, text=m.text) for m in found])
 
-    return server
+    tools = (list_corpora, search_knowledge, fetch_source, grep_knowledge, remember, recall)
+    return MCPServer(
+        SERVER_NAME,
+        instructions=INSTRUCTIONS,
+        log_level="WARNING",
+        tools=[_strict_tool(fn) for fn in tools],
+    )
 
 
 def serve_stdio(path: Path) -> None:

@@ -2,12 +2,15 @@
 
 Each test builds a real engine directory in process, closes it (the server takes the
 directory's lock), then starts the installed ``tandem mcp`` as a subprocess and talks to
-it with ``mcp.client.stdio.stdio_client`` + ``ClientSession``.
+it with ``mcp.client.stdio.stdio_client`` + ``ClientSession``. The last tests talk to
+``build_server`` in process (``run_in_process``), faster, where the check under test is the
+server's own.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from collections.abc import Awaitable, Callable
@@ -16,13 +19,14 @@ from typing import Any
 
 import anyio
 import pytest
+from mcp.client.client import Client
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.types import CallToolResult, TextContent
 
 from engine import CorpusConfig, Document, SearchEngine
-from engine.limits import MAX_GREP_MATCHES, MAX_GREP_PATTERN
-from engine.surfaces.mcp_server import MAX_AGENT_TOP_K, MAX_QUERY_CHARS
+from engine.limits import MAX_GREP_MATCHES, MAX_GREP_PATTERN, MAX_OFFSET
+from engine.surfaces.mcp_server import MAX_AGENT_TOP_K, MAX_QUERY_CHARS, EngineHolder, build_server
 
 TANDEM = shutil.which("tandem")
 
@@ -63,7 +67,12 @@ def build_engine(path: Path) -> Path:
 def run_session(path: Path, scenario: Scenario) -> None:
     if TANDEM is None:
         pytest.fail("the tandem console script is not installed (pip install -e .)")
-    params = StdioServerParameters(command=TANDEM, args=["mcp", "--path", str(path)])
+    # The SDK starts the server with a few safe variables only; PYTHONPATH is passed on so
+    # that the server runs the code under test (a worktree's), not the installed package.
+    pythonpath = {"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}
+    params = StdioServerParameters(
+        command=TANDEM, args=["mcp", "--path", str(path)], env=pythonpath
+    )
 
     async def main() -> None:
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
@@ -114,7 +123,8 @@ def test_lists_the_tools_with_capped_schemas(tmp_path: Path) -> None:
         }
         search = tools["search_knowledge"].input_schema
         assert search["required"] == ["corpus", "query"]
-        assert set(search["properties"]) == {"corpus", "query", "top_k", "filters"}  # no mode
+        # no mode
+        assert set(search["properties"]) == {"corpus", "query", "top_k", "offset", "filters"}
         assert search["properties"]["query"]["maxLength"] == MAX_QUERY_CHARS
         assert search["properties"]["top_k"]["maximum"] == MAX_AGENT_TOP_K
         assert search["properties"]["corpus"]["pattern"].startswith("^")
@@ -289,3 +299,116 @@ def test_mcp_refuses_a_missing_engine_directory(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert result.stderr.startswith("tandem: error: no Tandem engine at")
     assert not ghost.exists()
+
+
+# -- in process: the SDK's own client against ``build_server``, no schema check on its side --
+
+
+def run_in_process(path: Path, scenario: Scenario) -> None:
+    """``scenario`` against the server in this process. Its client does not validate
+    arguments against the tools' schemas, so what the server refuses is the server's own
+    check (as for any client that sends what it likes)."""
+    holder = EngineHolder(path)
+
+    async def main() -> None:
+        async with Client(build_server(holder)) as client:
+            await scenario(client)  # type: ignore[arg-type]  # the same calls as a session
+
+    try:
+        anyio.run(main)
+    finally:
+        holder.close()
+
+
+UNDECLARED: list[tuple[str, dict[str, Any]]] = [
+    ("list_corpora", {"corpus": "help"}),
+    ("search_knowledge", {"corpus": "help", "query": "password", "mode": "keyword"}),
+    ("search_knowledge", {"corpus": "help", "query": "password", "page": 2}),
+    ("fetch_source", {"corpus": "help", "source_id": "reset", "max_chars": 10}),
+    ("grep_knowledge", {"corpus": "help", "pattern": "reset", "ignore_case": True}),
+    ("remember", {"text": "a note", "scope": "bob", "tags": ["x"]}),
+    ("recall", {"query": "a note", "scope": "bob", "offset": 5}),
+]
+
+
+def test_an_argument_a_tool_does_not_declare_is_refused(tmp_path: Path) -> None:
+    """Regression: undeclared arguments were dropped in silence, so an agent paging with
+    ``offset`` got page 1 again and one naming a memory with ``id`` got another id."""
+    path = build_engine(tmp_path / "engine")
+
+    async def scenario(session: ClientSession) -> None:
+        for tool in (await session.list_tools()).tools:
+            assert tool.input_schema["additionalProperties"] is False, tool.name
+        for tool, arguments in UNDECLARED:
+            declared = next(iter(arguments)) if tool != "list_corpora" else "no arguments"
+            extra = list(arguments)[-1]
+            await expect_tool_error(
+                session, tool, arguments, f"unknown argument {extra!r}", declared
+            )
+        message = await expect_tool_error(
+            session,
+            "search_knowledge",
+            {"corpus": "help", "query": "password", "mode": "x", "Top_K": 3},
+            "unknown arguments 'Top_K', 'mode'",
+        )
+        assert "corpus, query, top_k, offset, filters" in message
+
+    run_in_process(path, scenario)
+    with SearchEngine(path) as engine:
+        assert "memory" not in engine.list_corpora()  # the refused remember stored nothing
+
+
+def test_search_knowledge_pages_with_offset_clamped_like_search(tmp_path: Path) -> None:
+    path = tmp_path / "engine"
+    with SearchEngine(path) as engine:
+        engine.create_corpus(CorpusConfig(name="many", embedder=None)).add(
+            [
+                Document(id=f"d{i:02d}", title=f"Password article {i}", text=f"password {i}")
+                for i in range(30)
+            ]
+        )
+        expected = {
+            offset: [p.source_id for p in engine.corpus("many").search("password", 5, offset)]
+            for offset in (0, 5, 25)
+        }
+    assert expected[0] != expected[5] and len(expected[25]) == 5
+
+    async def scenario(session: ClientSession) -> None:
+        async def page(offset: Any) -> list[str]:
+            arguments = {"corpus": "many", "query": "password", "top_k": 5, "offset": offset}
+            found = payload(await session.call_tool("search_knowledge", arguments))
+            return [p["source_id"] for p in found["passages"]]
+
+        for offset, ids in expected.items():
+            assert await page(offset) == ids
+        assert await page(-5) == expected[0]  # clamped, not refused
+        for past in (MAX_OFFSET + 1, 10**30):  # no page there: an agent paging stops
+            assert await page(past) == []
+
+    run_in_process(path, scenario)
+
+
+def test_remember_takes_an_id_as_the_http_route_does(tmp_path: Path) -> None:
+    path = build_engine(tmp_path / "engine")
+
+    async def scenario(session: ClientSession) -> None:
+        arguments = {"text": "use the blue key", "scope": "bob", "id": "door-key"}
+        stored = payload(await session.call_tool("remember", arguments))
+        assert stored == {"id": "door-key", "scope": "bob", "added": True}
+        replaced = {"text": "use the red key", "scope": "bob", "id": "door-key"}
+        assert payload(await session.call_tool("remember", replaced))["added"] is False
+        await expect_tool_error(
+            session,
+            "remember",
+            {"text": "mine now", "scope": "eve", "id": "door-key"},
+            "taken in another scope",
+        )
+        await expect_tool_error(
+            session, "remember", {"text": "x y", "scope": "bob", "id": "two words"}, "id"
+        )
+        recalled = payload(await session.call_tool("recall", {"query": "key", "scope": "bob"}))
+        assert [(m["id"], m["text"]) for m in recalled["memories"]] == [
+            ("door-key", "use the red key")
+        ]
+
+    run_in_process(path, scenario)
