@@ -65,6 +65,18 @@ HELP = [
         url="https://example.org/\u202egpj.exe",
     ),
     Document(
+        id="cafe",
+        title="Opening hours",
+        text="Le cafe\u0301 est ouvert. हिन्दी भाषा में भी।",  # "café" decomposed: e + U+0301
+        url="https://example.org/cafe",
+    ),
+    Document(
+        id="relative",
+        title="Your API token",
+        text="A relativeurl document: its url is one on the site it came from.",
+        url="/help/token",
+    ),
+    Document(
         id="staff",
         title="Vault password rotation",
         text="Staff only: the vault password rotates.",
@@ -478,3 +490,54 @@ def test_the_query_is_isolated_in_the_status_sentence(server: str, browser: Any)
     _wait(driver, _settled)
     isolated = driver.find_element(By.CSS_SELECTOR, "#status bdi")
     assert isolated.get_attribute("textContent") == "\u202ezebra 123"
+
+
+def test_a_link_with_only_spaces_in_q_shows_the_start_page(server: str, browser: Any) -> None:
+    """Regression: ``?q=%20%20%20`` was not trimmed (a typed query is), so it searched
+    for nothing and said 'No results for “”' instead of showing the empty start page."""
+    from selenium.webdriver.common.by import By
+
+    driver = browser
+    driver.get(server + "?q=%20%20%20&corpus=help")
+    # The start page moves the focus to the box; a search would say something instead.
+    _wait(driver, lambda d: d.switch_to.active_element.get_attribute("id") == "q" or _settled(d))
+    assert _status(driver) == ""
+    assert not driver.find_elements(By.CSS_SELECTOR, "#results .result")
+    assert driver.find_element(By.ID, "q").get_attribute("value") == ""
+    driver.get(server + "?q=%20relativeurl%20&corpus=help")  # spaces around a word: trimmed
+    _wait(driver, _settled)
+    assert _status(driver).startswith("Results 1–1 for “relativeurl”")
+
+
+def test_a_relative_document_url_is_text_not_a_link_to_this_server(
+    server: str, browser: Any
+) -> None:
+    """Regression: a relative URL (the README's own ``url="/help/reset"``) was resolved
+    against the search page and became a link to the Tandem server, which answered 404."""
+    from selenium.webdriver.common.by import By
+
+    driver = browser
+    driver.get(server + "?q=relativeurl&corpus=help")
+    _wait(driver, lambda d: _status(d).startswith("Results"))
+    result = driver.find_elements(By.CSS_SELECTOR, "#results .result")[0]
+    heading = result.find_element(By.CSS_SELECTOR, "h2")
+    assert heading.text == "Your API token" and not heading.find_elements(By.CSS_SELECTOR, "a")
+    assert result.find_element(By.CSS_SELECTOR, ".url").text == "/help/token"
+    assert not driver.find_elements(By.CSS_SELECTOR, "#results a[href^='" + server + "']")
+
+
+def test_words_with_combining_marks_are_marked(server: str, browser: Any) -> None:
+    """Regression: a word was letters and digits only, so a Devanagari word fell apart at
+    its vowel signs (combining marks) and "café" typed precomposed never matched the
+    stored "cafe\u0301": nothing was marked."""
+    from urllib.parse import quote
+
+    from selenium.webdriver.common.by import By
+
+    driver = browser
+    driver.get(server + "?corpus=help&q=" + quote("café हिन्दी"))
+    _wait(driver, lambda d: _status(d).startswith("Results"))
+    result = driver.find_elements(By.CSS_SELECTOR, "#results .result")[0]
+    assert result.find_element(By.CSS_SELECTOR, "h2").text == "Opening hours"
+    marks = [m.get_attribute("textContent") for m in result.find_elements(By.CSS_SELECTOR, "mark")]
+    assert marks == ["caf\u00e9", "हिन्दी"]  # the excerpt is shown in NFC

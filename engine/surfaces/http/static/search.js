@@ -1,6 +1,6 @@
 // Tandem search page. Talks to the /v1 API of the server that served it.
 // Every string from the index (titles, URLs, excerpts) is inserted as text, never as
-// HTML, and only http(s) URLs become links. State lives in the address bar
+// HTML, and only absolute http(s) URLs become links. State lives in the address bar
 // (?q=...&corpus=...&page=N) so Back, Forward and reloads work.
 "use strict";
 
@@ -49,22 +49,31 @@
     return Array.from(text).slice(0, MAX_QUERY_CHARS).join("");
   }
 
+  // Only an absolute http(s) URL is a link. A relative one ("/help/reset") names a page
+  // of the site the documents came from, which this page cannot know: resolved against
+  // this server it led to the search service's own 404. It is shown as text.
   function safeHref(url) {
     if (typeof url !== "string" || url.trim() === "") return null;
     let parsed;
     try {
-      parsed = new URL(url, window.location.href);
+      parsed = new URL(url); // no base: a relative URL throws
     } catch (err) {
       return null;
     }
     return parsed.protocol === "http:" || parsed.protocol === "https:" ? parsed.href : null;
   }
 
+  // A word: letters, combining marks and digits. Without the marks a Devanagari word
+  // ("हिन्दी") fell apart at its vowel signs and was never marked. Query and excerpt are
+  // compared in NFC, so "café" typed precomposed marks "cafe\u0301" stored decomposed.
+  const WORD_CHAR = "[\\p{L}\\p{M}\\p{N}]";
+
   // The words to highlight: at most 20, each 2..MAX_TERM_CHARS long (a crafted link with
   // one 50,000-letter word made a regular expression too large to compile, and the page
   // stayed on "Searching…").
   function queryTerms(query) {
-    const words = query.toLowerCase().match(/[\p{L}\p{N}]+/gu) || [];
+    const word = new RegExp(WORD_CHAR + "+", "gu");
+    const words = query.normalize("NFC").toLowerCase().match(word) || [];
     const usable = words.filter((w) => w.length >= 2 && w.length <= MAX_TERM_CHARS);
     return Array.from(new Set(usable)).slice(0, 20);
   }
@@ -73,15 +82,16 @@
     return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
   }
 
-  // Appends `text` to `parent`, wrapping each word that starts with a query term in <mark>
-  // (the whole word: "passwords" for the term "password").
-  function appendMarked(parent, text, terms) {
+  // Appends `text` (in NFC) to `parent`, wrapping each word that starts with a query term
+  // in <mark> (the whole word: "passwords" for the term "password").
+  function appendMarked(parent, raw, terms) {
+    const text = raw.normalize("NFC");
     if (!terms.length) {
       parent.appendChild(document.createTextNode(text));
       return;
     }
     const pattern = new RegExp(
-      "(?<![\\p{L}\\p{N}])(?:" + terms.map(escapeRegExp).join("|") + ")[\\p{L}\\p{N}]*",
+      "(?<!" + WORD_CHAR + ")(?:" + terms.map(escapeRegExp).join("|") + ")" + WORD_CHAR + "*",
       "giu"
     );
     let last = 0;
@@ -160,7 +170,9 @@
     const params = new URLSearchParams(window.location.search);
     const asked = parseInt(params.get("page") || "1", 10) || 1;
     const page = Math.min(MAX_PAGE, Math.max(1, asked)); // ?page=500 shows page 101 as 101
-    const q = cutQuery(params.get("q") || ""); // as the server reads it
+    // Trimmed as a typed query is (fromForm): "?q=%20%20" is the empty start page, not a
+    // search for nothing that said 'No results for “”'. Then cut as the server reads it.
+    const q = cutQuery((params.get("q") || "").trim());
     return { q: q, corpus: params.get("corpus") || "", page: page };
   }
 
