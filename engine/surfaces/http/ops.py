@@ -8,7 +8,12 @@ multiprocess mode); the corpus-state gauges are re-read by the answering worker 
 
 ``RequestGuard`` (pure ASGI, outermost) counts requests by route template, method and
 status — never by path, which can carry text a caller typed — and turns any exception
-that escaped the app into a 500 in the API's error shape, logging its type only.
+that escaped the app into a 500 in the API's error shape, logging its type only. It is
+also the one place that sets the headers every answer carries, whoever wrote it (a
+route, the search lane, the body cap, the guard itself): ``X-Content-Type-Options:
+nosniff`` on all, and ``Cache-Control: no-store`` on ``/v1`` answers — a search's answer
+depends on access and changes with every write, so no browser or proxy may keep one.
+A header the answer set itself is kept.
 """
 
 from __future__ import annotations
@@ -64,6 +69,22 @@ class RequestMetrics:
 _CLIENT_CLOSED = 499
 """Status recorded for a request whose client hung up before it could be answered."""
 
+_EVERY_ANSWER = ((b"x-content-type-options", b"nosniff"),)
+_API_ANSWER = (*_EVERY_ANSWER, (b"cache-control", b"no-store"))
+
+
+def _is_api(path: str) -> bool:
+    return path.startswith("/v1/") or path == "/v1"
+
+
+def _with_headers(message: Message, added: tuple[tuple[bytes, bytes], ...]) -> Message:
+    """``message`` (a response start) with ``added``, less those it sets itself: a copy,
+    since the list it carries may be a response object's own."""
+    headers = list(message.get("headers", ()))
+    present = {name.lower() for name, _ in headers}
+    headers += [header for header in added if header[0] not in present]
+    return {**message, "headers": headers}
+
 
 class RequestGuard:
     """Counts every request and answers 500 (error shape) for anything that escaped."""
@@ -78,11 +99,13 @@ class RequestGuard:
         start = time.perf_counter()
         status = [500]
         started = [False]
+        added = _API_ANSWER if _is_api(scope["path"]) else _EVERY_ANSWER
 
         async def tracked(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status[0] = int(message["status"])
                 started[0] = True
+                message = _with_headers(message, added)
             await send(message)
 
         try:

@@ -3,8 +3,9 @@
 The page is three files shipped in the package (``static/``): no CDN, no build step. It
 is served with a strict Content-Security-Policy (scripts and styles from this server
 only, no inline code, no framing), so even a bug that let document text become markup
-could not run a script. ``/docs`` is Swagger UI from the ``fastapi-offline`` package's
-bundled copy, so it works without a network too.
+could not run a script (``X-Content-Type-Options: nosniff``, which every answer of the
+server carries, is set in one place: ``ops.RequestGuard``). ``/docs`` is Swagger UI from
+the ``fastapi-offline`` package's bundled copy, so it works without a network too.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ _SECURITY = {
         "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
         "img-src 'self' data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
     ),
-    "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
     "X-Frame-Options": "DENY",
 }

@@ -36,6 +36,7 @@ _TOO_LARGE = f"request line and headers longer than {MAX_HEAD_BYTES} bytes".enco
 _ANSWER_431 = (
     b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
     b"content-type: text/plain; charset=utf-8\r\n"
+    b"x-content-type-options: nosniff\r\n"  # as every answer the app writes (RequestGuard)
     b"content-length: " + str(len(_TOO_LARGE)).encode("ascii") + b"\r\n"
     b"connection: close\r\n\r\n" + _TOO_LARGE
 )

@@ -834,6 +834,46 @@ def test_no_cors_and_a_locked_down_page(client: TestClient) -> None:
         assert answer.headers["x-content-type-options"] == "nosniff"
 
 
+def test_every_answer_says_nosniff_and_no_api_answer_may_be_stored(
+    client: TestClient, home: Path
+) -> None:
+    """Regression: the JSON API's answers carried neither header (only the page had
+    nosniff), so a browser or a shared cache could keep a search answer, which depends
+    on access and changes with every write."""
+    api = [
+        client.post("/v1/corpora/kw/search", json={"query": "password"}),  # the fast lane
+        client.post("/v1/corpora/kw/search", json={"query": "password", "top_k": "x"}),  # 422
+        client.post("/v1/corpora/absent/search", json={"query": "password"}),  # 404, lane
+        client.put("/v1/corpora/kw/search", json={}),  # 405
+        client.post("/v1/corpora/kw/evidence", json={"query": "password"}),
+        client.get("/v1/corpora/kw/sources/reset"),
+        client.get("/v1/corpora/kw/sources/staff-only"),  # 404
+        client.get("/v1/corpora"),
+        client.get("/v1/nowhere"),  # 404 of no route
+        client.post("/v1/recall", json={"query": "prefers"}),
+        client.post("/v1/memories", json={"text": "x", "scope": "a"}),  # 401: no token
+    ]
+    for capped in _client(home, max_body_bytes=1024):  # 413 from the body cap
+        api.append(capped.post("/v1/corpora/kw/search", json={"query": "p" * 2000}))
+    for answer in api:
+        where = f"{answer.request.method} {answer.request.url.path} {answer.status_code}"
+        assert answer.headers.get_list("x-content-type-options") == ["nosniff"], where
+        assert answer.headers.get_list("cache-control") == ["no-store"], where
+    assert {a.status_code for a in api} >= {200, 401, 404, 405, 413, 422}
+    for path, cache in [
+        ("/", None),
+        ("/static/search.js", "no-cache"),  # the page's own, kept
+        ("/docs", None),
+        ("/healthz", None),
+        ("/metrics", None),
+        ("/openapi.json", None),
+        ("/nowhere", None),
+    ]:
+        answer = client.get(path)
+        assert answer.headers.get_list("x-content-type-options") == ["nosniff"], path
+        assert answer.headers.get("cache-control") == cache, path
+
+
 def test_no_redirect_to_the_host_a_request_names(client: TestClient) -> None:
     """Regression: "/v1/corpora/" answered 307 to http://<the request's Host>/v1/corpora,
     an open redirect for whoever sets the Host header (a shared cache, a proxy)."""

@@ -108,6 +108,8 @@ def test_the_lane_and_the_route_give_the_same_answer(
     slow = without_lane.post(url, content=body, headers=JSON)
     assert (fast.status_code, fast.json()) == (slow.status_code, slow.json())
     assert fast.headers["content-type"] == slow.headers["content-type"] == "application/json"
+    for name, value in (("x-content-type-options", "nosniff"), ("cache-control", "no-store")):
+        assert fast.headers.get_list(name) == slow.headers.get_list(name) == [value]
     answered_by_lane = bool(parsed) and parsed[0] is not None
     assert answered_by_lane == lane_answers
     if fast.status_code == 200:
