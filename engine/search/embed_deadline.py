@@ -151,7 +151,7 @@ class EmbedDeadline:
                 self._corpus,
                 timeout,
             )
-        future.add_done_callback(lambda _: self._returned(key, started))
+        future.add_done_callback(lambda done: self._returned(key, started, done))
         raise QueryEmbedTimeout(f"query embedding not answered within {timeout:.3g} s")
 
     def close(self) -> None:
@@ -161,7 +161,7 @@ class EmbedDeadline:
         if workers is not None:
             workers.close()
 
-    def _returned(self, key: int, started: float) -> None:
+    def _returned(self, key: int, started: float, done: Future[Vector]) -> None:
         with self._lock:
             entry = self._overdue.get(key)
             if entry is None:  # not expected; a worker's callback must never raise
@@ -171,9 +171,12 @@ class EmbedDeadline:
                 self._overdue[key] = (embedder, count - 1)
                 return
             del self._overdue[key]
-        logger.info(
-            "corpus %r: an overdue query embedding returned after %.1f s; hybrid search resumes",
+        failed = done.exception()
+        logger.log(
+            logging.INFO if failed is None else logging.WARNING,
+            "corpus %r: an overdue query embedding %s after %.1f s; hybrid search resumes",
             self._corpus,
+            "returned" if failed is None else f"failed ({type(failed).__name__})",
             time.monotonic() - started,
         )
 

@@ -17,7 +17,10 @@ transaction.
 from __future__ import annotations
 
 import contextlib
+import logging
 import sqlite3
+
+logger = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 2
 
@@ -67,14 +70,24 @@ CREATE INDEX IF NOT EXISTS document_fields_public_text_nocase
     ON document_fields(name, is_public, value_text COLLATE NOCASE);
 CREATE INDEX IF NOT EXISTS document_fields_public_int
     ON document_fields(name, is_public, value_int);
-DROP INDEX IF EXISTS document_fields_text;
-DROP INDEX IF EXISTS document_fields_text_nocase;
-DROP INDEX IF EXISTS document_fields_int;
+CREATE TRIGGER IF NOT EXISTS document_fields_visibility
+    AFTER INSERT ON document_fields WHEN NEW.is_public = 0
+BEGIN
+    UPDATE document_fields SET is_public = 1 WHERE rowid = NEW.rowid
+        AND EXISTS (SELECT 1 FROM documents WHERE source_id = NEW.source_id AND is_public = 1);
+END;
 """
-"""The value indexes, created once ``document_fields.is_public`` exists (schema 1's,
-without it, dropped). ``DEFAULT 0``: a row written without the column (by a process of an
-older version, which the README says to stop before upgrading) is hidden from filters
-rather than shown."""
+"""The value indexes, created once ``document_fields.is_public`` exists, and the trigger
+that keeps the column right for writers that do not know it. A process of an older
+version (the README says to stop it first; a rolling restart does not) inserts field
+rows without ``is_public``, so they read ``DEFAULT 0`` — hidden from filters although
+their document is public; the trigger, part of the schema and so fired by every writer,
+copies the document's flag into such a row (an upsert writes the document first). This
+version's rows of public documents say 1 and skip it."""
+
+OLD_INDEXES = ("document_fields_text", "document_fields_text_nocase", "document_fields_int")
+"""Schema 1's value indexes. Dropped by the migration; an older version's process
+creates them again when it opens the store, so an open checks for them."""
 
 
 def has_field_visibility(conn: sqlite3.Connection) -> bool:
@@ -93,6 +106,12 @@ def migrate(conn: sqlite3.Connection) -> None:
     is not written to (an open stays a read)."""
     if _current(conn):
         return
+    stamped = _stamped(conn)
+    if stamped > SCHEMA_VERSION:
+        # A newer version's store: left as it is (its stamp too); this version reads and
+        # writes what it knows of it, as it would a config field it does not know.
+        logger.warning("store schema %d is newer than this version's %d", stamped, SCHEMA_VERSION)
+        return
     conn.execute("BEGIN IMMEDIATE")
     try:
         if not has_field_visibility(conn):
@@ -103,9 +122,15 @@ def migrate(conn: sqlite3.Connection) -> None:
                 "UPDATE document_fields SET is_public = 1 WHERE source_id IN "
                 "(SELECT source_id FROM documents WHERE is_public = 1)"
             )
-        for statement in FIELD_INDEXES.split(";"):
-            if statement.strip():
-                conn.execute(statement)
+        else:  # rows an older version wrote before the trigger existed
+            conn.execute(
+                "UPDATE document_fields SET is_public = 1 WHERE is_public = 0 AND source_id IN "
+                "(SELECT source_id FROM documents WHERE is_public = 1)"
+            )
+        for statement in _statements(FIELD_INDEXES):
+            conn.execute(statement)
+        for index in OLD_INDEXES:
+            conn.execute(f"DROP INDEX IF EXISTS {index}")
         conn.execute(
             "INSERT INTO meta(key, value) VALUES ('schema_version', ?) "
             "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
@@ -119,5 +144,39 @@ def migrate(conn: sqlite3.Connection) -> None:
 
 
 def _current(conn: sqlite3.Connection) -> bool:
+    """Whether there is nothing to do: this version's stamp, the column, the trigger, and
+    none of schema 1's indexes (an older version's process puts them back)."""
+    if _stamped(conn) != SCHEMA_VERSION or not has_field_visibility(conn):
+        return False
+    names = {
+        str(r[0])
+        for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE tbl_name = 'document_fields' "
+            "AND type IN ('index', 'trigger')"
+        )
+    }
+    return "document_fields_visibility" in names and not names.intersection(OLD_INDEXES)
+
+
+def _stamped(conn: sqlite3.Connection) -> int:
+    """The store's ``schema_version`` (0 for a new store, not stamped yet)."""
     row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    return row is not None and row[0] == str(SCHEMA_VERSION) and has_field_visibility(conn)
+    try:
+        return 0 if row is None else int(row[0])
+    except ValueError:
+        return 0
+
+
+def _statements(script: str) -> list[str]:
+    """The statements of ``script`` (``sqlite3.complete_statement`` finds where each ends:
+    a trigger's body holds semicolons of its own)."""
+    statements: list[str] = []
+    current = ""
+    for line in script.splitlines(keepends=True):
+        current += line
+        if sqlite3.complete_statement(current):
+            statements.append(current.strip())
+            current = ""
+    if current.strip():
+        statements.append(current.strip())
+    return statements

@@ -121,6 +121,7 @@ def _as_schema_1(store_path: Path) -> None:
     """Rewrite a store into the layout the previous version wrote (no ``is_public`` in
     ``document_fields``, the old value indexes, ``schema_version`` 1)."""
     with sqlite3.connect(store_path) as db:
+        db.execute("DROP TRIGGER document_fields_visibility")
         for index in ("public_text", "public_text_nocase", "public_int"):
             db.execute(f"DROP INDEX document_fields_{index}")
         db.execute("ALTER TABLE document_fields DROP COLUMN is_public")
@@ -202,5 +203,57 @@ def test_a_migrated_store_is_not_written_again_on_open(tmp_path: Path) -> None:
         again = DocumentStore(path)
         again.close()
         assert store.connection().execute("PRAGMA data_version").fetchone() == before
+    finally:
+        store.close()
+
+
+def test_field_rows_an_older_writer_inserts_after_the_migration_are_flagged(
+    tmp_path: Path, old_store: Path
+) -> None:
+    """A rolling restart: a process of the previous version writes a migrated store. Its
+    field rows name no ``is_public`` (``DEFAULT 0``: a public document hidden from
+    filters for good); the schema's trigger flags them from their document, and the
+    indexes that process puts back are dropped at this version's next writable open."""
+    with SearchEngine(tmp_path) as engine:  # migrates
+        assert _filtered(engine) == ["a", "b"]
+    with sqlite3.connect(old_store) as db:  # the previous version's upsert of "b", and open
+        db.execute("DELETE FROM document_fields WHERE source_id = 'b'")
+        db.execute(
+            "INSERT INTO document_fields(source_id, name, value_text, value_int) "
+            "VALUES ('b', 'tag', 'x', NULL), ('b', 'year', NULL, 2001)"
+        )
+        db.execute(
+            "CREATE INDEX IF NOT EXISTS document_fields_text ON document_fields(name, value_text)"
+        )
+    db.close()
+    with SearchEngine(tmp_path, read_only=True) as engine:
+        assert _filtered(engine) == ["a", "b"]
+    with SearchEngine(tmp_path) as engine:
+        assert _filtered(engine) == ["a", "b"]
+    with sqlite3.connect(old_store) as db:
+        indexes = {str(r[0]) for r in db.execute("SELECT name FROM sqlite_master")}
+        flags = db.execute("SELECT DISTINCT is_public FROM document_fields WHERE source_id = 'b'")
+        assert flags.fetchall() == [(1,)]
+    db.close()
+    assert "document_fields_text" not in indexes
+
+
+def test_a_newer_versions_store_keeps_its_stamp_and_is_not_written_on_open(
+    tmp_path: Path,
+) -> None:
+    with SearchEngine(tmp_path) as engine:
+        engine.create_corpus(CONFIG).add(DOCS)
+    path = tmp_path / "corpora" / "docs" / "store.sqlite3"
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    db.close()
+    store = DocumentStore(path)
+    try:
+        before = store.connection().execute("PRAGMA data_version").fetchone()
+        again = DocumentStore(path)
+        again.close()
+        assert store.connection().execute("PRAGMA data_version").fetchone() == before
+        stamp = store.connection().execute("SELECT value FROM meta WHERE key = 'schema_version'")
+        assert stamp.fetchone() == ("3",)
     finally:
         store.close()
