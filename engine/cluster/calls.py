@@ -19,6 +19,7 @@ propagates as Ray's ``RayTaskError``.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -34,6 +35,10 @@ from engine.errors import EngineError
 logger = logging.getLogger(__name__)
 
 Handle = Any  # a Ray actor handle (``ray.actor.ActorHandle``), untyped upstream
+
+OVERDUE_LIMIT_S = 60.0
+"""How long a call that missed its deadline keeps its shard out of searches at most
+(see ``ShardCalls.probe``)."""
 
 
 def probe(handles: Sequence[Handle], indexes: Sequence[int], timeout_s: float) -> dict[int, str]:
@@ -80,6 +85,10 @@ class ShardCalls:
         self._handles = list(handles)
         self._health = health
         self._metrics = metrics
+        # Per shard: calls that missed their deadline and may still be running, with when
+        # they were given up on (see ``probe``).
+        self._overdue: dict[int, list[tuple[float, Any]]] = {}
+        self._overdue_lock = threading.Lock()
 
     @property
     def handles(self) -> list[Handle]:
@@ -119,10 +128,12 @@ class ShardCalls:
             except RayActorError:
                 self._health.mark_down(index, operation)
             except GetTimeoutError:
-                # Hung or very slow: skipped from now on until it answers a probe (the
-                # prober's pings queue behind its stuck calls). Left up, it cost every
-                # later search the whole timeout until a scrape or ``health()`` probed it.
+                # Hung or very slow: skipped from now on, until this call has returned and
+                # the shard answers a probe (see ``probe``). Left up, it cost every later
+                # search the whole timeout until a scrape or ``health()`` probed it.
                 logger.warning("shard %d of %s did not answer in time", index, self._corpus)
+                with self._overdue_lock:
+                    self._overdue.setdefault(index, []).append((time.monotonic(), ref))
                 self._health.mark_down(index, operation)
             except RayTaskError as exc:
                 self._metrics.failures.labels(self._corpus, operation.value).inc()
@@ -134,6 +145,32 @@ class ShardCalls:
                     type(getattr(exc, "cause", exc)).__name__,
                 )
         return answers
+
+    def probe(self, indexes: Sequence[int], timeout_s: float) -> dict[int, str]:
+        """``probe`` (the module's) of the shards among ``indexes`` whose calls that
+        missed a deadline have all returned. A shard answers pings beside a call stuck in
+        its search (an actor runs a few calls at once), so a ping alone brought a hung
+        shard straight back, and every search paid the timeout again. A call given up on
+        more than ``OVERDUE_LIMIT_S`` ago no longer counts: a shard with one query that
+        never ends is asked again once a minute, not dropped for good."""
+        return probe(self._handles, [i for i in indexes if self._settled(i)], timeout_s)
+
+    def _settled(self, index: int) -> bool:
+        with self._overdue_lock:
+            calls = self._overdue.get(index)
+            if not calls:
+                return True
+            now = time.monotonic()
+            left = [(t, ref) for t, ref in calls if now - t < OVERDUE_LIMIT_S]
+            if left:
+                done, _ = ray.wait([ref for _, ref in left], num_returns=len(left), timeout=0)
+                finished = set(done)
+                left = [(t, ref) for t, ref in left if ref not in finished]
+            if left:
+                self._overdue[index] = left
+                return False
+            del self._overdue[index]
+            return True
 
     def fan_out(
         self,

@@ -34,7 +34,7 @@ from ray.exceptions import RayError
 
 from dense import Embedder
 from engine.cluster.actors import start_shard
-from engine.cluster.calls import Handle, ShardCalls, probe
+from engine.cluster.calls import Handle, ShardCalls
 from engine.cluster.errors import ClusterError
 from engine.cluster.health import ClusterMetrics, Operation, ShardHealth
 from engine.cluster.manifest import (
@@ -118,7 +118,7 @@ class ShardedCorpus:
             self._config.name,
             manifest.shards,
             metrics,
-            lambda indexes, timeout: probe(handles, indexes, timeout),
+            lambda indexes, timeout: self._calls.probe(indexes, timeout),
             probe_interval_s=options.probe_interval_s,
             probe_timeout_s=options.probe_timeout_s,
         )

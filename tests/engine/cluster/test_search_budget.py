@@ -225,7 +225,12 @@ def test_a_stopped_shard_is_asked_once_per_search(
         CONFIG.model_copy(update={"name": "stopped"}),
         SHARDS,
         embedder_factory=hash_factory,
-        options=ClusterOptions(search_timeout_s=2.0, global_term_statistics=global_statistics),
+        options=ClusterOptions(
+            # Generous: the stopped shard costs the first search all of it, and the
+            # others must answer within it on a loaded CI machine.
+            search_timeout_s=8.0,
+            global_term_statistics=global_statistics,
+        ),
     )
     info = None
     try:
@@ -265,3 +270,64 @@ def test_a_stopped_shard_is_asked_once_per_search(
         if info is not None:
             os.kill(info.pid, signal.SIGCONT)
         corpus.close()
+
+
+def test_a_shard_whose_search_hangs_stays_out_until_the_call_returns(ray_cluster: None) -> None:
+    """A shard answers pings beside a search stuck in another of its slots (an actor runs
+    a few calls at once). Regression: the ping alone marked it up again within a probe
+    interval, so every search waited out the timeout on it; now it stays out until the
+    call given up on has returned."""
+    import ray
+
+    from engine.cluster.calls import ShardCalls
+    from engine.cluster.health import ShardHealth
+
+    @ray.remote(max_concurrency=4)
+    class Shard:
+        def __init__(self) -> None:
+            self.hang = False
+
+        def ping(self) -> str:
+            return "incarnation"
+
+        def set_hang(self, hang: bool) -> None:
+            self.hang = hang
+
+        def search(self, query: str) -> str:
+            while self.hang:
+                time.sleep(0.01)
+            return query
+
+    handles = [Shard.remote() for _ in range(SHARDS)]
+    try:
+        ray.get([h.ping.remote() for h in handles], timeout=120)
+        metrics = ClusterMetrics(CollectorRegistry())
+        calls: ShardCalls
+        health = ShardHealth(
+            "hung",
+            SHARDS,
+            metrics,
+            lambda indexes, timeout: calls.probe(indexes, timeout),
+            probe_interval_s=0.05,
+            probe_timeout_s=5.0,
+        )
+        calls = ShardCalls("hung", handles, health, metrics)
+
+        def search() -> list[int]:
+            return sorted(calls.fan_out(health.up(), "search", lambda i: ("q",), TIMEOUT_S))
+
+        assert search() == [0, 1, 2]
+        ray.get(handles[HUNG].set_hang.remote(True), timeout=60)
+        assert search() == [0, 1]
+        for _ in range(20):  # the prober pings it every 50 ms; it answers every ping
+            assert health.up() == [0, 1]
+            time.sleep(0.05)
+        ray.get(handles[HUNG].set_hang.remote(False), timeout=60)
+        deadline = time.monotonic() + 120
+        while health.up() != [0, 1, 2] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert search() == [0, 1, 2]
+        health.close()
+    finally:
+        for handle in handles:
+            ray.kill(handle)
