@@ -127,12 +127,13 @@ class SearchEngine:
         read_only: open without taking or creating any lock file and without writing
             anything; every write raises ``EngineReadOnly``. Works on a directory this
             process may read but not write, and follows other processes' writes.
-        query_embed_timeout: how long a hybrid search waits for its query's vector (the
-            query is embedded on a worker thread); past it that search is answered from
-            keywords, counted as ``embedder_timeout``, and so is every search while that
-            call still runs (``engine.search.embed_deadline``; why 30 s:
-            ``DEFAULT_QUERY_EMBED_TIMEOUT_S``). ``None``: embed in the searching thread
-            and wait for ever. Writes are not bounded by it.
+        query_embed_timeout: ``None`` (the default): a hybrid search embeds its query in
+            the searching thread and waits for the vector however long it takes. A number
+            of seconds: it embeds on a worker thread and waits at most that long; past it
+            that search is answered from keywords, counted as ``embedder_timeout``, and so
+            is every search while that call still runs (``engine.search.embed_deadline``:
+            why it is off by default, and why 30 s is a good value). Writes are not
+            bounded by it.
     """
 
     def __init__(
