@@ -5,6 +5,7 @@ All of them are frozen: change by copy (``dataclasses.replace``), never in place
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 import re
@@ -56,7 +57,7 @@ class Document:
         # ``fields`` may be a MappingProxyType (the default, and after validation), which
         # does not pickle: rebuilt from a plain dict, so documents cross process pools,
         # ``copy.deepcopy`` and caches like every other public value.
-        values = {f: getattr(self, f) for f in _DOCUMENT_FIELDS}
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         values["fields"] = dict(self.fields)
         return (_document, (values,))
 
@@ -64,8 +65,6 @@ class Document:
 def _document(values: dict[str, object]) -> Document:
     return Document(**values)  # type: ignore[arg-type]
 
-
-_DOCUMENT_FIELDS = ("id", "title", "text", "url", "language_id", "access_groups", "page_uid")
 
 FieldInput = str | int | dt.date | Collection[str | int | dt.date]
 """What ``Document.fields`` maps a field name to: one value or a collection of values."""

@@ -74,7 +74,7 @@ def keyword_values(
     """See ``DocumentStore.keyword_values``: exact (ASCII case-insensitive) matches if
     there are any, else values containing ``value`` — among public documents' values
     only (a value only non-public documents carry must not be revealed, nor confirmed)."""
-    scope = rows.value.replace("is_public", "f.is_public")
+    scope = rows.sql("f.is_public")
     for condition, pattern in (
         ("f.value_text = ? COLLATE NOCASE", value),
         ("f.value_text LIKE ? ESCAPE '\\'", f"%{like_escape(value)}%"),

@@ -18,20 +18,25 @@ FALSE = "0"
 
 
 class RowScope(enum.Enum):
-    """Which ``document_fields`` rows a condition reads; the value is its SQL."""
+    """Which ``document_fields`` rows a condition reads; the value is its test of the
+    row's ``is_public``."""
 
-    PUBLIC = "is_public = 1 AND "
-    ALL = "is_public IN (0, 1) AND "  # the (name, is_public, value) indexes stay usable
+    PUBLIC = "= 1"
+    ALL = "IN (0, 1)"  # every row, and the (name, is_public, value) indexes stay usable
     UNMARKED = ""
     """A schema 1 store read before a writable open migrated it: its rows carry no
     visibility (the caller's query checks ``documents.is_public`` as it always does)."""
+
+    def sql(self, column: str = "is_public") -> str:
+        """The condition on ``column``, ready to lead others (``"... AND "``), or ``""``."""
+        return f"{column} {self.value} AND " if self.value else ""
 
 
 def filter_sql(
     filters: Sequence[FieldFilter], id_column: str = "source_id", *, rows: RowScope
 ) -> tuple[str, list[object]]:
     """An SQL condition (``"1"`` when there are no filters) and its parameters."""
-    scope = rows.value
+    scope = rows.sql()
     parts: list[str] = []
     params: list[object] = []
     for condition in filters:

@@ -63,20 +63,20 @@ CREATE TABLE IF NOT EXISTS meta (
 );
 """
 
-FIELD_INDEXES = """
-CREATE INDEX IF NOT EXISTS document_fields_public_text
-    ON document_fields(name, is_public, value_text);
-CREATE INDEX IF NOT EXISTS document_fields_public_text_nocase
-    ON document_fields(name, is_public, value_text COLLATE NOCASE);
-CREATE INDEX IF NOT EXISTS document_fields_public_int
-    ON document_fields(name, is_public, value_int);
-CREATE TRIGGER IF NOT EXISTS document_fields_visibility
+FIELD_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS document_fields_public_text "
+    "ON document_fields(name, is_public, value_text)",
+    "CREATE INDEX IF NOT EXISTS document_fields_public_text_nocase "
+    "ON document_fields(name, is_public, value_text COLLATE NOCASE)",
+    "CREATE INDEX IF NOT EXISTS document_fields_public_int "
+    "ON document_fields(name, is_public, value_int)",
+    """CREATE TRIGGER IF NOT EXISTS document_fields_visibility
     AFTER INSERT ON document_fields WHEN NEW.is_public = 0
 BEGIN
     UPDATE document_fields SET is_public = 1 WHERE rowid = NEW.rowid
         AND EXISTS (SELECT 1 FROM documents WHERE source_id = NEW.source_id AND is_public = 1);
-END;
-"""
+END""",
+)
 """The value indexes, created once ``document_fields.is_public`` exists, and the trigger
 that keeps the column right for writers that do not know it. A process of an older
 version (the README says to stop it first; a rolling restart does not) inserts field
@@ -118,16 +118,12 @@ def migrate(conn: sqlite3.Connection) -> None:
             conn.execute(
                 "ALTER TABLE document_fields ADD COLUMN is_public INTEGER NOT NULL DEFAULT 0"
             )
-            conn.execute(
-                "UPDATE document_fields SET is_public = 1 WHERE source_id IN "
-                "(SELECT source_id FROM documents WHERE is_public = 1)"
-            )
-        else:  # rows an older version wrote before the trigger existed
-            conn.execute(
-                "UPDATE document_fields SET is_public = 1 WHERE is_public = 0 AND source_id IN "
-                "(SELECT source_id FROM documents WHERE is_public = 1)"
-            )
-        for statement in _statements(FIELD_INDEXES):
+        # Every row from before the column, or an older version wrote before the trigger:
+        conn.execute(
+            "UPDATE document_fields SET is_public = 1 WHERE is_public = 0 AND source_id IN "
+            "(SELECT source_id FROM documents WHERE is_public = 1)"
+        )
+        for statement in FIELD_INDEXES:
             conn.execute(statement)
         for index in OLD_INDEXES:
             conn.execute(f"DROP INDEX IF EXISTS {index}")
@@ -165,18 +161,3 @@ def _stamped(conn: sqlite3.Connection) -> int:
         return 0 if row is None else int(row[0])
     except ValueError:
         return 0
-
-
-def _statements(script: str) -> list[str]:
-    """The statements of ``script`` (``sqlite3.complete_statement`` finds where each ends:
-    a trigger's body holds semicolons of its own)."""
-    statements: list[str] = []
-    current = ""
-    for line in script.splitlines(keepends=True):
-        current += line
-        if sqlite3.complete_statement(current):
-            statements.append(current.strip())
-            current = ""
-    if current.strip():
-        statements.append(current.strip())
-    return statements
