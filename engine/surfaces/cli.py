@@ -47,6 +47,7 @@ from engine.surfaces.cli_args import (
     NoVectorsOpt,
     PathOpt,
     QueryArg,
+    QueryEmbedTimeoutOpt,
     TitleWeightOpt,
     TopKOpt,
     check_model_name,
@@ -496,6 +497,7 @@ def serve(
             metavar="PATH",
         ),
     ] = None,
+    query_embed_timeout: QueryEmbedTimeoutOpt = None,
     path: PathOpt = None,
 ) -> None:
     """Serve the HTTP API (/v1), the search page (/), /metrics and health checks.
@@ -508,7 +510,9 @@ def serve(
 
     home = existing_engine_home(ctx, path)
     settings = ServerSettings(
-        home=home.resolve(), token_file=None if token_file is None else token_file.resolve()
+        home=home.resolve(),
+        token_file=None if token_file is None else token_file.resolve(),
+        query_embed_timeout_s=query_embed_timeout,
     )
     serve_http(
         settings,
@@ -525,12 +529,14 @@ def _announce(line: str) -> None:
 
 
 @app.command()
-def mcp(ctx: typer.Context, path: PathOpt = None) -> None:
+def mcp(
+    ctx: typer.Context, query_embed_timeout: QueryEmbedTimeoutOpt = None, path: PathOpt = None
+) -> None:
     """Serve the corpora to an agent over MCP (stdio)."""
     from engine.surfaces.mcp_server import serve_stdio  # lazy: the SDK is heavy
 
     home = existing_engine_home(ctx, path)
-    serve_stdio(home)
+    serve_stdio(home, query_embed_timeout=query_embed_timeout)
 
 
 # Sharded corpora on Ray: the commands live in their own module (Ray loads only when one runs).

@@ -84,6 +84,18 @@ PathOpt = Annotated[
         file_okay=False,
     ),
 ]
+QueryEmbedTimeoutOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--query-embed-timeout",
+        min=0.001,
+        max=3600,
+        help="Seconds a hybrid search waits for its query's vector before answering from "
+        "keywords (counted in tandem_search_fallbacks_total as embedder_timeout). "
+        "Default: no deadline.",
+        metavar="SECONDS",
+    ),
+]
 CorpusArg = Annotated[
     str, typer.Argument(help="Corpus name.", metavar="CORPUS", callback=check_corpus_name)
 ]

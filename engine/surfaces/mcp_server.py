@@ -249,15 +249,18 @@ def _strict_tool(fn: Callable[..., Any]) -> Tool:
 class EngineHolder:
     """Opens the engine on first use, shares it between tool calls, closes it once."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, query_embed_timeout: float | None = None) -> None:
         self._path = path
+        self._query_embed_timeout = query_embed_timeout
         self._engine: SearchEngine | None = None
         self._lock = threading.Lock()
 
     def engine(self) -> SearchEngine:
         with self._lock:
             if self._engine is None:
-                self._engine = SearchEngine(self._path)
+                self._engine = SearchEngine(
+                    self._path, query_embed_timeout=self._query_embed_timeout
+                )
             return self._engine
 
     def memory(self) -> Memory:
@@ -374,9 +377,11 @@ def build_server(holder: EngineHolder) -> MCPServer:
     )
 
 
-def serve_stdio(path: Path) -> None:
-    """Serve the engine at ``path`` over stdio until the client disconnects."""
-    holder = EngineHolder(path)
+def serve_stdio(path: Path, *, query_embed_timeout: float | None = None) -> None:
+    """Serve the engine at ``path`` over stdio until the client disconnects (hybrid
+    searches wait for their query's vector at most ``query_embed_timeout`` seconds, as
+    ``SearchEngine``'s option of that name)."""
+    holder = EngineHolder(path, query_embed_timeout=query_embed_timeout)
     try:
         build_server(holder).run("stdio")
     finally:

@@ -9,6 +9,7 @@ browser page from another origin cannot call this API.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -55,10 +56,13 @@ def create_app(settings: ServerSettings, *, engine_factory: EngineFactory | None
     """The app serving the engine directory ``settings.home``.
 
     Raises ``InvalidArgument`` when the configured token is unusable (see ``load_token``).
-    ``engine_factory`` (tests) builds the ``SearchEngine``; the default opens the directory.
+    ``engine_factory`` (tests) builds the ``SearchEngine``; the default opens the directory
+    with the settings' ``query_embed_timeout_s``.
     """
     token = load_token(settings)
-    factory: EngineFactory = engine_factory or SearchEngine
+    factory: EngineFactory = engine_factory or functools.partial(
+        SearchEngine, query_embed_timeout=settings.query_embed_timeout_s
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

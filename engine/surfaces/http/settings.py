@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from engine.errors import InvalidArgument
 from engine.limits import CORPUS_NAME_PATTERN
@@ -41,6 +41,11 @@ class ServerSettings(BaseModel):
     - ``request_budget_s``: wall time a read (search, evidence, grep, recall) may take;
       past it the answer is a 503 ``time_budget_exceeded``. ``ask_budget_s`` for ``ask``.
       Writes are never cut off part-way (the body caps bound them instead).
+    - ``query_embed_timeout_s``: the engine's ``query_embed_timeout`` (``None``, the
+      default: none). Past it a hybrid search answers from keywords instead of waiting
+      for a stuck embedder until ``request_budget_s`` turns it into a 503, so it must be
+      shorter than ``request_budget_s``. The model loads before ``/readyz`` answers, so a
+      few seconds are enough here (not the 30 s a cold process needs).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -53,7 +58,19 @@ class ServerSettings(BaseModel):
     max_line_bytes: Annotated[int, Field(ge=1024, le=MAX_LINE_BYTES)] = MAX_LINE_BYTES
     request_budget_s: Annotated[float, Field(gt=0, le=3600)] = 10.0
     ask_budget_s: Annotated[float, Field(gt=0, le=3600)] = 60.0
+    query_embed_timeout_s: Annotated[float, Field(gt=0, le=3600)] | None = None
     multiprocess_metrics: bool = False
+
+    @model_validator(mode="after")
+    def _deadline_inside_the_budget(self) -> ServerSettings:
+        deadline = self.query_embed_timeout_s
+        if deadline is not None and deadline >= self.request_budget_s:
+            raise ValueError(
+                f"the query-embedding deadline ({deadline:g} s) must be shorter than the "
+                f"request budget ({self.request_budget_s:g} s): a search waiting longer gets "
+                "a 503 before it could answer from keywords"
+            )
+        return self
 
     def to_env(self) -> str:
         return self.model_dump_json()

@@ -184,6 +184,21 @@ def test_serve_help_lists_the_options_without_bool_placeholders(flag: str, tmp_p
     assert "<bool>" not in result.stdout
 
 
+def test_serve_refuses_a_query_embed_deadline_the_request_budget_would_cut_first(
+    tmp_path: Path,
+) -> None:
+    SearchEngine(tmp_path).close()
+    result = subprocess.run(
+        serve_command(tmp_path, "--query-embed-timeout", "10"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "deadline (10 s) must be shorter than the request budget (10 s)" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_accepted_connections_send_without_waiting_for_acks() -> None:
     """Nagle's algorithm off on every accepted connection: uvicorn binds with protocol 0,
     and asyncio sets TCP_NODELAY only on sockets whose protocol is TCP - without it a
