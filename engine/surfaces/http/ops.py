@@ -12,7 +12,8 @@ that escaped the app into a 500 in the API's error shape, logging its type only.
 also the one place that sets the headers every answer carries, whoever wrote it (a
 route, the search lane, the body cap, the guard itself): ``X-Content-Type-Options:
 nosniff`` on all, and ``Cache-Control: no-store`` on ``/v1`` answers — a search's answer
-depends on access and changes with every write, so no browser or proxy may keep one.
+depends on access and changes with every write, so no browser or proxy may keep one —
+and on ``/metrics``, ``/healthz`` and ``/readyz``, whose answers are the state of now.
 A header the answer set itself is kept.
 """
 
@@ -70,11 +71,13 @@ _CLIENT_CLOSED = 499
 """Status recorded for a request whose client hung up before it could be answered."""
 
 _EVERY_ANSWER = ((b"x-content-type-options", b"nosniff"),)
-_API_ANSWER = (*_EVERY_ANSWER, (b"cache-control", b"no-store"))
+_LIVE_ANSWER = (*_EVERY_ANSWER, (b"cache-control", b"no-store"))
+_LIVE_OPERATIONS = frozenset({"/metrics", "/healthz", "/readyz"})
 
 
-def _is_api(path: str) -> bool:
-    return path.startswith("/v1/") or path == "/v1"
+def _is_live(path: str) -> bool:
+    """An answer no cache may keep: the API's, and the operations' (the state of now)."""
+    return path.startswith("/v1/") or path == "/v1" or path in _LIVE_OPERATIONS
 
 
 def _with_headers(message: Message, added: tuple[tuple[bytes, bytes], ...]) -> Message:
@@ -99,7 +102,7 @@ class RequestGuard:
         start = time.perf_counter()
         status = [500]
         started = [False]
-        added = _API_ANSWER if _is_api(scope["path"]) else _EVERY_ANSWER
+        added = _LIVE_ANSWER if _is_live(scope["path"]) else _EVERY_ANSWER
 
         async def tracked(message: Message) -> None:
             if message["type"] == "http.response.start":

@@ -834,7 +834,7 @@ def test_no_cors_and_a_locked_down_page(client: TestClient) -> None:
         assert answer.headers["x-content-type-options"] == "nosniff"
 
 
-def test_every_answer_says_nosniff_and_no_api_answer_may_be_stored(
+def test_every_answer_says_nosniff_and_no_api_or_operations_answer_may_be_stored(
     client: TestClient, home: Path
 ) -> None:
     """Regression: the JSON API's answers carried neither header (only the page had
@@ -852,6 +852,9 @@ def test_every_answer_says_nosniff_and_no_api_answer_may_be_stored(
         client.get("/v1/nowhere"),  # 404 of no route
         client.post("/v1/recall", json={"query": "prefers"}),
         client.post("/v1/memories", json={"text": "x", "scope": "a"}),  # 401: no token
+        client.get("/metrics"),  # the operations' answers are the state of now
+        client.get("/healthz"),
+        client.get("/readyz"),
     ]
     for capped in _client(home, max_body_bytes=1024):  # 413 from the body cap
         api.append(capped.post("/v1/corpora/kw/search", json={"query": "p" * 2000}))
@@ -864,8 +867,6 @@ def test_every_answer_says_nosniff_and_no_api_answer_may_be_stored(
         ("/", None),
         ("/static/search.js", "no-cache"),  # the page's own, kept
         ("/docs", None),
-        ("/healthz", None),
-        ("/metrics", None),
         ("/openapi.json", None),
         ("/nowhere", None),
     ]:
