@@ -52,6 +52,7 @@ from engine.limits import (
     MAX_TITLE_CHARS,
     SOURCE_ID_PATTERN,
 )
+from engine.surfaces.json_args import NOT_A_BOOLEAN, Count, Flag
 from engine.surfaces.memory import MAX_MEMORY_CHARS, Memory
 from sparse import MAX_QUERY_LENGTH
 
@@ -150,9 +151,11 @@ Query = Annotated[
     str,
     Field(min_length=1, max_length=MAX_QUERY_CHARS, description="What to look for."),
 ]
-TopK = Annotated[int, Field(ge=1, le=MAX_AGENT_TOP_K, description="How many passages.")]
+TopK = Annotated[
+    int, Field(ge=1, le=MAX_AGENT_TOP_K, description="How many passages."), NOT_A_BOOLEAN
+]
 Offset = Annotated[
-    int,
+    Count,
     Field(
         description=(
             "How many of the best passages to skip, to page on: 0, then top_k, 2 * top_k, "
@@ -169,7 +172,9 @@ Pattern = Annotated[
         description="A regular expression (or plain text when fixed is true).",
     ),
 ]
-Limit = Annotated[int, Field(ge=1, le=MAX_GREP_MATCHES, description="Most matches returned.")]
+Limit = Annotated[
+    int, Field(ge=1, le=MAX_GREP_MATCHES, description="Most matches returned."), NOT_A_BOOLEAN
+]
 Filters = Annotated[
     dict[str, Any] | list[dict[str, Any]] | None,
     Field(
@@ -343,7 +348,7 @@ def build_server(holder: EngineHolder) -> MCPServer:
         )
 
     def grep_knowledge(
-        corpus: CorpusName, pattern: Pattern, limit: Limit = 20, fixed: bool = False
+        corpus: CorpusName, pattern: Pattern, limit: Limit = 20, fixed: Flag = False
     ) -> GrepOut:
         """Exact or regex matches in the sources' text (unranked), for precise look-ups."""
         found = _with_corpus(holder, corpus, lambda c: c.grep(pattern, limit, fixed=fixed))

@@ -4,7 +4,8 @@ Requests refuse unknown fields, with one exception: ``mode``. Old clients still 
 it is dropped before validation, so such a request is answered exactly as without it —
 never a 400, never echoed, and absent from the schema. Numbers a person types (``top_k``,
 ``offset``, ``language_id``, ``limit``) are any integer: the engine clamps them as
-``Corpus.search`` documents, so an out-of-range value is never an error. The query text
+``Corpus.search`` documents, so an out-of-range value is never an error; a boolean is not
+one (``engine.surfaces.json_args``). The query text
 is capped only by the body size (the engine reads its first ``MAX_QUERY_LENGTH``, 4,096,
 characters).
 """
@@ -18,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from engine import FieldType, GrepMatch, Passage, SourceText
 from engine.config import DEFAULT_MODEL
 from engine.limits import CORPUS_NAME_PATTERN, MAX_GREP_PATTERN, MAX_OFFSET, MAX_TITLE_CHARS
+from engine.surfaces.json_args import Count, Flag
 from engine.surfaces.loaders import DOCUMENT_KEYS
 from engine.surfaces.memory import MAX_MEMORY_CHARS, Recalled
 from sparse import DEFAULT_TITLE_WEIGHT, MAX_QUERY_LENGTH, MAX_TITLE_WEIGHT, Analyzer
@@ -65,21 +67,21 @@ class SearchRequest(_Request):
     query: str = Field(
         description=f"What to look for (trimmed; the first {MAX_QUERY_LENGTH:,} characters)."
     )
-    top_k: int = Field(10, description="How many passages; clamped to 1..200.")
-    offset: int = Field(
+    top_k: Count = Field(10, description="How many passages; clamped to 1..200.")
+    offset: Count = Field(
         0,
         description=(
             f"Skip this many (paging); a negative offset is 0, past {MAX_OFFSET:,} the page "
             "is empty."
         ),
     )
-    language_id: int | None = Field(None, description="Only this language (negative: 0).")
+    language_id: Count | None = Field(None, description="Only this language (negative: 0).")
     filters: FilterJson = None
 
 
 class EvidenceRequest(_Request):
     query: str
-    top_k: int = Field(5, description="How many sources; clamped to 1..200.")
+    top_k: Count = Field(5, description="How many sources; clamped to 1..200.")
 
 
 class GrepRequest(_Request):
@@ -87,14 +89,14 @@ class GrepRequest(_Request):
         max_length=MAX_GREP_PATTERN,
         description="A regular expression (or text, with fixed).",
     )
-    limit: int = Field(20, description="At most this many matches; clamped to 1..200.")
-    fixed: bool = Field(False, description="The pattern is plain text.")
+    limit: Count = Field(20, description="At most this many matches; clamped to 1..200.")
+    fixed: Flag = Field(False, description="The pattern is plain text.")
 
 
 class AskRequest(_Request):
     question: str = Field(description="A question in plain language (≤ 500 characters).")
-    top_k: int = 10
-    language_id: int | None = None
+    top_k: Count = 10
+    language_id: Count | None = None
 
 
 class CreateCorpusRequest(_Request):
@@ -115,13 +117,13 @@ class CreateCorpusRequest(_Request):
         description="How a hybrid search merges its arms: reciprocal rank fusion (default) "
         "or z-scored arm scores.",
     )
-    title_weight: int = Field(
+    title_weight: Count = Field(
         DEFAULT_TITLE_WEIGHT,
         ge=1,
         le=MAX_TITLE_WEIGHT,
         description="How many times the keyword index counts a title ahead of the body.",
     )
-    languages: dict[int, str] = Field(
+    languages: dict[Count, str] = Field(
         default_factory=dict,
         max_length=64,
         description='Keyword analyzer per language id, e.g. {"1": "fr", "2": "de"}: one of '
@@ -153,7 +155,7 @@ class RememberRequest(_Request):
 class RecallRequest(_Request):
     query: str
     scope: str | None = Field(None, min_length=1, max_length=256)
-    top_k: int = Field(5, description="Clamped to 1..200.")
+    top_k: Count = Field(5, description="Clamped to 1..200.")
 
 
 # -- responses (plain dicts: the passages are the engine's frozen dataclasses) --------------

@@ -220,6 +220,34 @@ def test_request_errors_share_one_shape_and_name_the_problem(client: TestClient)
         headers={"content-type": "application/json"},
     )
     assert error_of(broken, 422)["code"] == "invalid_json"
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "field"),
+    [
+        ("search", {"query": "password", "top_k": True}, "top_k"),
+        ("search", {"query": "password", "offset": False}, "offset"),
+        ("search", {"query": "password", "language_id": True}, "language_id"),
+        ("evidence", {"query": "password", "top_k": True}, "top_k"),
+        ("grep", {"pattern": "password", "limit": True}, "limit"),
+        ("grep", {"pattern": "password", "fixed": "yes"}, "fixed"),
+        ("grep", {"pattern": "password", "fixed": 1}, "fixed"),
+    ],
+)
+def test_a_boolean_is_not_a_count_and_only_true_or_false_is_a_flag(
+    client: TestClient, route: str, body: dict[str, Any], field: str
+) -> None:
+    """Regression: pydantic's lax mode read ``top_k: true`` as 1 (one passage) and
+    ``fixed: "yes"`` as plain-text grep."""
+    answer = client.post(f"/v1/corpora/help/{route}", json=body)
+    error = error_of(answer, 422)
+    assert error["code"] == "invalid_request" and error["message"].startswith(f"{field}: ")
+
+
+def test_a_count_sent_as_a_numeric_string_is_read_as_its_number(client: TestClient) -> None:
+    as_text = search(client, "help", query="password", top_k="1")
+    assert as_text.status_code == 200
+    assert as_text.json() == search(client, "help", query="password", top_k=1).json()
     assert error_of(client.get("/v2/anything"), 404)["code"] == "not_found"
     assert error_of(client.put("/v1/corpora/help/search"), 405)["code"] == "method_not_allowed"
 

@@ -412,3 +412,20 @@ def test_remember_takes_an_id_as_the_http_route_does(tmp_path: Path) -> None:
         ]
 
     run_in_process(path, scenario)
+
+
+def test_a_boolean_is_not_a_count_and_only_true_or_false_is_a_flag(tmp_path: Path) -> None:
+    """Regression: ``top_k: true`` was read as 1 and ``fixed: "yes"`` as true."""
+    path = build_engine(tmp_path / "engine")
+
+    async def scenario(session: ClientSession) -> None:
+        search = {"corpus": "help", "query": "password"}
+        await expect_tool_error(session, "search_knowledge", {**search, "top_k": True}, "top_k")
+        await expect_tool_error(session, "search_knowledge", {**search, "offset": True}, "offset")
+        grep = {"corpus": "help", "pattern": "password"}
+        await expect_tool_error(session, "grep_knowledge", {**grep, "limit": True}, "limit")
+        await expect_tool_error(session, "grep_knowledge", {**grep, "fixed": "yes"}, "fixed")
+        one = payload(await session.call_tool("search_knowledge", {**search, "top_k": 1}))
+        assert len(one["passages"]) == 1
+
+    run_in_process(path, scenario)
