@@ -36,11 +36,15 @@ _ID_NOT_DOT = r"[^\s\x00-\x1f\x7f.]"
 SOURCE_ID_PATTERN = re.compile(  # no look-ahead: JSON Schema validators differ on it
     rf"(?:{_ID_CHAR}{{3,256}}|{_ID_NOT_DOT}{_ID_CHAR}?|\.{_ID_NOT_DOT})"
 )
-"""The shape of a source id (also the MCP schema's pattern): 1-256 characters, none of
+r"""The shape of a source id (also the MCP schema's pattern): 1-256 characters, none of
 them whitespace or a control character, and not ``.`` or ``..``: an HTTP path names a
 document by its id as one segment, and clients resolve those two segments before sending
 (``DELETE .../documents/..`` reached ``DELETE /v1/corpora/{name}`` and dropped the whole
-corpus), whatever they percent-encode. ``is_valid_source_id`` also refuses what
+corpus), whatever they percent-encode. ``is_valid_source_id`` also refuses an id with
+such a segment anywhere (``x/../../../other``, ``./x``, ``a\..``, ``%2e%2e`` as a URL
+parser reads it): a client that puts an id into a URL without encoding its slashes
+resolves them too (curl and requests sent that delete to ``/v1/corpora/other``). It
+also refuses what
 ``str.isprintable`` does not print — format characters (bidi overrides, zero-width
 joiners), surrogates, private-use and unassigned code points — so an id reads as what it
 is. Any other character is fine: collections name documents by Wikipedia title
@@ -48,7 +52,7 @@ is. Any other character is fine: collections name documents by Wikipedia title
 as Elasticsearch, LanceDB and txtai accept. Ids never become file names; they reach
 SQLite and tantivy as bound values and an HTTP path as one percent-encoded segment."""
 
-SOURCE_ID_RULE = "1-256 printable characters, no whitespace, not . or .."
+SOURCE_ID_RULE = "1-256 printable characters, no whitespace, no . or .. path segment"
 """What a refused source id is told."""
 
 CORPUS_NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
@@ -86,11 +90,27 @@ def page_start(offset: object) -> int | None:
     return None if start > MAX_OFFSET else start
 
 
+_SEGMENT_SEPARATORS = re.compile(r"[/\\]")  # a WHATWG URL parser reads "\" as "/" too
+_DOT_SEGMENTS = frozenset({".", ".."})
+
+
+def _has_dot_segment(value: str) -> bool:
+    """True when a URL parser would resolve part of ``value`` as a ``.`` or ``..`` path
+    segment (``%2e`` counts as a dot there, in either case)."""
+    if "." not in value and "%" not in value:
+        return False  # the common case, without splitting
+    return any(
+        segment.lower().replace("%2e", ".") in _DOT_SEGMENTS
+        for segment in _SEGMENT_SEPARATORS.split(value)
+    )
+
+
 def is_valid_source_id(value: object) -> bool:
     return (
         isinstance(value, str)
         and SOURCE_ID_PATTERN.fullmatch(value) is not None
         and value.isprintable()
+        and not _has_dot_segment(value)
     )
 
 

@@ -1,10 +1,11 @@
 """Source ids as real collections spell them: Wikipedia titles, URIs, punctuation and
 non-ASCII letters are accepted end to end (add, search, fetch, delete, the JSON Lines
 loader and the HTTP API); whitespace, control and invisible characters are refused, and
-so are ``.`` and ``..`` (no URL can name them)."""
+so are ids with a ``.`` or ``..`` path segment (a URL client resolves them)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from urllib.parse import quote
 
@@ -32,7 +33,9 @@ REAL_IDS = (
     "a" * MAX_SOURCE_ID_CHARS,
     "...",
     ".hidden",
-    "a/../b",
+    "a/b.c/...",
+    "v1.2",
+    "https://example.org/a?b=1#c",
 )
 REFUSED_IDS = (
     "",
@@ -48,6 +51,13 @@ REFUSED_IDS = (
     "a" * (MAX_SOURCE_ID_CHARS + 1),
     ".",
     "..",
+    "a/../b",  # the URL path segments a client resolves before sending
+    "x/../../../victim",
+    "./x",
+    "x/.",
+    "x\\..",  # WHATWG URL parsers read a backslash as a slash
+    "%2e%2E",  # ... and %2e as a dot
+    "x/.%2e/y",
 )
 
 
@@ -70,13 +80,18 @@ def test_whitespace_control_and_invisible_characters_are_refused(
             corpus.fetch_source(source_id)
 
 
-@given(st.text(max_size=300))
-def test_the_rule_is_printable_without_whitespace(value: str) -> None:
+def _dot_segment(value: str) -> bool:
+    segments = re.split(r"[/\\]", value)
+    return any(s.lower().replace("%2e", ".") in (".", "..") for s in segments)
+
+
+@given(st.text(alphabet=st.sampled_from("ab./\\%2eE ") | st.characters(), max_size=300))
+def test_the_rule_is_printable_without_whitespace_or_dot_segments(value: str) -> None:
     expected = (
         1 <= len(value) <= MAX_SOURCE_ID_CHARS
         and value.isprintable()
         and not any(ch.isspace() for ch in value)
-        and value not in (".", "..")
+        and not _dot_segment(value)
     )
     assert is_valid_source_id(value) is expected
 
@@ -112,14 +127,15 @@ def test_the_loader_takes_real_ids_and_names_the_rule_for_refused_ones() -> None
         assert document_from_json({"id": source_id, "text": "x"}).id == source_id
     with pytest.raises(LineError, match="printable"):
         document_from_json({"id": "two words", "text": "x"})
-    with pytest.raises(LineError, match=r"not \. or \.\."):
-        document_from_json({"id": "..", "text": "x"})
+    for dotted in ("..", "x/../../../victim"):
+        with pytest.raises(LineError, match=r"no \. or \.\. path segment"):
+            document_from_json({"id": dotted, "text": "x"})
 
 
 def test_a_dot_segment_id_cannot_reach_the_corpus_route(tmp_path: Path) -> None:
-    """Regression: ``..`` was a valid id; clients resolve it out of a path
-    (``/documents/..`` -> the corpus itself), so deleting that document dropped the
-    corpus. Such ids are refused at upload now; the corpus survives."""
+    """Regression: ``..`` was a valid id, and then ``x/../../../k``; clients resolve dot
+    segments out of a path (``/documents/..`` -> the corpus itself), so deleting that
+    document dropped the corpus. Such ids are refused at upload now."""
     token = "t0ken-for-tests-0123456789"
     (tmp_path / "token").write_text(token, encoding="utf-8")
     auth = {"Authorization": f"Bearer {token}"}
@@ -128,11 +144,17 @@ def test_a_dot_segment_id_cannot_reach_the_corpus_route(tmp_path: Path) -> None:
         client.post("/v1/corpora", json={"name": "k", "embedder": None}, headers=auth)
         upload = client.post(
             "/v1/corpora/k/documents",
-            json=[{"id": "..", "text": "a"}, {"id": ".", "text": "b"}, {"id": "ok", "text": "c"}],
+            json=[
+                {"id": "..", "text": "a"},
+                {"id": ".", "text": "b"},
+                # curl and requests sent a delete of this one to DELETE /v1/corpora/k
+                {"id": "x/../../../k", "text": "d"},
+                {"id": "ok", "text": "c"},
+            ],
             headers=auth,
         )
         report = upload.json()
         assert upload.status_code == 200 and report["added"] == 1, report
-        assert [r["line"] for r in report["rejected"]] == [1, 2]
-        assert "not . or .." in report["rejected"][0]["reason"]
+        assert [r["line"] for r in report["rejected"]] == [1, 2, 3]
+        assert "no . or .. path segment" in report["rejected"][0]["reason"]
         assert client.get("/v1/corpora/k/sources/ok").status_code == 200

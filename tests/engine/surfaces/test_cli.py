@@ -303,8 +303,9 @@ def test_fetch_prints_the_source_and_refuses_private_or_malformed_ids(built: Pat
     assert "not found" in one_line_error(tandem("fetch", "help", "missing", home=built))
     malformed = tandem("fetch", "help", "two words", home=built)
     assert malformed.returncode == 2 and "Traceback" not in malformed.stderr
-    traversal = tandem("fetch", "help", "../../etc/passwd", home=built)  # just an id
-    assert "not found" in one_line_error(traversal)
+    assert "not found" in one_line_error(tandem("fetch", "help", "/etc/passwd", home=built))
+    traversal = tandem("fetch", "help", "../../etc/passwd", home=built)  # a dot segment
+    assert traversal.returncode == 2 and "path segment" in traversal.stderr
 
 
 def test_grep_regex_fixed_and_hostile_patterns(built: Path, tmp_path: Path) -> None:
