@@ -15,6 +15,7 @@ the wire would say nothing about its size once decoded.
 from __future__ import annotations
 
 import time
+import urllib.parse
 from collections.abc import Iterator
 
 import httpx
@@ -39,13 +40,31 @@ def bounded_client(host: str, *, timeout_s: float, max_bytes: int) -> ollama.Cli
     """An ``ollama.Client`` whose every call reads at most ``max_bytes`` of body and ends
     within about ``2 × timeout_s``: the headers must come within ``timeout_s`` of silence
     (httpx's read timeout), the body is dropped at its first chunk after ``timeout_s``
-    from the request, and no wait for a chunk lasts longer than ``timeout_s``."""
+    from the request, and no wait for a chunk lasts longer than ``timeout_s``.
+
+    Credentials in ``host`` (``http://user:secret@proxy:11434``, percent-encoded as in
+    any URL) are sent as HTTP Basic authentication: the ``ollama`` client rebuilds its
+    base URL from the host name alone and would drop them."""
+    address, auth = _split_credentials(host)
     return ollama.Client(
-        host=host,
+        host=address,
         timeout=timeout_s,
         headers={"Accept-Encoding": "identity"},
         transport=_BoundedTransport(timeout_s, max_bytes),
+        auth=auth,
     )
+
+
+def _split_credentials(host: str) -> tuple[str, httpx.BasicAuth | None]:
+    """``host`` without its ``user:password@``, and those as Basic authentication."""
+    parts = urllib.parse.urlsplit(host if "://" in host else f"http://{host}")
+    if parts.username is None:
+        return host, None
+    auth = httpx.BasicAuth(
+        urllib.parse.unquote(parts.username), urllib.parse.unquote(parts.password or "")
+    )
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc)), auth
 
 
 class _BoundedTransport(httpx.BaseTransport):

@@ -7,6 +7,7 @@ asked more than once per back-off window (proved by the stand-in's request count
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
 import logging
@@ -505,3 +506,26 @@ def test_logs_never_carry_text(
     assert caplog.records  # something was logged, just not the text
     assert secret not in caplog.text
     assert secret not in str(info.value)
+
+
+def test_credentials_in_the_host_are_sent_as_basic_authentication(
+    ollama_standin: OllamaStandIn,
+) -> None:
+    """Regression: the ``ollama`` client rebuilds its base URL from the host name alone,
+    so a proxy's credentials in the host (``http://user:secret@proxy:11434``, which the
+    README offers) were never sent and every call behind that proxy failed."""
+    address = ollama_standin.host.removeprefix("http://")
+    host = f"http://alice:s3cr%40t@{address}"  # percent-encoded, as in any URL: s3cr@t
+    embedder = make_embedder(ollama_standin, host=host)
+    assert embedder.is_available()
+    assert embedder.embed(["x"]).shape == (1, ollama_standin.dimension)
+    expected = "Basic " + base64.b64encode(b"alice:s3cr@t").decode()
+    for path in ("/api/show", "/api/embed"):
+        sent = {k.lower(): v for k, v in ollama_standin.last_headers(path).items()}
+        assert sent.get("authorization") == expected, path
+    embedder.close()
+    plain = make_embedder(ollama_standin)
+    plain.embed(["y"])
+    sent = {k.lower() for k in ollama_standin.last_headers("/api/embed")}
+    assert "authorization" not in sent  # none invented for a host without credentials
+    plain.close()
