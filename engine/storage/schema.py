@@ -133,10 +133,27 @@ def migrate(conn: sqlite3.Connection) -> None:
             (str(SCHEMA_VERSION),),
         )
         conn.execute("COMMIT")
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(sqlite3.Error):  # BEGIN itself may have failed
             conn.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.OperationalError) and "full" in str(exc).lower():
+            # The whole change goes through the write-ahead log first: about the store's
+            # size again (measured: a 34 MB store, a 34 MB log, 48 MB after it).
+            logger.warning(
+                "store schema %d -> %d: no room for the migration, rolled back (it needs "
+                "about the store's size free, %.0f MiB)",
+                stamped,
+                SCHEMA_VERSION,
+                _size_bytes(conn) / 2**20,
+            )
         raise
+
+
+def _size_bytes(conn: sqlite3.Connection) -> int:
+    with contextlib.suppress(sqlite3.Error):
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        return int(pages) * int(conn.execute("PRAGMA page_size").fetchone()[0])
+    return 0
 
 
 def _current(conn: sqlite3.Connection) -> bool:

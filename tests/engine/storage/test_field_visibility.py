@@ -19,7 +19,7 @@ from engine import CorpusConfig, Document, SearchEngine
 from engine.storage import DocumentStore
 from engine.storage.like_backend import DatabaseLikeBackend
 from engine.storage.records import EmbeddingStatus, StoredDocument
-from engine.storage.schema import SCHEMA_VERSION
+from engine.storage.schema import SCHEMA_VERSION, migrate
 from sparse import AccessContext, RangeFilter, RetrievalQuery, TermsFilter
 
 PUBLIC = AccessContext()
@@ -256,3 +256,27 @@ def test_a_newer_versions_store_keeps_its_stamp_and_is_not_written_on_open(
         stamp = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     db.close()
     assert stamp == ("3",)
+
+
+def test_a_migration_without_room_rolls_back_whole_and_says_what_it_needs(
+    tmp_path: Path, old_store: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A review found the upgrade needs about the store's size free (the change passes
+    through the write-ahead log) and nobody was told. Out of room — here the store may
+    not grow by a page (``max_page_count``), as on a full disk — it rolls back whole and
+    the log says why and how much it needs."""
+    db = sqlite3.connect(old_store, isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        pages = db.execute("PRAGMA page_count").fetchone()[0]
+        db.execute(f"PRAGMA max_page_count = {pages}")
+        with caplog.at_level("WARNING"), pytest.raises(sqlite3.OperationalError, match="full"):
+            migrate(db)
+        columns = [r[1] for r in db.execute("PRAGMA table_info(document_fields)")]
+        version = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    finally:
+        db.close()
+    assert "is_public" not in columns and version == ("1",)  # rolled back whole
+    assert any("no room for the migration" in r.getMessage() for r in caplog.records)
+    with SearchEngine(tmp_path) as engine:  # with room, the next open migrates it
+        assert _filtered(engine) == ["a", "b"]
