@@ -10,8 +10,9 @@ and retried until the offending documents stand alone; validation happens before
 is written, so a refused batch costs only its validation.
 
 Each batch is one ``Corpus.add`` (all-or-nothing), so a whole file is not: an engine error
-after some batches were stored (a write that waited out another process's lock, a full
-disk) raises ``AddStopped``, which says what was stored and the first line that was not.
+after some lines were stored or rejected (a write that waited out another process's
+lock, a full disk) raises ``AddStopped``, which says what was stored and rejected and the
+first line that was not.
 Writes are upserts, so sending the file again is safe.
 
 A batch holds at most ``batch_size`` documents and is sent early once its titles and
@@ -70,7 +71,7 @@ class BulkReport:
 
 class AddStopped(Exception):
     """An engine error (``error``, also the ``__cause__``) stopped ``add_all`` after it had
-    stored documents: every line before ``next_line`` was stored or rejected, as
+    stored or rejected lines: every line before ``next_line`` was stored or rejected, as
     ``report`` counts; the batch of lines ``next_line``..``last_line`` was being written
     (stored or not: an error can come after the store committed it); none after it."""
 
@@ -105,8 +106,9 @@ def add_all(
     batches do.
 
     Engine errors other than ``InvalidArgument`` (disk full, a busy lock, ...) stop it:
-    raised as they are while nothing was stored, as ``AddStopped`` (what was stored, where
-    it stopped) once something was.
+    raised as they are while no line was stored or rejected yet, as ``AddStopped`` (what
+    was stored and rejected, where it stopped) once one was — rejected lines of the
+    batch that failed are not lost from the report.
     """
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
@@ -164,7 +166,7 @@ def _add_batch(corpus: Corpus, batch: Sequence[Loaded], report: BulkReport) -> N
         except EngineError as exc:
             # Parts are added in line order: everything before this part was stored or
             # rejected, nothing after it.
-            if report.added or report.updated or report.unchanged:
+            if report.added or report.updated or report.unchanged or report.rejected_total:
                 report.finish()
                 raise AddStopped(report, part[0].line, part[-1].line, exc) from exc
             raise

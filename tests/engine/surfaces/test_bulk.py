@@ -214,3 +214,22 @@ def test_an_engine_error_before_anything_was_stored_is_raised_as_it_is(
             add_all(corpus, lines, batch_size=1)
         monkeypatch.undo()
         assert len(corpus) == 0
+
+
+def test_lines_rejected_before_an_error_in_the_first_batch_are_still_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review: an error in the first batch was raised as it was even when lines of that
+    batch had been rejected, so ``tandem add`` printed the error and lost which lines
+    were bad."""
+    lines: list[Loaded | Rejected] = [Rejected(1, "not JSON")]
+    lines += [Loaded(n, Document(id=f"d{n}", text="w")) for n in (2, 3)]
+    with SearchEngine(tmp_path) as engine:
+        corpus = engine.create_corpus(CorpusConfig(name="c", embedder=None))
+        _busy_from_call(monkeypatch, failing_call=1)
+        with pytest.raises(bulk.AddStopped) as stopped:
+            add_all(corpus, lines, batch_size=4)
+        monkeypatch.undo()
+        assert stopped.value.report.added == 0
+        assert [r.line for r in stopped.value.report.rejected] == [1]
+        assert stopped.value.next_line == 2 and len(corpus) == 0
