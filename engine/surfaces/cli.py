@@ -209,6 +209,8 @@ def create(
         kind += ", analyzers " + ", ".join(f"{k}:{v}" for k, v in config.languages.items())
     if config.fields:
         kind += ", fields " + ", ".join(f"{k}:{v.value}" for k, v in config.fields.items())
+    if natural is not None:
+        kind += f", questions with {natural.model}"
     _echo(f"created corpus {corpus} ({kind}) in {home}")
 
 
@@ -427,7 +429,8 @@ def stats(
             # yet". (Ollama's check already asked the server; a down one is not waited on.)
             target._warm_up()
             state = target.stats()
-        numbers = render.stats_view(state)
+        natural = target.config.natural
+        numbers = {**render.stats_view(state), "questions": natural and natural.model}
     if as_json:
         _echo(render.to_json({"corpus": corpus, **numbers}))
     else:

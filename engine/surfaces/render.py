@@ -128,6 +128,8 @@ def stats_lines(name: str, stats: Mapping[str, object]) -> str:
 def _human(key: str, value: object) -> str:
     if value is None and key == "embedder_up":
         return "n/a (keyword only, no embedder)"
+    if value is None and key == "questions":
+        return "off (no question model)"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if key.endswith("_bytes") and isinstance(value, int):

@@ -79,8 +79,13 @@ class VectorIndexKeeper:
                 index = FaissIndex.load(
                     self._path, search_threads=self._search_threads, on_graph=self._graph_ready
                 )
-            except (FaissIndexCorrupt, OSError):
-                logger.warning("vector index file is damaged; rebuilding from stored vectors")
+            except (FaissIndexCorrupt, OSError) as exc:
+                # Damage, or a file an older version wrote in another format: either
+                # way the store holds every vector. The reason tells which.
+                logger.warning(
+                    "vector index file cannot be used (%s); rebuilding it from the stored vectors",
+                    exc,
+                )
                 index, marker = None, -1
         else:
             marker = -1

@@ -326,8 +326,10 @@ def test_grep_regex_fixed_and_hostile_patterns(built: Path, tmp_path: Path) -> N
 def test_stats_and_list(built: Path) -> None:
     text = ok(tandem("stats", "help", home=built)).stdout
     assert "documents" in text and "degraded" in text and "index_bytes" in text
+    assert "off (no question model)" in text
     data = json.loads(ok(tandem("stats", "help", "--json", home=built)).stdout)
     assert data["documents"] == 4 and data["vectors_enabled"] is False
+    assert data["questions"] is None
     assert ok(tandem("list", home=built)).stdout.split() == ["help"]
 
 
@@ -350,7 +352,12 @@ def test_ask_is_one_clear_error_when_off_or_unreachable(built: Path, tmp_path: P
     assert result.returncode == 1
     assert "natural-language questions are off" in one_line_error(result)
     home = tmp_path / "nl"
-    ok(tandem("create", "kb", "--no-vectors", "--ask-model", "127.0.0.1:9/llama3.2", home=home))
+    created = tandem(
+        "create", "kb", "--no-vectors", "--ask-model", "127.0.0.1:9/llama3.2", home=home
+    )
+    assert "questions with llama3.2" in ok(created).stdout
+    shown = json.loads(ok(tandem("stats", "kb", "--json", home=home)).stdout)
+    assert shown["questions"] == "llama3.2"
     result = tandem("ask", "kb", "how do I reset my password?", home=home)
     assert result.returncode == 1
     assert "ollama" in one_line_error(result).lower()
