@@ -6,6 +6,7 @@ import math
 import operator
 import re
 import threading
+from typing import TypeGuard
 
 MAX_TOP_K = 200
 """``top_k`` is clamped to ``1..MAX_TOP_K``."""
@@ -54,6 +55,9 @@ SQLite and tantivy as bound values and an HTTP path as one percent-encoded segme
 
 SOURCE_ID_RULE = "1-256 printable characters, no whitespace, no . or .. path segment"
 """What a refused source id is told."""
+
+LOOKUP_SOURCE_ID_RULE = "1-256 printable characters, no whitespace"
+"""What a refused look-up id is told (``is_lookup_source_id``)."""
 
 CORPUS_NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 """Grammar of a corpus name; it becomes a directory name, so no separators, no dots."""
@@ -106,11 +110,18 @@ def _has_dot_segment(value: str) -> bool:
 
 
 def is_valid_source_id(value: object) -> bool:
+    """Whether a new document may take ``value`` as its id (``SOURCE_ID_RULE``)."""
+    return is_lookup_source_id(value) and not _has_dot_segment(value)
+
+
+def is_lookup_source_id(value: object) -> TypeGuard[str]:
+    """Whether ``value`` may name a stored document in a look-up (fetch):
+    ``LOOKUP_SOURCE_ID_RULE``, the id rule without its dot-segment part, which came
+    later — a store may hold ``a/../b`` from before, still read and deleted by its id."""
     return (
         isinstance(value, str)
         and SOURCE_ID_PATTERN.fullmatch(value) is not None
         and value.isprintable()
-        and not _has_dot_segment(value)
     )
 
 

@@ -354,10 +354,10 @@ class ShardedCorpus:
         Waits (up to ``read_timeout_s``) for the owning shard if it is down, then raises
         ``ShardUnavailable``.
         """
-        from engine.limits import SOURCE_ID_RULE, is_valid_source_id
+        from engine.limits import LOOKUP_SOURCE_ID_RULE, is_lookup_source_id
 
-        if not is_valid_source_id(source_id):
-            raise InvalidArgument(f"source id must be {SOURCE_ID_RULE}")
+        if not is_lookup_source_id(source_id):
+            raise InvalidArgument(f"source id must be {LOOKUP_SOURCE_ID_RULE}")
         owner = shard_for(source_id, self.shards)
         found: SourceText | None = self._calls.call(
             owner,

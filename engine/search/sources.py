@@ -17,12 +17,12 @@ from engine.documents import GrepMatch, Passage, SourceText
 from engine.errors import GrepTimeout, InvalidArgument, SourceNotFound
 from engine.limits import (
     GREP_TIMEOUT_S,
+    LOOKUP_SOURCE_ID_RULE,
     MAX_FETCH_CHARS,
     MAX_GREP_MATCHES,
     MAX_GREP_PATTERN,
-    SOURCE_ID_RULE,
     clamp_int,
-    is_valid_source_id,
+    is_lookup_source_id,
 )
 from engine.search.regex_checks import (
     MAX_GREP_COPIES,
@@ -37,9 +37,8 @@ _SCAN_BATCH = 200
 
 
 def fetch_source(store: DocumentStore, source_id: object) -> SourceText:
-    if not is_valid_source_id(source_id):
-        raise InvalidArgument(f"source id must be {SOURCE_ID_RULE}")
-    assert isinstance(source_id, str)
+    if not is_lookup_source_id(source_id):
+        raise InvalidArgument(f"source id must be {LOOKUP_SOURCE_ID_RULE}")
     doc = store.get_many([source_id], public_only=True).get(source_id)
     if doc is None:
         raise SourceNotFound(f"source {source_id!r} not found")

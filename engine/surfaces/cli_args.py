@@ -27,11 +27,11 @@ from engine import (
 )
 from engine.config import names_no_model
 from engine.limits import (
+    LOOKUP_SOURCE_ID_RULE,
     MAX_LANGUAGE_ID,
     MAX_TOP_K,
-    SOURCE_ID_RULE,
+    is_lookup_source_id,
     is_valid_corpus_name,
-    is_valid_source_id,
 )
 from engine.surfaces.loaders import DOCUMENT_KEYS
 from sparse import MAX_TITLE_WEIGHT, Analyzer
@@ -54,8 +54,10 @@ def check_corpus_name(value: str) -> str:
 
 
 def check_source_id(value: str) -> str:
-    if not is_valid_source_id(value):
-        raise typer.BadParameter(f"must be {SOURCE_ID_RULE}")
+    """A source id to look up (``fetch``): one an earlier version stored may hold a
+    dot segment that a new document may not (``engine.limits.is_lookup_source_id``)."""
+    if not is_lookup_source_id(value):
+        raise typer.BadParameter(f"must be {LOOKUP_SOURCE_ID_RULE}")
     return value
 
 

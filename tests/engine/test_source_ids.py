@@ -15,7 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engine import CorpusConfig, Document, InvalidArgument, SearchEngine, SourceNotFound
-from engine.limits import MAX_SOURCE_ID_CHARS, is_valid_source_id
+from engine import documents as engine_documents
+from engine.limits import MAX_SOURCE_ID_CHARS, is_lookup_source_id, is_valid_source_id
 from engine.surfaces.http import ServerSettings, create_app
 from engine.surfaces.loaders import LineError, document_from_json
 
@@ -49,8 +50,12 @@ REFUSED_IDS = (
     "lone\ud800surrogate",
     "\u00a0",  # no-break space
     "a" * (MAX_SOURCE_ID_CHARS + 1),
-    ".",
+    ".",  # never an id, in any version
     "..",
+)
+# Refused for new documents only: an older version stored them, and they can still be
+# looked up (``is_lookup_source_id``).
+DOT_SEGMENT_IDS = (
     "a/../b",  # the URL path segments a client resolves before sending
     "x/../../../victim",
     "./x",
@@ -66,8 +71,8 @@ def test_real_ids_are_valid(source_id: str) -> None:
     assert is_valid_source_id(source_id)
 
 
-@pytest.mark.parametrize("source_id", REFUSED_IDS)
-def test_whitespace_control_and_invisible_characters_are_refused(
+@pytest.mark.parametrize("source_id", REFUSED_IDS + DOT_SEGMENT_IDS)
+def test_whitespace_control_invisible_characters_and_dot_segments_are_refused(
     tmp_path: Path, source_id: str
 ) -> None:
     assert not is_valid_source_id(source_id)
@@ -76,8 +81,29 @@ def test_whitespace_control_and_invisible_characters_are_refused(
         with pytest.raises(InvalidArgument, match="printable"):
             corpus.add([Document(id="fine", text="kept?"), Document(id=source_id, text="x")])
         assert len(corpus) == 0  # the batch was refused whole
-        with pytest.raises(InvalidArgument):
+        refused = InvalidArgument if source_id in REFUSED_IDS else SourceNotFound
+        with pytest.raises(refused):
             corpus.fetch_source(source_id)
+
+
+def test_an_id_an_older_version_stored_with_a_dot_segment_is_still_read_and_deleted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Audit: the new write rule was applied to look-ups too, so documents an older
+    version had stored under ``a/../b`` could no longer be fetched, and a memory
+    ``recall`` whose hits held one failed whole."""
+    legacy = ["./README.md", "docs/../guide.md", "a/./b"]
+    with SearchEngine(tmp_path) as engine:
+        corpus = engine.create_corpus(CorpusConfig(name="ids", embedder=None))
+        with monkeypatch.context() as old_version:  # the rule without its dot segments
+            old_version.setattr(engine_documents, "is_valid_source_id", is_lookup_source_id)
+            corpus.add([Document(id=i, text=f"legacy shelf {n}") for n, i in enumerate(legacy)])
+        assert {p.source_id for p in corpus.search("legacy shelf")} == set(legacy)
+        for n, source_id in enumerate(legacy):
+            assert corpus.fetch_source(source_id).text == f"legacy shelf {n}"
+        with pytest.raises(InvalidArgument, match="path segment"):  # not added again
+            corpus.add([Document(id=legacy[0], text="new text")])
+        assert corpus.delete(legacy) == len(legacy) and len(corpus) == 0
 
 
 def _dot_segment(value: str) -> bool:

@@ -220,10 +220,9 @@ def test_fetch_source_and_grep(
     with pytest.raises(SourceNotFound):
         many.fetch_source("doc-999")
     with pytest.raises(SourceNotFound):
-        many.fetch_source("/etc/passwd")  # printable: an id like any other, not stored
-    for malformed in ("two words", "../etc/passwd"):
-        with pytest.raises(InvalidArgument):
-            many.fetch_source(malformed)
+        many.fetch_source("../etc/passwd")  # printable: an id like any other, not stored
+    with pytest.raises(InvalidArgument):
+        many.fetch_source("two words")
     expected = sorted(one.grep(r"item 1\d\b", limit=200), key=lambda m: (m.source_id, m.start))
     assert many.grep(r"item 1\d\b", limit=200) == expected
     assert (

@@ -68,15 +68,13 @@ def test_fetch_source(corpus: Corpus) -> None:
     assert long.truncated and len(long.text) == MAX_FETCH_CHARS
 
 
-@pytest.mark.parametrize(
-    "bad", ["", "a b", "x" * 300, "\x00", "tab\tid", "\u202eevil", "../../etc/passwd"]
-)
+@pytest.mark.parametrize("bad", ["", "a b", "x" * 300, "\x00", "tab\tid", "\u202eevil"])
 def test_fetch_source_rejects_ids_outside_the_grammar(corpus: Corpus, bad: str) -> None:
     with pytest.raises(InvalidArgument):
         corpus.fetch_source(bad)
 
 
-@pytest.mark.parametrize("odd", ["/etc/passwd", "id';--", "x'OR'1'='1"])
+@pytest.mark.parametrize("odd", ["../../etc/passwd", "id';--", "x'OR'1'='1"])
 def test_odd_but_printable_ids_are_just_ids(corpus: Corpus, odd: str) -> None:
     """An id is never a path or SQL: a printable one that is not stored is not found."""
     with pytest.raises(SourceNotFound, match="not found"):

@@ -303,9 +303,8 @@ def test_fetch_prints_the_source_and_refuses_private_or_malformed_ids(built: Pat
     assert "not found" in one_line_error(tandem("fetch", "help", "missing", home=built))
     malformed = tandem("fetch", "help", "two words", home=built)
     assert malformed.returncode == 2 and "Traceback" not in malformed.stderr
-    assert "not found" in one_line_error(tandem("fetch", "help", "/etc/passwd", home=built))
-    traversal = tandem("fetch", "help", "../../etc/passwd", home=built)  # a dot segment
-    assert traversal.returncode == 2 and "path segment" in traversal.stderr
+    traversal = tandem("fetch", "help", "../../etc/passwd", home=built)  # just an id
+    assert "not found" in one_line_error(traversal)
 
 
 def test_grep_regex_fixed_and_hostile_patterns(built: Path, tmp_path: Path) -> None:
