@@ -15,11 +15,12 @@ the wire would say nothing about its size once decoded.
 from __future__ import annotations
 
 import time
-import urllib.parse
 from collections.abc import Iterator
 
 import httpx
 import ollama
+
+from dense.hosts import split_credentials
 
 __all__ = ["MAX_SHOW_BYTES", "ResponseTooLarge", "bounded_client"]
 
@@ -45,26 +46,14 @@ def bounded_client(host: str, *, timeout_s: float, max_bytes: int) -> ollama.Cli
     Credentials in ``host`` (``http://user:secret@proxy:11434``, percent-encoded as in
     any URL) are sent as HTTP Basic authentication: the ``ollama`` client rebuilds its
     base URL from the host name alone and would drop them."""
-    address, auth = _split_credentials(host)
+    address, credentials = split_credentials(host)
     return ollama.Client(
         host=address,
         timeout=timeout_s,
         headers={"Accept-Encoding": "identity"},
         transport=_BoundedTransport(timeout_s, max_bytes),
-        auth=auth,
+        auth=None if credentials is None else httpx.BasicAuth(*credentials),
     )
-
-
-def _split_credentials(host: str) -> tuple[str, httpx.BasicAuth | None]:
-    """``host`` without its ``user:password@``, and those as Basic authentication."""
-    parts = urllib.parse.urlsplit(host if "://" in host else f"http://{host}")
-    if parts.username is None:
-        return host, None
-    auth = httpx.BasicAuth(
-        urllib.parse.unquote(parts.username), urllib.parse.unquote(parts.password or "")
-    )
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc)), auth
 
 
 class _BoundedTransport(httpx.BaseTransport):
