@@ -136,7 +136,7 @@ def migrate(conn: sqlite3.Connection) -> None:
     except BaseException as exc:
         with contextlib.suppress(sqlite3.Error):  # BEGIN itself may have failed
             conn.execute("ROLLBACK")
-        if isinstance(exc, sqlite3.OperationalError) and "full" in str(exc).lower():
+        if getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_FULL:
             # The whole change goes through the write-ahead log first: about the store's
             # size again (measured: a 34 MB store, a 34 MB log, 48 MB after it).
             logger.warning(

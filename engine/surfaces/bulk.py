@@ -79,9 +79,10 @@ class AddStopped(Exception):
         self, report: BulkReport, next_line: int, last_line: int, error: EngineError
     ) -> None:
         super().__init__(
-            f"{error} — stopped at line {next_line}: the lines before it were stored, "
-            f"lines {next_line}-{last_line} may have been (an error can follow the store's "
-            "commit), none after; adding the same input again is safe (writes are upserts)"
+            f"{error} — stopped at line {next_line}: the lines before it were stored or "
+            f"rejected, the valid lines of {next_line}-{last_line} may have been stored (an "
+            "error can follow the store's commit), none after; adding the same input again "
+            "is safe (writes are upserts)"
         )
         self.report = report
         self.next_line = next_line

@@ -430,7 +430,8 @@ def stats(
             target._warm_up()
             state = target.stats()
         natural = target.config.natural
-        numbers = {**render.stats_view(state), "questions": natural and natural.model}
+        questions = None if natural is None else natural.model
+        numbers = {**render.stats_view(state), "questions": questions}
     if as_json:
         _echo(render.to_json({"corpus": corpus, **numbers}))
     else:

@@ -169,8 +169,9 @@ def _stopped_part_way(stopped: AddStopped) -> ApiError:
     return ApiError(
         mapped.status_code,
         mapped.code,
-        f"{mapped.message}; the upload stopped at line {line}: the documents before it "
-        f"were stored (see written), lines {line}-{last} may have been, none after. "
+        f"{mapped.message}; the upload stopped at line {line}: the lines before it were "
+        f"stored or rejected (see written), the valid lines of {line}-{last} may have been "
+        "stored, none after. "
         "Sending it again is safe (writes are upserts)",
         mapped.headers,
         extra={"written": report_body(stopped.report), "stopped_at_line": line},

@@ -233,3 +233,5 @@ def test_lines_rejected_before_an_error_in_the_first_batch_are_still_reported(
         assert stopped.value.report.added == 0
         assert [r.line for r in stopped.value.report.rejected] == [1]
         assert stopped.value.next_line == 2 and len(corpus) == 0
+        # what it says holds: nothing claims the rejected line was stored
+        assert "the lines before it were stored or rejected" in str(stopped.value)

@@ -158,6 +158,10 @@ def test_healthz_unknown_paths_methods_and_clean_stop(engine: SearchEngine) -> N
     assert fetch(f"{base}/healthz")[0::2] == (200, "ok\n")
     assert fetch(f"{base}/nope")[0] == 404
     assert fetch(f"{base}/metrics?name[]=x")[0] == 200
+    for path in ("/metrics", "/healthz"):  # the state of now: no cache may keep it
+        with urllib.request.urlopen(f"{base}{path}", timeout=10) as answer:
+            assert answer.headers.get_all("Cache-Control") == ["no-store"], path
+            assert answer.headers["X-Content-Type-Options"] == "nosniff", path
     request = urllib.request.Request(f"{base}/metrics", data=b"x", method="POST")
     with pytest.raises(urllib.error.HTTPError) as info:
         urllib.request.urlopen(request, timeout=5)
