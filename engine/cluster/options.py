@@ -33,6 +33,10 @@ class ClusterOptions(BaseModel):
       (Elasticsearch's ``dfs_query_then_fetch``): one more round to the shards per
       search, run beside the query embedding in a hybrid search. Off (the default, as in
       Elasticsearch): each shard's own statistics; see the README for both measured.
+    - ``query_embed_timeout_s``: the coordinator waits this long for a search's query
+      vector, then answers that search from keywords (``embedder_timeout``), as
+      ``SearchEngine(query_embed_timeout=...)`` does for one corpus; ``None`` (the
+      default): no deadline.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -50,3 +54,4 @@ class ClusterOptions(BaseModel):
     lock_wait_s: Annotated[float, Field(ge=0, le=3600)] = 60.0
     start_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 300.0
     global_term_statistics: bool = False
+    query_embed_timeout_s: Annotated[float, Field(gt=0, le=3600)] | None = None

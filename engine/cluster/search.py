@@ -42,7 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import numpy.typing as npt
 
-from dense import Embedder, EmbedderUnavailable, embed_query
+from dense import Embedder, EmbedderUnavailable
 from engine.cluster.calls import Pending, ShardCalls
 from engine.cluster.health import ClusterMetrics, ShardHealth
 from engine.cluster.merge import completed, fuse, merge_arm
@@ -50,6 +50,7 @@ from engine.cluster.routing import group_by_shard
 from engine.config import CorpusConfig
 from engine.documents import ArmRanks, Passage
 from engine.limits import MAX_LANGUAGE_ID, MAX_TOP_K, clamp_int, page_start
+from engine.search.embed_deadline import EmbedDeadline, QueryEmbedTimeout
 from engine.search.fusing import hybrid_window, keyword_only_window, paged_ranking
 from engine.search.strategy import FallbackReason
 from engine.search.windows import ArmWindow, ScoredHit
@@ -113,9 +114,11 @@ class ShardedSearcher:
         *,
         timeout_s: float,
         global_statistics: bool = False,
+        query_embed_timeout_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._config = config
+        self._deadline = EmbedDeadline(config.name, query_embed_timeout_s)
         self._shards = shards
         self._embedder = embedder
         self._calls = calls
@@ -133,9 +136,11 @@ class ShardedSearcher:
         )
 
     def close(self) -> None:
-        """Stop the keyword-round threads (searches still running finish first)."""
+        """Stop the keyword-round threads (searches still running finish first) and the
+        idle query-embedding workers."""
         if self._rounds is not None:
             self._rounds.shutdown(wait=False)
+        self._deadline.close()
 
     def search(
         self,
@@ -337,11 +342,15 @@ class ShardedSearcher:
         )
 
     def _query_vector(self, embedder: Embedder, text: str) -> npt.NDArray[np.float32] | None:
-        """The query's vector, embedded once here; ``None``: answer from keywords (the
-        provider failed, or the coordinator's ``DimensionGuard`` refused its vector: not
-        one row, NaN, infinite, zero, another length)."""
+        """The query's vector, embedded once here; ``None``: answer from keywords (it
+        missed ``query_embed_timeout_s``, the provider failed, or the coordinator's
+        ``DimensionGuard`` refused its vector: not one row, NaN, infinite, zero, another
+        length)."""
         try:
-            return embed_query(embedder, text)
+            return self._deadline.embed(embedder, text, None)
+        except QueryEmbedTimeout:
+            self._fell_back(FallbackReason.EMBEDDER_TIMEOUT)
+            return None
         except EmbedderUnavailable:  # InvalidOutput (the guard's) is one
             self._fell_back(FallbackReason.EMBEDDER_ERROR)
             return None

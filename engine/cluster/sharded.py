@@ -132,6 +132,7 @@ class ShardedCorpus:
             metrics,
             timeout_s=options.search_timeout_s,
             global_statistics=options.global_term_statistics,
+            query_embed_timeout_s=options.query_embed_timeout_s,
         )
         self._writer = ShardWriter(
             self._config.name,

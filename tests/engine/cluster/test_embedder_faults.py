@@ -14,6 +14,8 @@ whose length changed under its name) and the Ray Data ingest.
 from __future__ import annotations
 
 import json
+import threading
+import time
 import types
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -315,3 +317,64 @@ def test_ingest_writes_batches_the_embedder_fails_on_degraded(
         assert (stats["documents"], stats["degraded"], stats["vectors"]) == (total, total, 0)
     finally:
         corpus.close()
+
+
+class HangingEmbedder(FaultyHashEmbedder):
+    """The hash embedder, whose calls hang while ``hang`` is set (until released)."""
+
+    def __init__(self) -> None:
+        super().__init__("ok")
+        self.hang = threading.Event()
+        self.released = threading.Event()
+        self.calls = 0
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        self.calls += 1
+        if self.hang.is_set():
+            self.released.wait(60)
+        return super().embed(texts)
+
+
+def test_a_query_embedding_past_its_deadline_answers_from_keywords(
+    shards: list[ShardActor],
+) -> None:
+    """``ClusterOptions(query_embed_timeout_s=...)``: the coordinator waits that long for
+    the query's vector, as one corpus does with ``query_embed_timeout``; while the late
+    call runs, later searches do not call the embedder; hybrid resumes once it returns."""
+    keyword, _ = searcher(shards, None)
+    embedder = HangingEmbedder()
+    metrics = ClusterMetrics(CollectorRegistry())
+    hybrid = ShardedSearcher(
+        CONFIG,
+        SHARDS,
+        DimensionGuard(embedder, lambda: None),
+        TolerantCalls(shards),  # type: ignore[arg-type]
+        AllUp(SHARDS),  # type: ignore[arg-type]
+        metrics,
+        timeout_s=30.0,
+        query_embed_timeout_s=0.2,
+    )
+    try:
+        assert any(
+            p.ranks.dense is not None for p in hybrid.search("password reset", 5, 0, None, ())
+        )
+        embedder.hang.set()
+        before = embedder.calls
+        for n, query in enumerate(QUERIES, start=1):
+            answer = hybrid.search(query, 5, 0, None, ())
+            assert ids(answer) == ids(keyword.search(query, 5, 0, None, ()))
+            assert all(p.ranks.dense is None for p in answer)
+            assert fallbacks(metrics, FallbackReason.EMBEDDER_TIMEOUT) == n
+        assert embedder.calls == before + 1  # the stuck call only: no thread per search
+        embedder.hang.clear()
+        embedder.released.set()
+        deadline = time.monotonic() + 30  # the late call returns on its worker
+        while time.monotonic() < deadline:
+            answer = hybrid.search("password reset", 5, 0, None, ())
+            if any(p.ranks.dense is not None for p in answer):
+                break
+            time.sleep(0.05)
+        assert any(p.ranks.dense is not None for p in answer)
+    finally:
+        embedder.released.set()
+        hybrid.close()
