@@ -15,13 +15,18 @@ probe. Searches already waiting when the embedder stalled each hold their own ca
 the threads held are bounded by the searches in flight at that moment.
 
 The workers are daemon threads, reused while idle: a call that never returns keeps its
-thread, never the process (a ``ThreadPoolExecutor``'s threads are joined at exit).
+thread, never the process (a ``ThreadPoolExecutor``'s threads are joined at exit). But a
+process must not finalise under a call that is merely slow — a model still loading on a
+daemon thread while the interpreter tears down crashed the process at exit (SIGSEGV, or
+``terminate called`` from ONNX Runtime) — so while a call runs, an exit waits for it, up
+to ``EXIT_WAIT_S``.
 
 ``timeout_s=None`` (the default) embeds in the calling thread, with no deadline.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import queue
@@ -53,6 +58,10 @@ export) — and a call cut off degrades every search of the corpus until it retu
 
 Vector = npt.NDArray[np.float32]
 
+EXIT_WAIT_S = 30.0
+"""How long a process exit waits for query embeddings still running (a cold start's
+model load takes up to ~15 s; one that never returns is left after this)."""
+
 
 class QueryEmbedTimeout(EmbedderUnavailable):
     """The query embedding missed its deadline, or an earlier one that did is still
@@ -69,6 +78,8 @@ class _DaemonWorkers:
         self._lock = threading.Lock()
         self._started = 0
         self._closed = False
+        self._running = 0  # jobs in a call now; an exit waits for them (``_drain_at_exit``)
+        self._settled = threading.Condition(threading.Lock())
 
     def submit(self, job: Callable[[], None]) -> None:
         self._jobs.put(job)
@@ -92,10 +103,37 @@ class _DaemonWorkers:
             job = self._jobs.get()
             if job is None:
                 return
-            job()
+            self._enter()
+            try:
+                job()
+            finally:
+                self._leave()
             if self._closed:
                 return
             self._idle.release()
+
+    def _enter(self) -> None:
+        with self._settled:
+            self._running += 1
+            if self._running == 1:
+                atexit.register(self._drain_at_exit)
+
+    def _leave(self) -> None:
+        with self._settled:
+            self._running -= 1
+            if self._running == 0:
+                atexit.unregister(self._drain_at_exit)
+                self._settled.notify_all()
+
+    def _drain_at_exit(self) -> None:
+        with self._settled:
+            if not self._settled.wait_for(lambda: self._running == 0, EXIT_WAIT_S):
+                logger.warning(
+                    "%s: exiting with %d query embedding(s) still running after %.0f s",
+                    self._name,
+                    self._running,
+                    EXIT_WAIT_S,
+                )
 
 
 class EmbedDeadline:

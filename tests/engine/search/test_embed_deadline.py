@@ -11,6 +11,8 @@ generous bound: "answered long before the embedder lets go".
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -259,3 +261,61 @@ def test_by_default_a_search_embeds_in_its_own_thread(tmp_path: Path) -> None:
         hits = corpus.search(QUERY)
     assert hits and all(h.ranks.dense is not None for h in hits)
     assert threads == [threading.current_thread().name]
+
+
+# -- a process exiting while a call it gave up on still runs ------------------------------
+
+_EXIT_SCRIPT = """
+import sys, threading, time
+from pathlib import Path
+from engine import CorpusConfig, Document, SearchEngine
+from engine.search import embed_deadline
+from tests.support.fakes import HashEmbedder, factory_for
+
+home, marker, mode = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+embed_deadline.EXIT_WAIT_S = 2.0 if mode == "hung" else 60.0
+
+class LateEmbedder(HashEmbedder):
+    late = False
+    def embed(self, texts):
+        if self.late:
+            if mode == "hung":
+                threading.Event().wait()  # never returns
+            time.sleep(1.0)  # slow, as a model loading at the first query is
+            marker.write_text("returned")
+        return super().embed(texts)
+
+embedder = LateEmbedder()
+with SearchEngine(home, embedder_factory=factory_for(embedder), query_embed_timeout=0.05) as e:
+    corpus = e.create_corpus(CorpusConfig(name="c", embedder="fake-model"))
+    corpus.add([Document(id="a", text="alpha bravo")])
+    embedder.late = True
+    assert [p.ranks.dense for p in corpus.search("alpha bravo")] == [None]  # from keywords
+print("searched")
+"""
+
+
+@pytest.mark.parametrize("mode", ["slow", "hung"])
+def test_an_exit_waits_for_a_late_call_but_not_for_ever(tmp_path: Path, mode: str) -> None:
+    """Audit: a process that exited while a query embedding it had given up on was still
+    running (a model loading at the first search) crashed at exit (SIGSEGV, or abort from
+    ONNX Runtime): the interpreter was torn down under the daemon thread. An exit now
+    waits for such a call (a slow one returns: its marker is written), and a call that
+    never returns holds the exit only ``EXIT_WAIT_S``."""
+    root = Path(__file__).resolve().parents[3]
+    marker = tmp_path / "marker"
+    result = subprocess.run(
+        [sys.executable, "-c", _EXIT_SCRIPT, str(tmp_path / "home"), str(marker), mode],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "searched" in result.stdout
+    if mode == "slow":
+        assert marker.read_text() == "returned"  # the exit waited for the call
+    else:
+        assert not marker.exists()
+        assert "still running after" in result.stderr
