@@ -237,6 +237,23 @@ def _quiet_libraries() -> None:
     logging.getLogger("bm25s").setLevel(logging.WARNING)
 
 
+def _main_render(argv: Sequence[str]) -> int:
+    """``python -m bench render DIR...``: each DIR's results.md again from its results.jsonl."""
+    from bench.report import JSONL_NAME, MARKDOWN_NAME, rerender_markdown
+
+    parser = argparse.ArgumentParser(
+        prog="python -m bench render",
+        description="Rewrite DIR/results.md from DIR/results.jsonl (the same figures, "
+        "today's tables).",
+    )
+    parser.add_argument("dirs", nargs="+", type=Path, metavar="DIR")
+    for directory in parser.parse_args(list(argv)).dirs:
+        markdown = rerender_markdown(directory / JSONL_NAME)
+        (directory / MARKDOWN_NAME).write_text(markdown, encoding="utf-8")
+        print(f"wrote {directory / MARKDOWN_NAME}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     _quiet_libraries()
@@ -258,6 +275,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return main_cluster(args[1:])
         if args[:1] == ["processes"]:
             return _main_processes(args[1:])
+        if args[:1] == ["render"]:
+            return _main_render(args[1:])
         return _main_run(args)
     except (BenchError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -35,9 +34,10 @@ import numpy as np
 
 from bench.cluster_faults import ingest_with_kill, search_loop_with_kill
 from bench.cluster_measures import embed_scaling, end_to_end_ingest, shard_capacity
-from bench.dataset import BeirDataset, load_beir, search_ids
+from bench.dataset import BeirDataset, dataset_record, load_beir, search_ids
 from bench.encoder import DEFAULT_MODEL, SentenceEncoder
 from bench.quality import evaluate
+from bench.report import git_revision
 from bench.timing import LatencyStats, time_interleaved
 from bench.vector_cache import DEFAULT_CACHE_DIR, VectorCache
 from engine import (
@@ -100,11 +100,12 @@ def run_cluster_bench(config: ClusterBenchConfig) -> dict[str, Any]:
     docs = [Document(id=d.doc_id, title=d.title, text=d.text) for d in dataset.documents]
     results: dict[str, Any] = {
         "corpus": dataset.name,
+        "dataset": dataset_record(dataset, config.data_dir),
         "documents": len(docs),
         "queries": len(dataset.queries),
         "shards": config.shards,
         "model": config.model,
-        "revision": _revision(),
+        "revision": git_revision(),
         "load_avg_start": list(load_start),
         "cpus": os.cpu_count(),
     }
@@ -293,20 +294,6 @@ def _paired(
     return LatencyStats.from_seconds(a), LatencyStats.from_seconds(b)
 
 
-def _revision() -> str:
-    try:
-        done = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=Path(__file__).resolve().parent,
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return done.stdout.strip()
-
-
 TARGETS: tuple[tuple[str, str, Callable[[Any], bool]], ...] = (
     ("keyword_ndcg10_delta", "|Δ| ≤ 0.005", lambda v: abs(v) <= 0.005),
     ("hybrid_ndcg10_delta", "|Δ| ≤ 0.005", lambda v: abs(v) <= 0.005),
@@ -329,7 +316,7 @@ def render_table(results: dict[str, Any]) -> str:
         "| measure | value |",
         "|---|---|",
     ]
-    skip = {"corpus", "documents", "queries", "shards", "revision", "load_avg_start"}
+    skip = {"corpus", "dataset", "documents", "queries", "shards", "revision", "load_avg_start"}
     skip |= {"load_avg_end", "cpus", "model"}
     dfs_kinds = [k for k in ("hybrid", "keyword") if f"{k}_dfs_baseline_p50_ms" in results]
     for kind in dfs_kinds:  # in their own table below, baseline beside its own cost

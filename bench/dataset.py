@@ -25,6 +25,7 @@ import gzip
 import hashlib
 import json
 import logging
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -340,3 +341,25 @@ def _is_int(value: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def portable_path(path: Path) -> str:
+    """``path`` as a result file records it: relative to the working directory, or
+    ``~/...`` under the home directory; never absolute."""
+    resolved = path.expanduser().resolve()
+    home = Path.home().resolve()
+    if resolved.is_relative_to(home) and not resolved.is_relative_to(Path.cwd().resolve()):
+        return "~/" + resolved.relative_to(home).as_posix()
+    return os.path.relpath(resolved, Path.cwd().resolve())
+
+
+def dataset_record(dataset: BeirDataset, folder: Path) -> dict[str, object]:
+    """What a result file says of the collection it scored: its name, its folder (relative
+    to the working directory, never absolute), the judgements and their size."""
+    return {
+        "name": dataset.name,
+        "path": portable_path(folder),
+        "judgements": dataset.split,
+        "documents": len(dataset.documents),
+        "queries": len(dataset.queries),
+    }

@@ -38,6 +38,7 @@ from bench.dataset import (
     BeirDataset,
     BenchQuery,
     load_beir,
+    portable_path,
     queries_indexed_as_documents,
     read_qrels,
     search_ids,
@@ -45,7 +46,6 @@ from bench.dataset import (
 from bench.encoder import DEFAULT_MODEL, SentenceEncoder, Vectors
 from bench.quality import evaluate
 from bench.report import git_revision, machine_info
-from bench.run import portable_path
 from bench.timing import dir_size_bytes
 from bench.vector_cache import DEFAULT_CACHE_DIR, VectorCache
 

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.dataset import load_beir
+from bench.dataset import load_beir, portable_path
 from bench.processes_worker import (
     LagJob,
     LoadJob,
@@ -50,7 +50,7 @@ from bench.processes_worker import (
     search_load,
 )
 from bench.report import git_revision, machine_info
-from bench.run import FIXTURE_DIR, portable_path
+from bench.run import FIXTURE_DIR
 
 KEYWORD = "keyword"
 HYBRID = "hybrid"

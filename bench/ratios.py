@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bench.results import CorpusFloor, Status, SystemResult
 from bench.systems.base import SystemName
@@ -45,6 +45,10 @@ class CorpusRatios:
     """As ``hybrid_gain``, for Tandem hybrid with ``fusion="zscore"``."""
     keyword_paired: bool = False
     """``keyword_over_tantivy`` came from the interleaved pass in Tandem keyword's process."""
+    paired_p50s: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Per system in ``paired``: (its p50, the encoder's p50), both ms, from that pass:
+    the two numbers ``hybrid_over_floor`` divides (the encoder timed in the system's own
+    process, which reads other than ``floor_ms``, timed in a process of its own)."""
 
 
 def _ok(results: Sequence[SystemResult]) -> dict[str, SystemResult]:
@@ -56,6 +60,7 @@ def compute_ratios(floor: CorpusFloor, results: Sequence[SystemResult]) -> Corpu
     floor_ms = floor.floor_ms
     over_floor: dict[str, float] = {}
     paired_systems: set[str] = set()
+    paired_p50s: dict[str, tuple[float, float]] = {}
     for name in HYBRIDS:
         hit = ok.get(name.value)
         if hit is None:
@@ -64,6 +69,12 @@ def compute_ratios(floor: CorpusFloor, results: Sequence[SystemResult]) -> Corpu
         if paired is not None:
             over_floor[name.value] = paired
             paired_systems.add(name.value)
+            ours, encoder = (
+                hit.extra.get("interleaved_p50_ms"),
+                hit.extra.get("interleaved_embedding_p50_ms"),
+            )
+            if ours is not None and encoder is not None:
+                paired_p50s[name.value] = (ours, encoder)
         elif hit.p50_ms is not None and floor_ms:
             over_floor[name.value] = hit.p50_ms / floor_ms
 
@@ -91,6 +102,7 @@ def compute_ratios(floor: CorpusFloor, results: Sequence[SystemResult]) -> Corpu
         floor_ms=floor_ms,
         hybrid_over_floor=over_floor,
         paired=frozenset(paired_systems),
+        paired_p50s=paired_p50s,
         keyword_over_tantivy=kw_ratio,
         keyword_paired=keyword_paired,
         ingest_over_encoder=ingest,

@@ -17,6 +17,8 @@ from bench.plot import plot_quality_vs_latency
 from bench.ratios import CorpusRatios, compute_ratios
 from bench.results import CorpusFloor, Status, SystemResult
 from bench.significance import PERMUTATIONS, RESAMPLES, SEED, paired_test
+from bench.systems.base import SystemName
+from bench.systems.registry import SPECS
 
 if TYPE_CHECKING:
     from bench.run import RunConfig
@@ -73,7 +75,7 @@ def machine_info() -> dict[str, Any]:
 
 def config_json(config: RunConfig) -> dict[str, Any]:
     """The run's configuration; paths relative to the working directory (or ``~/``)."""
-    from bench.run import portable_path
+    from bench.dataset import portable_path
 
     data = asdict(config)
     data["data_dirs"] = [portable_path(p) for p in config.data_dirs]
@@ -159,10 +161,15 @@ def _row(r: SystemResult) -> str:
 
 
 def _ratio_lines(ratios: CorpusRatios) -> list[str]:
-    lines = [f"- query-embedding floor p50: {_fmt(ratios.floor_ms, 2)} ms"]
+    lines = [
+        f"- query-embedding floor p50 (the raw encoder in a process of its own): "
+        f"{_fmt(ratios.floor_ms, 2)} ms"
+    ]
     for system, value in ratios.hybrid_over_floor.items():
         how = "interleaved, same process" if system in ratios.paired else "separate runs"
-        lines.append(f"- {system} p50 / embedding p50 ({how}): {value:.2f}×")
+        timed = ratios.paired_p50s.get(system)
+        both = "" if timed is None else f" ({timed[0]:.2f} / {timed[1]:.2f} ms)"
+        lines.append(f"- {system} p50 / embedding p50 ({how}): {value:.2f}×{both}")
     how = "interleaved, same process" if ratios.keyword_paired else "separate runs"
     lines.append(
         f"- tandem-keyword p50 / tantivy p50 ({how}): {_fmt(ratios.keyword_over_tantivy, 2)}"
@@ -182,6 +189,38 @@ def _ratio_lines(ratios: CorpusRatios) -> list[str]:
 
 
 def render_markdown(report: RunReport, header: dict[str, Any]) -> str:
+    return render_results(report.results, report.floors, header)
+
+
+def rerender_markdown(jsonl: Path) -> str:
+    """A run's ``results.md`` again from its ``results.jsonl`` (``python -m bench render``:
+    after the report's wording changed, the same figures in today's tables)."""
+    rows = [json.loads(line) for line in jsonl.read_text("utf-8").splitlines() if line.strip()]
+    if not rows:
+        raise ValueError(f"{jsonl}: no results")
+    floors: dict[str, CorpusFloor] = {}
+    for row in rows:
+        dataset = row.get("dataset") or {}
+        floors.setdefault(
+            row["corpus"],
+            CorpusFloor(
+                corpus=row["corpus"],
+                p50_ms_by_backend=row.get("query_embedding_p50_ms") or {},
+                vectors_from_cache=True,
+                encoder_docs_per_s=row.get("encoder_docs_per_s"),
+                dataset_path=dataset.get("path", ""),
+                split=dataset.get("judgements", "test"),
+                self_indexed_queries=dataset.get("self_indexed_queries", 0),
+            ),
+        )
+    results = tuple(SystemResult.from_json(row) for row in rows)
+    header = {key: rows[0][key] for key in ("revision", "timestamp", "machine", "config")}
+    return render_results(results, tuple(floors.values()), header)
+
+
+def render_results(
+    results: Sequence[SystemResult], floors: Sequence[CorpusFloor], header: dict[str, Any]
+) -> str:
     machine = header["machine"]
     config = header.get("config") or {}
     k_latency, k_quality = config.get("k_latency", 10), config.get("k_quality", 100)
@@ -212,19 +251,19 @@ def render_markdown(report: RunReport, header: dict[str, Any]) -> str:
         "as a ratio below each table. Each system's library imports and model loads happen "
         "before its index is timed.",
     ]
-    ratios = {r.corpus: r for r in report.ratios()}
-    floors = {f.corpus: f for f in report.floors}
-    for corpus in _corpora(report.results):
-        rows = [r for r in report.results if r.corpus == corpus]
+    ratios = {f.corpus: compute_ratios(f, results) for f in floors}
+    by_corpus = {f.corpus: f for f in floors}
+    for corpus in _corpora(results):
+        rows = [r for r in results if r.corpus == corpus]
         n_docs = max((r.n_docs for r in rows), default=0)
         n_queries = max((r.n_queries for r in rows), default=0)
         lines += ["", f"## {corpus} ({n_docs} docs, {n_queries} queries)", ""]
-        lines += _judgement_lines(floors.get(corpus))
+        lines += _judgement_lines(by_corpus.get(corpus))
         lines += [f"| {COLUMNS} |", "|" + "---|" * N_COLUMNS]
         lines += [_row(r) for r in rows]
         if corpus in ratios:
             lines += ["", *_ratio_lines(ratios[corpus])]
-    lines += ["", *best_peer_table(report.results)]
+    lines += ["", *best_peer_table(results)]
     return "\n".join(lines) + "\n"
 
 
@@ -262,7 +301,7 @@ def best_peer_table(results: Sequence[SystemResult]) -> list[str]:
             for r in results
             if r.corpus == corpus and r.status is Status.OK and r.ndcg_at_10 is not None
         ]
-        peers = [r for r in ok if not r.system.startswith("tandem-")]
+        peers = [r for r in ok if _is_peer(r.system)]
         ours = [r for r in ok if r.system.startswith("tandem-hybrid")]
         if not peers or not ours:
             continue
@@ -296,6 +335,15 @@ def _paired_cells(ours: SystemResult, peer: SystemResult) -> str:
         return "– | –"
     p = "< 0.001" if test.p_value < 0.001 else f"{test.p_value:.3f}"
     return f"[{test.ci_low:+.4f}, {test.ci_high:+.4f}] | {p}"
+
+
+def _is_peer(system: str) -> bool:
+    """A system the README compares Tandem with (``SystemSpec.peer``: the glue, LanceDB,
+    txtai), not one of the single-library baselines (tantivy, FAISS, bm25s)."""
+    try:
+        return SPECS[SystemName.from_str(system)].peer
+    except (KeyError, ValueError):
+        return False
 
 
 def _corpora(results: Sequence[SystemResult]) -> list[str]:

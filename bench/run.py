@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -13,7 +12,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from bench.dataset import BeirDataset, corpus_name, load_for_run
+from bench.dataset import BeirDataset, corpus_name, load_for_run, portable_path
 from bench.encoder import DEFAULT_MODEL, EncoderBackend, SentenceEncoder
 from bench.floor import fastest_backend, measure_floor
 from bench.report import RunReport, write_report
@@ -156,7 +155,7 @@ def _run_corpus(config: RunConfig, data_dir: Path) -> tuple[list[SystemResult], 
 
 
 def encoder_throughput(encoder: SentenceEncoder, dataset: BeirDataset, n_docs: int) -> float:
-    """Documents per second the raw encoder embeds (batch 64, torch), timed on ``n_docs``
+    """Documents per second the raw encoder embeds (batch 32, torch), timed on ``n_docs``
     documents spread evenly over the corpus after a short warm-up: the embedding cost any
     system pays to ingest this corpus with this model, whichever library calls it."""
     sample = [d.full_text for d in dataset.spread_sample(n_docs)]
@@ -164,16 +163,6 @@ def encoder_throughput(encoder: SentenceEncoder, dataset: BeirDataset, n_docs: i
     start = time.perf_counter()
     encoder.encode(sample)
     return len(sample) / (time.perf_counter() - start)
-
-
-def portable_path(path: Path) -> str:
-    """``path`` as a result file records it: relative to the working directory, or
-    ``~/...`` under the home directory; never absolute."""
-    resolved = path.expanduser().resolve()
-    home = Path.home().resolve()
-    if resolved.is_relative_to(home) and not resolved.is_relative_to(Path.cwd().resolve()):
-        return "~/" + resolved.relative_to(home).as_posix()
-    return os.path.relpath(resolved, Path.cwd().resolve())
 
 
 def _dispatch(job: SystemJob) -> SystemResult:

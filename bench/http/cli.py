@@ -11,15 +11,15 @@ import json
 import os
 import platform
 import secrets
-import subprocess
 import tempfile
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.dataset import load_beir
+from bench.dataset import dataset_record, load_beir
 from bench.encoder import DEFAULT_MODEL
+from bench.report import git_revision
 from bench.vector_cache import DEFAULT_CACHE_DIR, VectorCache
 
 
@@ -54,15 +54,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _revision() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def main(argv: Sequence[str]) -> int:
     from bench.http.fuzz import build_fuzz_engine, directory_counts, run_fuzz
     from bench.http.load import HYBRID, KEYWORD, as_dicts, load_runs, overhead_rounds
@@ -72,7 +63,7 @@ def main(argv: Sequence[str]) -> int:
     args = _parser().parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {
-        "revision": _revision(),
+        "revision": git_revision(),
         "timestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
         "python": platform.python_version(),
@@ -106,9 +97,8 @@ def main(argv: Sequence[str]) -> int:
             many = several_processes_allowed(home)
             workers = [w for w in wanted if w == 1 or many]
             result["dataset"] = {
-                "name": dataset.name,
-                "documents": len(dataset.documents),
-                "queries": len(queries),
+                **dataset_record(dataset, args.data or FIXTURE_DIR),
+                "queries": len(queries),  # the judged ones, as cycled
             }
             result["workers_skipped"] = [w for w in wanted if w not in workers]
             result["overhead"] = as_dicts(

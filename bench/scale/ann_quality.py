@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.dataset import BeirDataset, load_beir
+from bench.dataset import BeirDataset, dataset_record, load_beir
 from bench.encoder import DEFAULT_MODEL, SentenceEncoder
 from bench.quality import evaluate
 from bench.report import git_revision
@@ -127,6 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-ann-quality-") as tmp:
         result = measure(dataset, args.model, Path(tmp))
     result |= {
+        "dataset": dataset_record(dataset, args.data),
         "revision": git_revision(),
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "load_avg": os.getloadavg(),

@@ -18,11 +18,11 @@ from typing import Any
 
 from tqdm import tqdm
 
+from bench.dataset import portable_path
 from bench.encoder import DEFAULT_MODEL
 from bench.errors import SystemUnavailable
 from bench.plot import plot_cost_vs_size
 from bench.report import git_revision, machine_info
-from bench.run import portable_path
 from bench.scale.anchors import DEFAULT_DATA_DIR
 from bench.scale.measure import ScaleJob, run_stage, stages_for
 

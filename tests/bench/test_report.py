@@ -8,10 +8,18 @@ from pathlib import Path
 
 import pytest
 
+from bench.dataset import portable_path
 from bench.ratios import compute_ratios
-from bench.report import RunReport, best_peer_table, git_revision, render_markdown, write_report
+from bench.report import (
+    RunReport,
+    best_peer_table,
+    git_revision,
+    render_markdown,
+    rerender_markdown,
+    write_report,
+)
 from bench.results import CorpusFloor, Status, SystemResult, skipped
-from bench.run import RunConfig, portable_path
+from bench.run import RunConfig
 from bench.significance import paired_test
 from bench.systems.base import SystemName
 
@@ -86,7 +94,7 @@ def test_write_report_files_parse(tmp_path: Path) -> None:
     assert SystemResult.from_json(lines[0]) == RESULTS[0]
     markdown = paths["markdown"].read_text()
     assert "| tandem-hybrid | 0.7500 |" in markdown
-    assert "| c | tandem-hybrid | 0.7500 | faiss-flat | 0.7000 | +0.0500 |" in markdown
+    assert "| c | tandem-hybrid |" not in markdown  # faiss-flat is a baseline, not a peer
     assert "skipped: not installed: txtai" in markdown
     assert "tandem-hybrid p50 / embedding p50 (separate runs): 1.10×" in markdown
     assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -125,10 +133,30 @@ def test_portable_path_is_relative_or_under_home(
     assert not portable_path(tmp_path.parent / "sibling").startswith("/")
 
 
-def test_best_peer_row_names_the_best_non_tandem_system() -> None:
-    glue = ok(SystemName.GLUE, 0.77, 12.0)
-    lines = best_peer_table((*RESULTS, glue))
-    assert "| c | tandem-hybrid | 0.7500 | glue | 0.7700 | -0.0200 | – | – |" in lines
+def test_best_peer_row_names_the_best_peer_not_a_single_library_baseline() -> None:
+    """Review: the row took any non-Tandem system (tantivy, FAISS, bm25s too) as a peer;
+    the peers are the systems ``SystemSpec.peer`` names (the glue, LanceDB, txtai)."""
+    glue = ok(SystemName.GLUE, 0.71, 12.0)
+    bm25s = ok(SystemName.BM25S, 0.72, 1.0)  # better here, but a baseline
+    lines = best_peer_table((*RESULTS, glue, bm25s))
+    assert "| c | tandem-hybrid | 0.7500 | glue | 0.7100 | +0.0400 | – | – |" in lines
+
+
+def test_a_run_re_rendered_from_its_jsonl_reads_as_written(tmp_path: Path) -> None:
+    """``python -m bench render``: the same figures in the same tables from the jsonl."""
+    config = RunConfig(data_dirs=(tmp_path,), out_dir=tmp_path / "out")
+    paired = ok(
+        SystemName.GLUE,
+        0.71,
+        12.0,
+        over_embedding=1.5,
+        interleaved_p50_ms=12.0,
+        interleaved_embedding_p50_ms=8.0,
+    )
+    paths = write_report(RunReport(config, (*RESULTS, paired), (FLOOR,)), tmp_path / "out")
+    again = rerender_markdown(paths["jsonl"])
+    assert again == paths["markdown"].read_text()
+    assert "glue p50 / embedding p50 (interleaved, same process): 1.50× (12.00 / 8.00 ms)" in again
 
 
 def test_markdown_groups_rows_by_corpus() -> None:
@@ -224,10 +252,11 @@ def test_best_peer_table_pairs_per_query_scores() -> None:
 
 
 def test_records_without_per_query_scores_show_dashes() -> None:
-    lines = best_peer_table(RESULTS)
-    assert "| c | tandem-hybrid | 0.7500 | faiss-flat | 0.7000 | +0.0500 | – | – |" in lines
+    glue = ok(SystemName.GLUE, 0.70, 12.0)
+    lines = best_peer_table((*RESULTS, glue))
+    assert "| c | tandem-hybrid | 0.7500 | glue | 0.7000 | +0.0500 | – | – |" in lines
     half = with_per_query(ok(SystemName.TANDEM_HYBRID, 0.0, 11.0), PEER_PER_QUERY)
-    assert best_peer_table((half, RESULTS[3]))[4].endswith("| – | – |")
+    assert best_peer_table((half, glue))[4].endswith("| – | – |")
 
 
 def test_an_old_results_line_without_per_query_scores_loads_and_renders() -> None:
