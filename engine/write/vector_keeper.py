@@ -192,6 +192,11 @@ class VectorIndexKeeper:
             self._upsert(ids, np.vstack(vectors))
         if stale and self.faiss is not None:
             self.faiss.remove(stale)
+        if self.faiss is not None and len(self.faiss) == 0:
+            # Caught up to nothing: its length is no corpus's any more (after another
+            # process's switch of model it is the old model's, and the dimension guard
+            # would refuse every new vector for it); the next vector makes an index.
+            self.faiss = None
         if foreign:
             logger.warning(
                 "%d stored vectors have another dimension than the index's %s; "

@@ -38,6 +38,7 @@ from engine import (
     SentenceTransformerEmbedding,
     StorageError,
 )
+from engine.write.indexes import DerivedIndexes
 from tests.support.fakes import SwitchableEmbedder, WordHashEmbedder, factory_for
 from tests.support.reliability_support import stored_rows
 
@@ -506,3 +507,35 @@ def test_a_child_forked_while_a_drop_waits_does_not_wait_for_it(tmp_path: Path) 
             _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
         assert [hit.source_id for hit in corpus.search("written in the child")] == ["child"]
+
+
+def test_a_corpus_opened_inside_a_switch_elsewhere_takes_the_new_models_vectors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review: a process that opened the corpus between another's switch commit and its
+    dropping of the vector file loaded the old model's file, emptied it catching up, and
+    kept the empty index with the old length — so it refused every new vector (stored
+    degraded) and answered from keywords for its whole life."""
+    with (
+        SearchEngine(tmp_path, embedder_factory=_two_dims) as first,
+        SearchEngine(tmp_path, embedder_factory=_two_dims, busy_timeout=0) as second,
+    ):
+        first.create_corpus(
+            CorpusConfig(name="c", embedder=SentenceTransformerEmbedding(model="a"))
+        ).add([Document(id=f"d{i}", text=f"printer paper tray {i}") for i in range(4)])
+        first.corpus("c").flush()  # the 32-dimension vector file is on disk
+        opened: list[Corpus] = []
+        real_drop = DerivedIndexes.drop_vectors
+
+        def drop_after_an_open_elsewhere(self: DerivedIndexes, seq: int) -> None:
+            opened.append(second.corpus("c"))  # in the window: committed, file not yet gone
+            real_drop(self, seq)
+
+        monkeypatch.setattr(DerivedIndexes, "drop_vectors", drop_after_an_open_elsewhere)
+        first.switch_embedder("c", SentenceTransformerEmbedding(model="b"))
+        monkeypatch.undo()
+        other = opened[0]
+        other.add([Document(id="new", text="parcel locker")])  # 48 dimensions, model b
+        assert other.stats()["degraded"] == 0
+        assert other.search("parcel locker")[0].ranks.dense is not None
+        assert first.corpus("c").stats()["vectors"] == 5
