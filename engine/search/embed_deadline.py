@@ -80,6 +80,7 @@ class _DaemonWorkers:
         self._closed = False
         self._running = 0  # jobs in a call now; an exit waits for them (``_drain_at_exit``)
         self._settled = threading.Condition(threading.Lock())
+        self._pid = os.getpid()
 
     def submit(self, job: Callable[[], None]) -> None:
         self._jobs.put(job)
@@ -126,6 +127,8 @@ class _DaemonWorkers:
                 self._settled.notify_all()
 
     def _drain_at_exit(self) -> None:
+        if os.getpid() != self._pid:
+            return  # a forked child inherits the registration, not the running threads
         with self._settled:
             if not self._settled.wait_for(lambda: self._running == 0, EXIT_WAIT_S):
                 logger.warning(
