@@ -181,7 +181,9 @@ def _string(value: dict[str, object], name: str, cap: int) -> str:
 
 
 def _groups(raw: object) -> list[str]:
-    groups = raw or []
+    # Only a missing or null key means public: false, 0, "" or {} are type errors, not
+    # "no groups" (they were read as public).
+    groups = [] if raw is None else raw
     if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
         raise LineError("access_groups must be a list of strings")
     if len(groups) > MAX_ACCESS_GROUPS:

@@ -127,6 +127,20 @@ def test_loader_reads_field_values_top_level_or_nested() -> None:
             document_from_json(value, declared)
 
 
+@pytest.mark.parametrize("groups", [False, 0, "", {}, "staff", True, [1]])
+def test_access_groups_that_are_not_a_list_are_refused_not_read_as_public(
+    groups: object,
+) -> None:
+    """Review: ``false``, ``0``, ``""`` and ``{}`` were read as "no groups" (public)."""
+    with pytest.raises(LineError, match="access_groups must be a list of strings"):
+        document_from_json({"id": "a", "text": "x", "access_groups": groups}, {})
+
+
+def test_missing_null_or_empty_access_groups_mean_public() -> None:
+    for line in ({"id": "a"}, {"id": "a", "access_groups": None}, {"id": "a", "access_groups": []}):
+        assert document_from_json({**line, "text": "x"}, {}).access_groups == frozenset()
+
+
 def test_progress_line_counts_rate_and_eta() -> None:
     now = [100.0]
     out = io.StringIO()

@@ -111,6 +111,31 @@ def test_remember_neither_replaces_nor_reveals_a_non_public_document(
     assert "hr-note" not in {m.id for m in memory.recall("salary review", "alice", top_k=50)}
 
 
+def test_remember_without_an_id_neither_replaces_nor_reveals_a_non_public_document(
+    memory: Memory, fast_engine: SearchEngine
+) -> None:
+    """Review: the id ``remember`` derives from scope and text skipped the holder check,
+    so remembering the text of a non-public document stored under that id answered
+    "added": false (it exists) and replaced it with a public copy."""
+    memory.remember("seed", "hr")
+    corpus = fast_engine.corpus("memory")
+    text = "Payroll cut planned for March"
+    private = Document(
+        id=memory_id(text, "hr"),
+        text=text,
+        access_groups=frozenset({"hr"}),
+        fields={"scope": "hr"},
+    )
+    corpus.add([private])
+    with pytest.raises(InvalidArgument, match="taken in another scope"):
+        memory.remember(text, "hr")
+    stored = corpus._store.get_many([private.id], public_only=False)[private.id]
+    assert stored.access_groups == frozenset({"hr"})  # still non-public
+    assert private.id not in {p.source_id for p in corpus.search("payroll cut march")}
+    again = memory.remember("seed", "hr")  # a public memory of its own id: an update
+    assert again.added is False
+
+
 @pytest.mark.parametrize("scope", ["\x85alice", "alice\u200b", "\u202ealice"])
 def test_a_scope_that_prints_like_another_is_refused(memory: Memory, scope: str) -> None:
     with pytest.raises(InvalidArgument, match="printable"):
