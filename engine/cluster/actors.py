@@ -40,14 +40,18 @@ def start_shard(
     index: int,
     factory: EmbedderFactory | None,
     opts: ClusterOptions,
+    *,
+    create: bool = False,
 ) -> Handle:
-    """Start shard ``index`` (or, detached, find the running one)."""
+    """Start shard ``index`` (or, detached, find the running one); ``create``: the sharded
+    corpus is being created, so the shard makes its corpus (``ShardSpec.create``)."""
     spec = ShardSpec(
         index=index,
         directory=str(manifest.shard_directory(root, index)),
         config=manifest.config,
         embedder_factory=factory,
         lock_wait_s=opts.lock_wait_s,
+        create=create,
     )
     options: dict[str, Any] = {
         "max_restarts": opts.max_restarts,

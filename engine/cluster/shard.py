@@ -18,6 +18,7 @@ import logging
 import os
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,7 @@ from engine.cluster.wire import Row, from_row
 from engine.config import CorpusConfig, EmbedderSpec
 from engine.documents import GrepMatch, Passage, SourceText
 from engine.engine import SearchEngine
-from engine.errors import CorpusNotFound, EngineLocked, GrepTimeout, SourceNotFound
+from engine.errors import CorpusNotFound, EngineError, EngineLocked, GrepTimeout, SourceNotFound
 from engine.search.completion import shard_extras
 from engine.search.windows import ArmWindow
 from sparse import FieldFilter, TermStatistics
@@ -39,6 +40,33 @@ from sparse import FieldFilter, TermStatistics
 logger = logging.getLogger(__name__)
 
 EmbedderFactory = Callable[[EmbedderSpec], Embedder]
+
+
+class ShardMissing(EngineError):
+    """A shard's directory holds no corpus, though the manifest says the shard exists."""
+
+
+def _missing(spec: ShardSpec) -> ShardMissing:
+    return ShardMissing(
+        f"shard {spec.index}: no corpus {spec.config.name!r} in {spec.directory}, though "
+        "the sharded corpus's manifest says the shard exists (its volume unmounted, or the "
+        "directory moved?); refusing to start it empty"
+    )
+
+
+def _restarted() -> bool:
+    """Whether Ray is restarting this actor (a create's first start is not a restart);
+    ``False`` outside an actor (a shard body in this process)."""
+    import ray
+
+    if not ray.is_initialized():
+        return False
+    try:
+        with warnings.catch_warnings():  # Ray's own use of its deprecated actor_id
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return bool(ray.get_runtime_context().was_current_actor_reconstructed)
+    except Exception:  # the driver, or the state API unreachable: treated as a first start
+        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +80,10 @@ class ShardSpec:
     config: CorpusConfig
     embedder_factory: EmbedderFactory | None = None
     lock_wait_s: float = 60.0
+    create: bool = False
+    """The sharded corpus is being created: a shard whose corpus is missing makes it. On
+    any other start (an open, a restart) a missing corpus is an error — its directory
+    unmounted or moved — not a new, empty shard that hides the real one's documents."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,10 +102,17 @@ class ShardActor:
     def __init__(self, spec: ShardSpec) -> None:
         self._spec = spec
         self._incarnation = uuid.uuid4().hex
-        self._engine = _open_engine(Path(spec.directory), spec.embedder_factory, spec.lock_wait_s)
+        directory = Path(spec.directory)
+        makes = spec.create and not _restarted()
+        if not makes and not (directory.is_dir() and any(directory.iterdir())):
+            raise _missing(spec)  # before opening: an engine would be made in its place
+        self._engine = _open_engine(directory, spec.embedder_factory, spec.lock_wait_s)
         try:
             self._corpus = self._engine.corpus(spec.config.name)
         except CorpusNotFound:
+            if not makes:
+                self._engine.close()
+                raise _missing(spec) from None
             self._corpus = self._engine.create_corpus(spec.config)
 
     # -- health ---------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Iterable, Sequence
@@ -65,6 +66,22 @@ logger = logging.getLogger(__name__)
 
 _EMBED_CHUNK = 512
 _PROGRESS_MIN = 2_000
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_RAISED = re.compile(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception|Missing|Unavailable)): (.+)$")
+
+
+def _root_cause(exc: BaseException) -> str:
+    """What a Ray error says went wrong, as one line: the last ``SomeError: message`` line
+    of the traceback Ray wraps a shard's own exception in (an actor that died in its
+    constructor, say), else the start of Ray's message."""
+    text = _ANSI.sub("", str(exc))
+    causes = [m for line in text.splitlines() if (m := _RAISED.match(line.strip()))]
+    if causes:
+        name, message = causes[-1].groups()
+        return f"{name}: {message}"[:500]
+    return text[:300]
 
 
 class ShardedCorpus:
@@ -254,7 +271,7 @@ class ShardedCorpus:
             )
         try:
             for index in range(manifest.shards):
-                handles.append(start_shard(root, manifest, index, factory, opts))
+                handles.append(start_shard(root, manifest, index, factory, opts, create=new))
             infos: list[ShardInfo] = ray.get(
                 [h.info.remote() for h in handles], timeout=opts.start_timeout_s
             )
@@ -287,7 +304,7 @@ class ShardedCorpus:
                 hint = f"; no node has the resource(s) {', '.join(sorted(missing))} placement names"
             raise ClusterError(
                 f"the shards of {manifest.config.name!r} did not start "
-                f"({type(exc).__name__}: {str(exc)[:300]}){hint}"
+                f"({type(exc).__name__}: {_root_cause(exc)}){hint}"
             ) from exc
 
     # -- identity -------------------------------------------------------------------------

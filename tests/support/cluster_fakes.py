@@ -190,7 +190,7 @@ def in_process_shards(
     from engine.cluster.shard import ShardActor, ShardSpec
 
     bodies = [
-        ShardActor(ShardSpec(i, str(root / f"{i:03d}"), config, hash_factory))
+        ShardActor(ShardSpec(i, str(root / f"{i:03d}"), config, hash_factory, create=True))
         for i in range(shards)
     ]
     try:

@@ -187,7 +187,9 @@ def test_the_writer_stores_documents_degraded_when_the_output_is_unusable(
     # The shards' own embedder fails too (as the same provider would): what the
     # coordinator sends without vectors is stored degraded.
     bodies = [
-        ShardActor(ShardSpec(i, str(tmp_path / f"{i:03d}"), CONFIG, FaultyFactory("down")))
+        ShardActor(
+            ShardSpec(i, str(tmp_path / f"{i:03d}"), CONFIG, FaultyFactory("down"), create=True)
+        )
         for i in range(SHARDS)
     ]
     try:
@@ -378,3 +380,19 @@ def test_a_query_embedding_past_its_deadline_answers_from_keywords(
     finally:
         embedder.released.set()
         hybrid.close()
+
+
+def test_a_shard_body_opened_without_create_on_an_empty_directory_refuses(
+    tmp_path: Path,
+) -> None:
+    """Ray-free: only a create makes a shard's corpus; any other start of an empty shard
+    directory is an error, and leaves no corpus behind."""
+    from engine.cluster.shard import ShardMissing
+
+    with pytest.raises(ShardMissing, match="refusing to start it empty"):
+        ShardActor(ShardSpec(0, str(tmp_path / "000"), CONFIG, hash_factory))
+    assert not (tmp_path / "000" / "corpora" / CONFIG.name).exists()
+    made = ShardActor(ShardSpec(0, str(tmp_path / "000"), CONFIG, hash_factory, create=True))
+    made.close()
+    reopened = ShardActor(ShardSpec(0, str(tmp_path / "000"), CONFIG, hash_factory))
+    reopened.close()

@@ -200,3 +200,28 @@ def test_a_placement_no_node_can_satisfy_is_named_when_the_start_gives_up(
         )
     assert "no-such-node" in caplog.text  # said before the wait, too
     assert list(root.iterdir()) == []
+
+
+def test_a_shard_whose_directory_is_gone_is_not_restarted_empty(
+    ray_cluster: None, tmp_path: Path
+) -> None:
+    """Review: an open (or a restart) whose shard directory was missing — an unmounted
+    volume, a moved folder — made a new, empty corpus there and reported every shard up:
+    that shard's documents vanished from every answer and new writes split it."""
+    root = tmp_path / "c"
+    corpus = ShardedCorpus.create(root, CorpusConfig(name="c"), 2, embedder_factory=hash_factory)
+    corpus.add(DOCS)
+    corpus.close()
+    shard = root / "shards" / "001"
+    assert shard.is_dir()
+    shard.rename(tmp_path / "unmounted")
+    with pytest.raises(ClusterError, match="did not start") as failed:
+        ShardedCorpus.open(root, embedder_factory=hash_factory)
+    assert "ShardMissing: shard 1: no corpus 'c'" in str(failed.value)
+    assert not (shard / "corpora").exists()  # nothing made in its place
+    (tmp_path / "unmounted").rename(shard)
+    back = ShardedCorpus.open(root, embedder_factory=hash_factory)
+    try:
+        assert len(back) == len(DOCS)
+    finally:
+        back.close()

@@ -27,7 +27,9 @@ CONFIG = CorpusConfig(name="pages", embedder=None)
 @pytest.fixture(scope="module")
 def searcher(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ShardedSearcher]:
     root = tmp_path_factory.mktemp("cluster-paging")
-    bodies = [ShardActor(ShardSpec(i, str(root / f"{i:03d}"), CONFIG)) for i in range(SHARDS)]
+    bodies = [
+        ShardActor(ShardSpec(i, str(root / f"{i:03d}"), CONFIG, create=True)) for i in range(SHARDS)
+    ]
     docs = [
         Document(id=f"d{i:04d}", title=f"t{i}", text="apple " + "filler " * (i % 50))
         for i in range(MATCHING)
