@@ -154,10 +154,13 @@ def ingest(
         check_embedding_model(
             embedding_model, corpus._model_names(), corpus.name, has_embeddings=True
         )
-    # The length every row's own vector must have (None: the provider is down and cannot
-    # say; each batch then takes its first good vector's, and the shards have the last word).
+    # The length every row's own vector must have: the corpus's stored one (the shards
+    # say), else the embedder's (None: the provider is down and cannot say either; each
+    # batch then takes its first good vector's, and the shards have the last word).
     embedder = corpus._embedder
-    dimension = None if vector_column is None or embedder is None else dimension_if_up(embedder)
+    dimension = None
+    if vector_column is not None and embedder is not None:
+        dimension = corpus._dimension.refresh() or dimension_if_up(embedder)
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = progress
     handles = corpus._calls.handles

@@ -60,7 +60,7 @@ from engine.lifetime import Lifetime, in_lifetime
 from engine.limits import MAX_GREP_MATCHES, clamp_int
 from engine.search.sources import compile_pattern, evidence_text
 from engine.write.batches import checked_documents, checked_ids
-from engine.write.vector_model import check_embedding_model
+from engine.write.vector_model import check_embedding_model, check_vector_dimension
 
 logger = logging.getLogger(__name__)
 
@@ -439,6 +439,10 @@ class ShardedCorpus:
         check_embedding_model(
             embedding_model, self._model_names(), self.name, has_embeddings=supplied is not None
         )
+        if supplied is not None:
+            # Against the whole corpus's length, as one corpus checks: a shard holding no
+            # vector yet would take any length, and the corpus would hold two.
+            check_vector_dimension(supplied.shape[1], self._dimension.refresh(), self.name)
         show = progress if progress is not None else len(docs) >= _PROGRESS_MIN
         return self._writer.add(docs, supplied, embedding_model, show)
 
