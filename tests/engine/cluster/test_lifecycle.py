@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from engine import CorpusConfig, Document, InvalidArgument, StorageError
-from tests.support.cluster_fakes import broken_factory, hash_factory
+from tests.support.cluster_fakes import broken_factory, down_factory, hash_factory
 
 pytest.importorskip("ray")
 
@@ -230,30 +230,29 @@ def test_a_shard_whose_directory_is_gone_is_not_restarted_empty(
 def test_supplied_vectors_of_another_length_are_refused_whoever_would_hold_them(
     ray_cluster: None, tmp_path: Path
 ) -> None:
-    """Review: the coordinator did not check supplied vectors' length; a shard holding no
-    vector yet took any length, and the corpus held vectors of two lengths (every later
-    add to that shard refused)."""
+    """Review: the coordinator did not check supplied vectors' length; while the provider
+    was down (so no shard could say its model's length), a shard holding no vector yet
+    took any length, and the corpus held vectors of two (every later add to that shard
+    refused)."""
     import numpy as np
 
     from engine.cluster.routing import shard_for
 
-    corpus = ShardedCorpus.create(
-        tmp_path / "c", CorpusConfig(name="c"), 2, embedder_factory=hash_factory
-    )
+    root = tmp_path / "c"
+    on_zero = [d for d in DOCS if shard_for(d.id, 2) == 0][:3]
+    on_one = [Document(id=f"x{i}", text="kilo lima") for i in range(40)]
+    on_one = [d for d in on_one if shard_for(d.id, 2) == 1][:3]
+    assert on_zero and on_one
+    made = ShardedCorpus.create(root, CorpusConfig(name="c"), 2, embedder_factory=hash_factory)
+    made.add(on_zero)  # shard 0 holds 64-value vectors; shard 1 none
+    made.close()
+    corpus = ShardedCorpus.open(root, embedder_factory=down_factory)  # the provider is down
     try:
-        on_zero = [d for d in DOCS if shard_for(d.id, 2) == 0][:3]
-        on_one = [Document(id=f"x{i}", text="kilo lima") for i in range(40)]
-        on_one = [d for d in on_one if shard_for(d.id, 2) == 1][:3]
-        assert on_zero and on_one
-        corpus.add(on_zero)  # shard 0 now holds vectors; shard 1 none
-        width = corpus.shard_info()[0].dimension  # type: ignore[union-attr]
-        assert width is not None
-        wrong = np.ones((len(on_one), width + 8), dtype=np.float32)
+        wrong = np.ones((len(on_one), 72), dtype=np.float32)
         with pytest.raises(InvalidArgument, match="dimension"):
             corpus.add(on_one, embeddings=wrong)
         assert len(corpus) == len(on_zero)  # nothing sent anywhere
-        right = np.ones((len(on_one), width), dtype=np.float32)
-        corpus.add(on_one, embeddings=right)
-        assert {i.dimension for i in corpus.shard_info() if i is not None} == {width}
+        corpus.add(on_one, embeddings=np.ones((len(on_one), 64), dtype=np.float32))
+        assert {i.dimension for i in corpus.shard_info() if i is not None} == {64}
     finally:
         corpus.close()
