@@ -453,6 +453,12 @@ class Corpus:
 
     # -- internal: for engine.surfaces (a server warms its models before it is ready) ----
 
+    def _expect_vector_length(self, width: int) -> None:
+        """Internal (a shard of a sharded corpus): the corpus holds vectors of ``width``
+        values, though this shard may hold none yet — its embedder's output and supplied
+        vectors are checked against it, so an empty shard cannot take another length."""
+        self._indexes.expected_dimension = width
+
     def _warm_up(self) -> None:
         """Load the query model now, so the first search does not pay for it (seconds).
         Never raises: a model that cannot load leaves the corpus answering from keywords,

@@ -32,11 +32,11 @@ logger = logging.getLogger(__name__)
 
 
 def guarded(embedder: Embedder, indexes: DerivedIndexes) -> Embedder:
-    """``embedder`` with its output checked against the corpus's vector index."""
+    """``embedder`` with its output checked against the corpus's vector index (or, while
+    it holds none, the length its sharded corpus's coordinator said)."""
 
     def expected() -> int | None:
-        index = indexes.faiss
-        return None if index is None else index.dimension
+        return indexes.vector_length
 
     return DimensionGuard(embedder, expected)
 
@@ -127,9 +127,9 @@ class CorpusModel:
     def vector_dimension(self) -> int | None:
         """The length supplied vectors must have: the vector index's, else the model's
         (loading it if need be); ``None`` while neither can say (provider down)."""
-        index = self._indexes.faiss
-        if index is not None:
-            return index.dimension
+        length = self._indexes.vector_length
+        if length is not None:
+            return length
         if self.embedder is None:
             return None
         try:

@@ -210,7 +210,7 @@ def ingest(
         model = (embedder_factory or default_embedder_factory)(spec).name
     ds = ds.map_batches(
         _write,  # type: ignore[arg-type]  # extra arguments come from fn_args
-        fn_args=(handles, shards, model, write_timeout_s),
+        fn_args=(handles, shards, model, write_timeout_s, corpus._dimension.refresh()),
         batch_format="pyarrow",
         batch_size=batch_size,
         num_cpus=0,
@@ -324,8 +324,10 @@ def _write(
     shards: int,
     model: str | None,
     timeout_s: float,
+    expected: int | None = None,
 ) -> pa.Table:
-    """Send the batch's documents to their shards; one summary row per batch."""
+    """Send the batch's documents to their shards; one summary row per batch.
+    ``expected``: the corpus's vector length (``ShardActor.add``)."""
     kinds = batch.column(KIND).to_pylist()
     reasons = [
         r for r, k in zip(batch.column(REASON).to_pylist(), kinds, strict=True) if k == "rejected"
@@ -336,7 +338,7 @@ def _write(
     skipped = 0
     if unchanged:
         skipped, refused = _send(
-            batch.take(pa.array(unchanged)), None, handles, shards, None, timeout_s
+            batch.take(pa.array(unchanged)), None, handles, shards, None, timeout_s, expected
         )
         reasons += refused
     keep = [i for i, k in enumerate(kinds) if k == "doc"]
@@ -344,7 +346,7 @@ def _write(
     if keep:
         kept = batch.take(pa.array(keep))
         if VECTOR not in kept.column_names:
-            written, refused = _send(kept, None, handles, shards, model, timeout_s)
+            written, refused = _send(kept, None, handles, shards, model, timeout_s, expected)
             reasons += refused
         else:
             column = kept.column(VECTOR).combine_chunks()
@@ -353,7 +355,9 @@ def _write(
                 # The embedder failed on their batch: written without vectors (each
                 # shard stores them degraded, or embeds them itself if it can).
                 rows = pa.array(np.flatnonzero(~valid))
-                sent, refused = _send(kept.take(rows), None, handles, shards, None, timeout_s)
+                sent, refused = _send(
+                    kept.take(rows), None, handles, shards, None, timeout_s, expected
+                )
                 written += sent
                 reasons += refused
                 present = pa.array(np.flatnonzero(valid))
@@ -365,7 +369,9 @@ def _write(
                 rows = pa.array(np.flatnonzero(lengths == length))
                 flat = column.take(rows).flatten().to_numpy(zero_copy_only=False)
                 vectors = np.asarray(flat, dtype=np.float32).reshape(len(rows), int(length))
-                sent, refused = _send(kept.take(rows), vectors, handles, shards, model, timeout_s)
+                sent, refused = _send(
+                    kept.take(rows), vectors, handles, shards, model, timeout_s, expected
+                )
                 written += sent
                 reasons += refused
     return pa.table(
@@ -385,6 +391,7 @@ def _send(
     shards: int,
     model: str | None,
     timeout_s: float,
+    expected: int | None = None,
 ) -> tuple[int, list[str]]:
     """Add ``part``'s rows (with ``vectors``, or without) on their shards; returns how
     many were written and why the others were refused. A group a shard refuses
@@ -401,7 +408,7 @@ def _send(
         nonlocal written
         payload = ray.put([rows[p] for p in chosen])  # sent again as is on a retry
         part_vectors = None if vectors is None else vectors[chosen]
-        args = (payload, part_vectors, None if part_vectors is None else model)
+        args = (payload, part_vectors, None if part_vectors is None else model, expected)
         try:
             _call_with_retry(handles[index], index, "add", args, timeout_s)
         except InvalidArgument as exc:

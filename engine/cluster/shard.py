@@ -145,7 +145,12 @@ class ShardActor:
         rows: Sequence[Row],
         vectors: npt.NDArray[np.float32] | None,
         model: str | None,
+        expected: int | None = None,
     ) -> tuple[int, int, int, int]:
+        """``expected``: the length of the corpus's vectors as the coordinator knows it
+        (``None``: unknown), which this shard holds to while it holds none of its own."""
+        if expected is not None:
+            self._corpus._expect_vector_length(expected)
         docs = [from_row(row) for row in rows]
         result = self._corpus.add(docs, embeddings=vectors, embedding_model=model, progress=False)
         return result.added, result.updated, result.unchanged, result.degraded

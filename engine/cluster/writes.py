@@ -187,7 +187,10 @@ class ShardWriter:
         model: str | None,
     ) -> Counts:
         payload = ray.put(rows)  # sent again as is if the shard has to be retried
-        counts: Counts = self._call(index, "add", payload, vectors, model)
+        # With the corpus's length: a shard holding no vector yet holds to it, so rows
+        # sent without vectors (the embedder failed, or its output was refused) are not
+        # embedded there by a model of another length.
+        counts: Counts = self._call(index, "add", payload, vectors, model, self._dimension())
         return counts
 
     def _call(self, index: int, method: str, *args: Any) -> Any:

@@ -79,6 +79,9 @@ class DerivedIndexes:
         # What this process's view reflects (see the module docstring, "Several processes").
         self._epoch: int | None = None
         self._followed_seq = -1  # the store seq last followed
+        self.expected_dimension: int | None = None
+        """The vectors' length when this index holds none yet but the corpus it is part
+        of does (a shard of a sharded corpus, told by its coordinator)."""
 
     @property
     def tantivy(self) -> TantivyIndex:
@@ -87,6 +90,12 @@ class DerivedIndexes:
     @property
     def faiss(self) -> FaissIndex | None:
         return self._vectors.faiss
+
+    @property
+    def vector_length(self) -> int | None:
+        """The length a new vector must have: the index's, else ``expected_dimension``."""
+        index = self._vectors.faiss
+        return self.expected_dimension if index is None else index.dimension
 
     @property
     def keyword_pending(self) -> bool:

@@ -30,8 +30,10 @@ from engine.cluster import writes
 from engine.cluster.calls import Pending, ShardCalls
 from engine.cluster.errors import ShardUnavailable
 from engine.cluster.health import ClusterMetrics, Operation
+from engine.cluster.routing import shard_for
 from engine.cluster.search import ShardedSearcher
 from engine.cluster.shard import ShardActor, ShardSpec
+from engine.cluster.wire import to_row
 from engine.cluster.writes import CorpusDimension, ShardWriter
 from engine.dimension_guard import DimensionGuard
 from engine.search.strategy import FallbackReason
@@ -44,6 +46,7 @@ from tests.support.cluster_fakes import (
     in_process_shards,
     sample_documents,
 )
+from tests.support.fakes import HashEmbedder
 
 SHARDS = 2
 DOCS = sample_documents(60)
@@ -396,3 +399,42 @@ def test_a_shard_body_opened_without_create_on_an_empty_directory_refuses(
     made.close()
     reopened = ShardActor(ShardSpec(0, str(tmp_path / "000"), CONFIG, hash_factory))
     reopened.close()
+
+
+def test_an_empty_shard_does_not_embed_what_the_coordinator_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review: with a model re-pulled under its name with another length, the
+    coordinator's guard refused its vectors and sent the documents without; a shard that
+    held no vector yet embedded them itself with that model and kept them — the corpus
+    held vectors of two lengths, and later adds to that shard were refused. The
+    coordinator now tells every shard the corpus's length."""
+    monkeypatch.setattr(writes, "ray", types.SimpleNamespace(put=lambda rows: rows))
+    bodies = [
+        ShardActor(
+            ShardSpec(i, str(tmp_path / f"{i:03d}"), CONFIG, FaultyFactory("swapped"), create=True)
+        )
+        for i in range(SHARDS)
+    ]
+    try:
+        docs = DOCS[:12]
+        on_zero = [d for d in docs if shard_for(d.id, SHARDS) == 0]
+        assert on_zero and len(on_zero) < len(docs)
+        held = HashEmbedder().embed([d.text for d in on_zero])  # 64 values, the corpus's
+        bodies[0].add([to_row(d) for d in on_zero], held, None, 64)  # the corpus: 64
+        writer = ShardWriter(
+            CONFIG.name,
+            SHARDS,
+            DirectCalls(bodies),  # type: ignore[arg-type]
+            FaultyHashEmbedder("swapped"),  # the re-pulled model: 32 values
+            write_batch=1_000,
+            timeout_s=30.0,
+            dimension=CorpusDimension(lambda: 64),
+        )
+        rest = [d for d in docs if d not in on_zero]
+        result = writer.add(rest, None, None, False)
+        assert (result.added, result.degraded) == (len(rest), len(rest))
+        assert [body.vector_dimension() for body in bodies] == [64, None]
+    finally:
+        for body in bodies:
+            body.close()
