@@ -13,6 +13,7 @@ whose length changed under its name) and the Ray Data ingest.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -178,6 +179,35 @@ class DirectCalls:
         return getattr(self.shards[index], method)(*args)
 
 
+@contextlib.contextmanager
+def writer_over_bodies(
+    tmp_path: Path, shard_mode: str, embedder: FaultyHashEmbedder
+) -> Iterator[tuple[ShardWriter, list[ShardActor]]]:
+    """A coordinator's writer over in-process shard bodies (no Ray: ``ray.put`` patched
+    by the caller), each shard embedding with ``FaultyFactory(shard_mode)``, the corpus's
+    vectors 64 values long."""
+    bodies = [
+        ShardActor(
+            ShardSpec(i, str(tmp_path / f"{i:03d}"), CONFIG, FaultyFactory(shard_mode), create=True)
+        )
+        for i in range(SHARDS)
+    ]
+    try:
+        writer = ShardWriter(
+            CONFIG.name,
+            SHARDS,
+            DirectCalls(bodies),  # type: ignore[arg-type]
+            embedder,
+            write_batch=1_000,
+            timeout_s=30.0,
+            dimension=CorpusDimension(lambda: 64),
+        )
+        yield writer, bodies
+    finally:
+        for body in bodies:
+            body.close()
+
+
 @pytest.mark.parametrize("mode", ["nan", "inf", "zero", "short", "flat", "narrow", "down"])
 def test_the_writer_stores_documents_degraded_when_the_output_is_unusable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
@@ -189,22 +219,7 @@ def test_the_writer_stores_documents_degraded_when_the_output_is_unusable(
     monkeypatch.setattr(writes, "ray", types.SimpleNamespace(put=lambda rows: rows))
     # The shards' own embedder fails too (as the same provider would): what the
     # coordinator sends without vectors is stored degraded.
-    bodies = [
-        ShardActor(
-            ShardSpec(i, str(tmp_path / f"{i:03d}"), CONFIG, FaultyFactory("down"), create=True)
-        )
-        for i in range(SHARDS)
-    ]
-    try:
-        writer = ShardWriter(
-            CONFIG.name,
-            SHARDS,
-            DirectCalls(bodies),  # type: ignore[arg-type]
-            FaultyHashEmbedder(mode),
-            write_batch=1_000,
-            timeout_s=30.0,
-            dimension=CorpusDimension(lambda: 64),
-        )
+    with writer_over_bodies(tmp_path, "down", FaultyHashEmbedder(mode)) as (writer, bodies):
         docs = DOCS[:12]
         result = writer.add(docs, None, None, False)
         assert (result.added, result.degraded) == (len(docs), len(docs))
@@ -212,9 +227,6 @@ def test_the_writer_stores_documents_degraded_when_the_output_is_unusable(
         assert sum(s["documents"] for s in stats) == len(docs)
         assert sum(s["vectors"] for s in stats) == 0
         assert sum(s["degraded"] for s in stats) == len(docs)
-    finally:
-        for body in bodies:
-            body.close()
 
 
 class _TimedOutHandle:
@@ -410,31 +422,15 @@ def test_an_empty_shard_does_not_embed_what_the_coordinator_refused(
     held vectors of two lengths, and later adds to that shard were refused. The
     coordinator now tells every shard the corpus's length."""
     monkeypatch.setattr(writes, "ray", types.SimpleNamespace(put=lambda rows: rows))
-    bodies = [
-        ShardActor(
-            ShardSpec(i, str(tmp_path / f"{i:03d}"), CONFIG, FaultyFactory("swapped"), create=True)
-        )
-        for i in range(SHARDS)
-    ]
-    try:
+    # The re-pulled model (32 values) on the coordinator and on the shards alike.
+    swapped = FaultyHashEmbedder("swapped")
+    with writer_over_bodies(tmp_path, "swapped", swapped) as (writer, bodies):
         docs = DOCS[:12]
         on_zero = [d for d in docs if shard_for(d.id, SHARDS) == 0]
         assert on_zero and len(on_zero) < len(docs)
         held = HashEmbedder().embed([d.text for d in on_zero])  # 64 values, the corpus's
-        bodies[0].add([to_row(d) for d in on_zero], held, None, 64)  # the corpus: 64
-        writer = ShardWriter(
-            CONFIG.name,
-            SHARDS,
-            DirectCalls(bodies),  # type: ignore[arg-type]
-            FaultyHashEmbedder("swapped"),  # the re-pulled model: 32 values
-            write_batch=1_000,
-            timeout_s=30.0,
-            dimension=CorpusDimension(lambda: 64),
-        )
+        bodies[0].add([to_row(d) for d in on_zero], held, None, 64)
         rest = [d for d in docs if d not in on_zero]
         result = writer.add(rest, None, None, False)
         assert (result.added, result.degraded) == (len(rest), len(rest))
         assert [body.vector_dimension() for body in bodies] == [64, None]
-    finally:
-        for body in bodies:
-            body.close()
