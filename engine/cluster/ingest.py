@@ -158,9 +158,10 @@ def ingest(
     # say), else the embedder's (None: the provider is down and cannot say either; each
     # batch then takes its first good vector's, and the shards have the last word).
     embedder = corpus._embedder
+    known = corpus._dimension.refresh()  # the corpus's stored length (asked once)
     dimension = None
     if vector_column is not None and embedder is not None:
-        dimension = corpus._dimension.refresh() or dimension_if_up(embedder)
+        dimension = known or dimension_if_up(embedder)
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = progress
     handles = corpus._calls.handles
@@ -200,7 +201,7 @@ def ingest(
         ds = ds.map_batches(
             _Embed,
             # The corpus's stored length, which every embedded vector must have.
-            fn_constructor_args=(spec, embedder_factory, gpus > 0, corpus._dimension.refresh()),
+            fn_constructor_args=(spec, embedder_factory, gpus > 0, known),
             batch_format="pyarrow",
             batch_size=batch_size,
             num_cpus=0 if gpus else 1,
@@ -210,7 +211,7 @@ def ingest(
         model = (embedder_factory or default_embedder_factory)(spec).name
     ds = ds.map_batches(
         _write,  # type: ignore[arg-type]  # extra arguments come from fn_args
-        fn_args=(handles, shards, model, write_timeout_s, corpus._dimension.refresh()),
+        fn_args=(handles, shards, model, write_timeout_s, known),
         batch_format="pyarrow",
         batch_size=batch_size,
         num_cpus=0,
@@ -328,6 +329,12 @@ def _write(
 ) -> pa.Table:
     """Send the batch's documents to their shards; one summary row per batch.
     ``expected``: the corpus's vector length (``ShardActor.add``)."""
+
+    def send(
+        part: pa.Table, vectors: npt.NDArray[np.float32] | None, named: str | None
+    ) -> tuple[int, list[str]]:
+        return _send(part, vectors, handles, shards, named, timeout_s, expected)
+
     kinds = batch.column(KIND).to_pylist()
     reasons = [
         r for r, k in zip(batch.column(REASON).to_pylist(), kinds, strict=True) if k == "rejected"
@@ -337,27 +344,24 @@ def _write(
     unchanged = [i for i, k in enumerate(kinds) if k == "skipped"]
     skipped = 0
     if unchanged:
-        skipped, refused = _send(
-            batch.take(pa.array(unchanged)), None, handles, shards, None, timeout_s, expected
-        )
+        skipped, refused = send(batch.take(pa.array(unchanged)), None, None)
         reasons += refused
     keep = [i for i, k in enumerate(kinds) if k == "doc"]
     written = 0
     if keep:
         kept = batch.take(pa.array(keep))
         if VECTOR not in kept.column_names:
-            written, refused = _send(kept, None, handles, shards, model, timeout_s, expected)
+            written, refused = send(kept, None, model)
             reasons += refused
         else:
             column = kept.column(VECTOR).combine_chunks()
             valid = column.is_valid().to_numpy(zero_copy_only=False)
             if not valid.all():
                 # The embedder failed on their batch: written without vectors (each
-                # shard stores them degraded, or embeds them itself if it can).
+                # shard stores them degraded, or embeds them itself if it can, to the
+                # corpus's length).
                 rows = pa.array(np.flatnonzero(~valid))
-                sent, refused = _send(
-                    kept.take(rows), None, handles, shards, None, timeout_s, expected
-                )
+                sent, refused = send(kept.take(rows), None, None)
                 written += sent
                 reasons += refused
                 present = pa.array(np.flatnonzero(valid))
@@ -369,9 +373,7 @@ def _write(
                 rows = pa.array(np.flatnonzero(lengths == length))
                 flat = column.take(rows).flatten().to_numpy(zero_copy_only=False)
                 vectors = np.asarray(flat, dtype=np.float32).reshape(len(rows), int(length))
-                sent, refused = _send(
-                    kept.take(rows), vectors, handles, shards, model, timeout_s, expected
-                )
+                sent, refused = send(kept.take(rows), vectors, model)
                 written += sent
                 reasons += refused
     return pa.table(

@@ -24,7 +24,7 @@ from pathlib import Path
 from engine.errors import CorpusNotFound, StorageError
 from engine.storage.change_counter import ChangeCounter
 from engine.storage.records import ReaderHandle
-from engine.storage.schema import SCHEMA, migrate
+from engine.storage.schema import SCHEMA, is_store_full, migrate
 
 logger = logging.getLogger(__name__)
 
@@ -256,21 +256,19 @@ def _identity(path: Path) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
-_SQLITE_FULL = 13
-# SQLITE_IOERR (and its extended codes) and SQLITE_CANTOPEN are also what creating the
-# -wal/-shm files on a full disk fails with, but also a permission, a descriptor limit or
-# a real I/O error: those count as no room only when the filesystem has no block left.
+# Besides SQLITE_FULL (``is_store_full``), SQLITE_IOERR (and its extended codes) and
+# SQLITE_CANTOPEN are also what creating the -wal/-shm files on a full disk fails with,
+# but also a permission, a descriptor limit or a real I/O error: those count as no room
+# only when the filesystem has no block left.
 _SQLITE_IOERR, _SQLITE_CANTOPEN = 10, 14
 
 
 def out_of_room(exc: sqlite3.Error, directory: Path) -> bool:
     """Whether ``exc`` says the disk holding ``directory`` is full."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    if not isinstance(code, int):
-        return False
-    if code & 0xFF == _SQLITE_FULL:
+    if is_store_full(exc):
         return True
-    if code & 0xFF not in (_SQLITE_IOERR, _SQLITE_CANTOPEN):
+    code = getattr(exc, "sqlite_errorcode", None)
+    if not isinstance(code, int) or code & 0xFF not in (_SQLITE_IOERR, _SQLITE_CANTOPEN):
         return False
     try:
         return os.statvfs(directory).f_bavail == 0

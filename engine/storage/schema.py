@@ -136,7 +136,7 @@ def migrate(conn: sqlite3.Connection) -> None:
     except BaseException as exc:
         with contextlib.suppress(sqlite3.Error):  # BEGIN itself may have failed
             conn.execute("ROLLBACK")
-        if getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_FULL:
+        if is_store_full(exc):
             # The whole change goes through the write-ahead log first: about the store's
             # size again (measured: a 34 MB store, a 34 MB log, 48 MB after it).
             logger.warning(
@@ -147,6 +147,12 @@ def migrate(conn: sqlite3.Connection) -> None:
                 _size_bytes(conn) / 2**20,
             )
         raise
+
+
+def is_store_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is SQLite's ``SQLITE_FULL`` (any extended code): no room to write."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_FULL
 
 
 def _size_bytes(conn: sqlite3.Connection) -> int:

@@ -116,8 +116,8 @@ class VectorIndexKeeper:
         if marker >= 0 and self._path.exists():
             try:
                 self.faiss = FaissIndex.load(self._path, search_threads=self._search_threads)
-            except (FaissIndexCorrupt, OSError):
-                logger.warning("vector index file is damaged; loading stored vectors")
+            except (FaissIndexCorrupt, OSError) as exc:  # as ``open_as_holder`` says it
+                logger.warning("vector index file cannot be used (%s); loading stored vectors", exc)
                 marker, self._file_stale = -1, True
         self.applied = marker if self.faiss is not None else -1
         self.follow(verify=True)
