@@ -255,7 +255,11 @@ class ShardActor:
     def count(self) -> int:
         return len(self._corpus)
 
-    def repair(self, batch_size: int) -> int:
+    def repair(self, batch_size: int, expected: int | None = None) -> int:
+        """``expected``: as for ``add`` — a shard restarted since its last write holds no
+        length of its own until told, and would otherwise keep vectors of any length."""
+        if expected is not None:
+            self._corpus._expect_vector_length(expected)
         return self._corpus.repair(batch_size)
 
     def flush(self) -> None:

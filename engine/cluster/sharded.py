@@ -483,8 +483,9 @@ class ShardedCorpus:
 
     @in_lifetime
     def repair(self, batch_size: int = 256) -> int:
-        """Re-embed degraded documents on every shard (with each shard's embedder)."""
-        return sum(self._on_every_shard("repair", batch_size))
+        """Re-embed degraded documents on every shard (with each shard's embedder), each
+        told the corpus's vector length, as a write tells it."""
+        return sum(self._on_every_shard("repair", batch_size, self._dimension.refresh()))
 
     @in_lifetime
     def flush(self) -> None:

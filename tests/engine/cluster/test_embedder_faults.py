@@ -37,6 +37,7 @@ from engine.cluster.shard import ShardActor, ShardSpec
 from engine.cluster.wire import to_row
 from engine.cluster.writes import CorpusDimension, ShardWriter
 from engine.dimension_guard import DimensionGuard
+from engine.errors import InvalidArgument
 from engine.search.strategy import FallbackReason
 from tests.engine.cluster.faulty_embedders import FaultyFactory, FaultyHashEmbedder
 from tests.support.cluster_fakes import (
@@ -434,3 +435,45 @@ def test_an_empty_shard_does_not_embed_what_the_coordinator_refused(
         result = writer.add(rest, None, None, False)
         assert (result.added, result.degraded) == (len(rest), len(rest))
         assert [body.vector_dimension() for body in bodies] == [64, None]
+
+
+def test_a_restarted_shard_holding_no_vector_repairs_at_the_corpus_length(
+    ray_cluster: None, tmp_path: Path
+) -> None:
+    """Review: a shard restarted since its last write knew no vector length until a
+    write told it, so ``repair`` right after an open let a shard holding no vector embed
+    its degraded documents with a model re-pulled at another length — the corpus then
+    held vectors of two lengths. The coordinator now tells every shard the length when
+    it repairs, as when it writes: that shard keeps its documents degraded."""
+    from engine.cluster import ShardedCorpus
+
+    on_zero = [d for d in DOCS if shard_for(d.id, SHARDS) == 0]
+    on_one = [d for d in DOCS if shard_for(d.id, SHARDS) == 1]
+    assert on_zero and on_one
+    root = tmp_path / "restarted"
+    corpus = ShardedCorpus.create(root, CONFIG, SHARDS, embedder_factory=hash_factory)
+    try:
+        corpus.add(on_zero)  # shard 0: 64-value vectors; shard 1: nothing yet
+    finally:
+        corpus.close()
+    corpus = ShardedCorpus.open(root, embedder_factory=FaultyFactory("down"))
+    try:
+        assert corpus.add(on_one).degraded == len(on_one)  # shard 1: degraded, no vector
+    finally:
+        corpus.close()
+    corpus = ShardedCorpus.open(root, embedder_factory=FaultyFactory("swapped"))
+    try:
+        with pytest.raises(InvalidArgument, match="batch_size"):
+            corpus.repair(0)
+        assert corpus.repair() == 0
+        stats = corpus.stats()
+        assert stats["degraded"] == len(on_one)
+        assert [s["vectors"] for s in stats["per_shard"]] == [len(on_zero), 0]
+    finally:
+        corpus.close()
+    corpus = ShardedCorpus.open(root, embedder_factory=hash_factory)
+    try:
+        assert corpus.repair() == len(on_one)  # the corpus's own model heals them
+        assert corpus.stats()["vectors"] == len(DOCS)
+    finally:
+        corpus.close()
