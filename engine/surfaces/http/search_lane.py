@@ -11,11 +11,14 @@ worker thread by the same rule (``routes_read.run_search``).
 
 Everything else passes to the app unchanged, with the body replayed: another route,
 another content type, a body that is not JSON or that the model refuses (FastAPI then
-writes the one 422 shape), and a body with a run of 20 or more digits — orjson reads an
-integer past 64 bits as a float where the route's ``json`` keeps it an int, so the two
-would answer it differently. The declared FastAPI route stays the contract — it is what
-``/openapi.json`` documents and what answers every request the lane passes on; tests
-compare the two answers for the same requests.
+writes the one 422 shape), a body with a run of 20 or more digits or of 19 after a
+minus — orjson reads an integer outside −2⁶³ .. 2⁶⁴ − 1 as a float where the route's
+``json`` keeps it an int, so the two would answer it differently — and a body with more
+than ``MAX_LANE_BRACKETS`` brackets, which no search needs: orjson before 3.10 parses
+nesting by recursion without a limit (200,000 levels overflowed the stack and killed the
+server), and the route's parser refuses deep nesting with its 422. The declared FastAPI
+route stays the contract — it is what ``/openapi.json`` documents and what answers every
+request the lane passes on; tests compare the two answers for the same requests.
 """
 
 from __future__ import annotations
@@ -38,9 +41,12 @@ __all__ = ["SEARCH_ROUTE", "SearchLane"]
 
 SEARCH_ROUTE = "/v1/corpora/{name}/search"
 _SEARCH_PATH = re.compile(rf"^/v1/corpora/({CORPUS_NAME_PATTERN.pattern})/search$")
-# 2**64 has 20 digits. The run may sit in a string or a float: the route answers those
-# the same, only a little slower.
-_MAYBE_PAST_64_BITS = re.compile(rb"\d{20}")
+# 2**64 has 20 digits, -2**63 - 1 has 19 after its minus. The run may sit in a string or
+# a float: the route answers those the same, only a little slower.
+_MAYBE_PAST_64_BITS = re.compile(rb"-\d{19}|\d{20}")
+# Opening brackets (in strings too: those bodies just take the route). A search body with
+# the most a filter may hold (32 conditions, lists 32 deep) has a few hundred.
+MAX_LANE_BRACKETS = 1_000
 
 
 def _is_json(scope: Scope) -> bool:
@@ -88,6 +94,8 @@ class SearchLane:
 
 def _parse(body: bytes) -> SearchRequest | None:
     if _MAYBE_PAST_64_BITS.search(body):
+        return None
+    if body.count(b"[") + body.count(b"{") > MAX_LANE_BRACKETS:
         return None
     try:
         return SearchRequest.model_validate(orjson.loads(body))

@@ -78,6 +78,10 @@ REQUESTS: list[tuple[str, bytes, bool]] = [
     ("kw", b'{"query": "password"', False),  # not JSON
     ("kw", b'{"query": "pass\xffword"}', False),  # not UTF-8
     ("kw", b"[" * 5_000 + b"]" * 5_000, False),  # deeper than either parser goes
+    # orjson before 3.10 recursed without a limit: 200,000 levels killed the server.
+    ("kw", b'{"query": "password", "filters": ' + b"[" * 200_000 + b"]" * 200_000 + b"}", False),
+    ("kw", b'{"query": "password", "filters": {"year": -9223372036854775809}}', False),
+    ("kw", b'{"query": "password", "filters": {"year": -9223372036854775808}}', False),
     ("kw", b'{"query": NaN}', False),
     ("kw", b"[1, 2]", False),
     ("kw", b"", False),
