@@ -494,12 +494,21 @@ class Corpus:
             yield self._searcher
 
     @in_lifetime
-    def _field_values(self, ids: Sequence[str]) -> dict[str, tuple[dict[str, str | int], bool]]:
-        """For stored ids (public or not): their encoded filter-field values and whether
-        they are public (for ``engine.surfaces.memory``, which must not overwrite another
-        scope's memory, nor a non-public document)."""
+    def _field_values(
+        self, ids: Sequence[str]
+    ) -> dict[str, tuple[dict[str, frozenset[str | int]], bool]]:
+        """For stored ids (public or not): every encoded value of each filter field (a
+        field may hold several) and whether they are public (for
+        ``engine.surfaces.memory``, which must not overwrite another scope's memory, nor a
+        non-public document)."""
         stored = self._store.get_many(ids, public_only=False)
-        return {sid: (dict(doc.fields), doc.is_public) for sid, doc in stored.items()}
+        found: dict[str, tuple[dict[str, frozenset[str | int]], bool]] = {}
+        for sid, doc in stored.items():
+            values: dict[str, set[str | int]] = {}
+            for name, value in doc.fields:
+                values.setdefault(name, set()).add(value)
+            found[sid] = ({name: frozenset(v) for name, v in values.items()}, doc.is_public)
+        return found
 
     @contextlib.contextmanager
     def _writing(self) -> Iterator[None]:

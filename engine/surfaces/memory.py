@@ -138,13 +138,15 @@ class Memory:
         # two scopes remembering one id at once both passed, and one replaced the other.
         with corpus._writing():
             # Whoever chose the id (the caller, or ``memory_id`` from scope and text):
-            unheld = ({SCOPE_FIELD: scope}, True)  # no document holds the id yet
+            unheld = ({SCOPE_FIELD: frozenset([scope])}, True)  # no document holds the id
             fields, public = corpus._field_values([doc_id]).get(doc_id, unheld)
-            if fields.get(SCOPE_FIELD) != scope or not public:
+            if fields.get(SCOPE_FIELD) != {scope} or not public:
                 # An id names one memory in one scope: replacing another scope's would
-                # lose it through a caller who cannot even see it; a non-public document
-                # is no memory to replace (and gets the same words, so the answer does
-                # not say that one exists — a derived id's "added": false did).
+                # lose it through a caller who cannot even see it — so would replacing a
+                # document several scopes share (added with a list of scopes), which
+                # every one of them is refused; a non-public document is no memory to
+                # replace (and gets the same words, so the answer does not say that one
+                # exists — a derived id's "added": false did).
                 raise InvalidArgument(f"memory id {doc_id!r} is taken in another scope")
             result = corpus.add([document], progress=False)
         return Remembered(id=doc_id, scope=scope, added=result.added == 1)

@@ -53,6 +53,28 @@ def test_an_explicit_id_never_replaces_another_scopes_memory(memory: Memory) -> 
     assert [m.text for m in memory.recall("doctor", "alice")] == ["Alice's doctor is Dr Foster"]
 
 
+def test_a_memory_several_scopes_share_is_replaced_by_none_of_them(
+    memory: Memory, fast_engine: SearchEngine
+) -> None:
+    """Review: a document added with two scopes (a keyword field holds a list) was seen
+    as holding only its last one, so that scope replaced it — and the other scope lost
+    its memory — while the first was told the id was taken."""
+    memory.remember("seed", "alice")
+    corpus = fast_engine.corpus("memory")
+    shared = Document(
+        id="team-note",
+        text="alice and bob share the deploy key rotation duty",
+        fields={"scope": ["alice", "bob"]},
+    )
+    corpus.add([shared])
+    for scope in ("alice", "bob"):
+        with pytest.raises(InvalidArgument, match="taken in another scope"):
+            memory.remember("bob overwrote this", scope, id="team-note")
+    for scope in ("alice", "bob"):
+        recalled = [m.text for m in memory.recall("deploy key rotation", scope)]
+        assert recalled[0] == shared.text and "bob overwrote this" not in recalled
+
+
 def test_two_scopes_remembering_one_id_at_once_never_replace_each_other(
     memory: Memory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
