@@ -120,9 +120,9 @@ def grep(
     fixed: bool = False,
     timeout_s: float = GREP_TIMEOUT_S,
 ) -> list[GrepMatch]:
+    deadline = time.monotonic() + timeout_s  # compiling counts against the budget too
     compiled = compile_pattern(pattern, fixed=fixed)
     cap = clamp_int(limit, 1, MAX_GREP_MATCHES, 20)
-    deadline = time.monotonic() + timeout_s
     matches: list[GrepMatch] = []
     cursor = store.connection().execute(
         "SELECT source_id, title, url, text FROM documents WHERE is_public = 1 ORDER BY rowid"

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import engine.search.regex_checks as regex_checks
 from engine import InvalidArgument
 from engine.limits import MAX_GREP_PATTERN
-from engine.search.regex_checks import MAX_GREP_COPIES, pattern_cost
+from engine.search.regex_checks import FOLDED_SET_COPIES, MAX_GREP_COPIES, pattern_cost
 from engine.search.sources import compile_pattern
 
 # Every node the regex module's parser builds, by what the copy count does with it. A
@@ -102,6 +102,13 @@ def test_every_node_the_parser_builds_is_known() -> None:
         (r"(?#{1000})a{3}", 3),
         (r"[a{1000}]{3}", 3),
         (r"(?(?=a{2})b{3}|c{4})", 2 + 3 + 4),
+        # Sets of several members cost more under full case folding (FOLDED_SET_COPIES).
+        (r"(?fi)[\p{L}\p{N}]{3}", 3 * FOLDED_SET_COPIES),
+        (r"(?fi)[^ab]{3}x{2}", 3 * FOLDED_SET_COPIES + 2),
+        (r"(?i)[\p{L}\p{N}]{3}", 3),
+        (r"(?f)[\p{L}\p{N}]{3}", 3),
+        (r"(?fi)[a]{3}\p{L}{2}", 5),
+        (r"(?fi:[\p{L}\p{N}]{3})[\p{L}\p{N}]{2}", 3 * FOLDED_SET_COPIES + 2),
     ],
 )
 def test_copies_are_counted_from_the_parse(pattern: str, copies: int) -> None:
@@ -196,6 +203,27 @@ _TOKENS = [
     "(?1)",
     "(?&n)",
 ]
+
+
+@pytest.mark.parametrize(
+    "members", [r"\p{L}\p{N}\p{M}", r"\p{L}\p{N}\p{M}\p{S}\p{P}\p{Z}\p{C}", r"\p{Lu}a"]
+)
+def test_a_case_folded_set_repeated_to_the_cap_compiles_in_bounded_memory(members: str) -> None:
+    """Review: ``(?fi)[\\p{L}\\p{N}\\p{M}]{9999}`` passed as 9,999 copies and took 265 MB
+    to compile, before grep's time budget started; the most copies the weight lets
+    through compile in a few MB, and one more is refused."""
+    most = MAX_GREP_COPIES // FOLDED_SET_COPIES
+    with pytest.raises(InvalidArgument, match="copies"):
+        compile_pattern(f"(?fi)[{members}]{{{most + 1}}}", fixed=False)
+    pattern = f"(?fi)[{members}]{{{most}}}"
+    compile_pattern(pattern, fixed=False)
+    tracemalloc.start()
+    try:
+        regex.compile(pattern, regex.MULTILINE, cache_pattern=False)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 2**20, peak
 
 
 @settings(max_examples=300)
