@@ -333,6 +333,12 @@ class DocumentStore:
             )
         }
 
+    def public_seqs(self, ids: Sequence[str]) -> dict[str, int]:
+        """For those of ``ids`` that are public: the ``seq`` of the write that stored them."""
+        sql = "SELECT source_id, seq FROM documents WHERE source_id IN ({ids}) AND +is_public = 1"
+        rows = select_by_ids(self._reader(), sql, list(dict.fromkeys(ids)))
+        return {str(sid): int(seq) for sid, seq in rows}
+
     def get_many(self, ids: Sequence[str], *, public_only: bool) -> dict[str, StoredDocument]:
         conn = self._reader()
         # ``+is_public``: keep SQLite on the source_id index for these id look-ups; left to

@@ -193,6 +193,25 @@ class DerivedIndexes:
                 self._vectors.apply(written, deleted, seq)
 
     @contextlib.contextmanager
+    def privatizing(self, public_seqs: Mapping[str, int]) -> Iterator[None]:
+        """Around the store write that makes these documents non-public (public now, each
+        at the ``seq`` of its stored version): they leave the keyword index before it
+        commits, and come back if it raises (``KeywordIndexKeeper.withdraw``). Nothing
+        to do, and no commit, when ``public_seqs`` is empty."""
+        if not public_seqs:
+            yield
+            return
+        with self._lock:
+            self._keyword.withdraw(public_seqs)
+        stored = False
+        try:
+            yield
+            stored = True
+        finally:
+            with self._lock:
+                self._keyword.end_withdrawal(stored=stored)
+
+    @contextlib.contextmanager
     def bulk_writes(self) -> Iterator[None]:
         """Within this block, keyword-index upserts are committed in large batches and at
         the end (also when the block raises: what the store committed is indexed). Until

@@ -3,10 +3,20 @@
 ``tantivy.seq`` records the store ``seq`` the index holds. The write-lock holder catches
 the index files up (replaying the store's changes after the marker) or rebuilds them; any
 other process only reloads its reader when the marker moves, and re-reads the marker on
-every search while it is behind the store (``pending``). A keyword write that failed after
-the store committed leaves a ``tantivy.behind`` flag file, and a rebuild writes the marker
--1 first: in both cases every process answers keyword searches from the database fallback
+every search while it is behind the store (``pending``); it reloads whenever the marker
+file is written again, even at the same ``seq``. A keyword write that failed after the
+store committed leaves a ``tantivy.behind`` flag file, and a rebuild writes the marker -1
+first: in both cases every process answers keyword searches from the database fallback
 (``current`` is False) until the holder has caught the index up.
+
+Bulk writes commit their upserts late (``start_batching``), so a document an add makes
+non-public would stay keyword-searchable in its old public version until the add ends,
+and be dropped by the store check of every answer meanwhile: short pages. ``withdraw``
+deletes such documents (and commits, and rewrites the marker, for other processes)
+before the store write that makes them non-public commits; they are then merely absent
+from keyword answers, as they will be afterwards. Crash-safe: the marker is lowered
+below their stored versions first, so any catch-up replays them while the store still
+says public; a store write that fails puts them back (``end_withdrawal``).
 
 No lock of its own: ``DerivedIndexes`` calls every method under the corpus's index lock.
 """
@@ -14,11 +24,14 @@ No lock of its own: ``DerivedIndexes`` calls every method under the corpus's ind
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import sqlite3
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from engine.errors import StorageError
 from engine.storage import DocumentStore, StoredDocument
-from engine.write.seq_markers import read_marker, write_marker
+from engine.write.seq_markers import Stamp, read_marker, read_marker_stamped, write_marker
 from sparse import SparseDocument, SparseError, TantivyIndex
 
 logger = logging.getLogger(__name__)
@@ -41,6 +54,15 @@ def _to_sparse(doc: StoredDocument) -> SparseDocument:
     )
 
 
+@dataclass(frozen=True)
+class _Withdrawal:
+    """Public documents deleted from the index ahead of the store write that makes them
+    non-public, and the marker before (put back if that write fails)."""
+
+    ids: tuple[str, ...]
+    marker: int
+
+
 class KeywordIndexKeeper:
     """Keeps one corpus's tantivy index consistent with its store, across processes."""
 
@@ -52,6 +74,8 @@ class KeywordIndexKeeper:
         self._behind = False  # this process's keyword write failed: catch up before the next
         self._flagged = False  # behind flag, or a rebuild running elsewhere
         self._seen = -1  # tantivy.seq when the tantivy reader last reloaded
+        self._seen_stamp: Stamp | None = None  # ... and the marker file it was read from
+        self._withdrawn: _Withdrawal | None = None  # for the store write under way
         self._batched: list[SparseDocument] | None = None  # inside a bulk write
         self._batched_seq = -1
         self.pending = False  # tantivy.seq behind the store: re-read it per search
@@ -125,13 +149,21 @@ class KeywordIndexKeeper:
 
     def _mark(self, seq: int) -> None:
         """The keyword index holds everything up to ``seq``: say so, to every process."""
-        write_marker(self._marker, seq)
-        self._seen = seq
+        self._write_marker(seq)
         self._behind = self._flagged = False
         self._behind_flag.unlink(missing_ok=True)
 
+    def _write_marker(self, seq: int) -> None:
+        """Write the marker (every process reloads its reader at a write, see ``follow``)."""
+        self._seen_stamp = write_marker(self._marker, seq)
+        self._seen = seq
+
     def _failed(self, exc: BaseException, what: str) -> None:
         self._behind = True
+        if self._batched:
+            # The catch-up replays from the marker, which no batched write has moved past:
+            # flushed on their own, they would move it past what the failure lost.
+            self._batched = []
         try:
             self._behind_flag.touch()
         except OSError:
@@ -150,6 +182,47 @@ class KeywordIndexKeeper:
             return
         self._behind = True  # replays from the marker (or rebuilds)
         self.apply([], [], seq)
+
+    # -- a store write about to make public documents non-public ----------------------------
+
+    def withdraw(self, public_seqs: Mapping[str, int]) -> None:
+        """Delete these documents — public in the store now, each at the ``seq`` of its
+        stored version — from the index and commit, before the store write that makes
+        them non-public commits (see the module docstring). One tantivy commit and one
+        or two marker writes; a failure is contained as a failed write is."""
+        if not public_seqs or self._behind:
+            return  # (behind: not searched, and the catch-up replays every write)
+        marker = read_marker(self._marker)
+        if marker < 0:
+            return  # being rebuilt: not searched either
+        self._withdrawn = _Withdrawal(tuple(public_seqs), marker)
+        # Replaying from ``floor`` re-reads each of them while the store still has it
+        # public; a marker at or below it may lag the index, never claim what it lacks.
+        floor = min(marker, min(public_seqs.values()) - 1)
+        try:
+            if floor < marker:
+                self._write_marker(floor)  # first: a crash after the delete replays them
+            self.tantivy.delete(list(public_seqs))
+            self._write_marker(floor)  # again: other processes reload at the new file
+        except (SparseError, OSError) as exc:
+            self._failed(exc, "withdrawal failed")
+
+    def end_withdrawal(self, *, stored: bool) -> None:
+        """The store write after ``withdraw`` ended. ``stored``: it committed, and the
+        documents are non-public now (absent from the index, as they should be). Else put
+        back what the store still has public, and the marker as it was."""
+        withdrawal, self._withdrawn = self._withdrawn, None
+        if withdrawal is None or stored or self._behind:
+            return  # (behind: the catch-up replays them from the lowered marker)
+        try:
+            # Read again rather than assumed: a write that raised after its commit made
+            # them non-public after all, and those must stay out.
+            back = self._store.get_many(withdrawal.ids, public_only=True)
+            if back:
+                self.tantivy.upsert([_to_sparse(d) for d in back.values()])
+            self._write_marker(withdrawal.marker)
+        except (SparseError, OSError, StorageError, sqlite3.Error) as exc:
+            self._failed(exc, "could not put withdrawn documents back")
 
     # -- writes (called after the store committed) -------------------------------------------
 
@@ -230,16 +303,16 @@ class KeywordIndexKeeper:
     def follow(self, followed_seq: int) -> None:
         """Reload the reader if the marker moved; note whether it lags ``followed_seq``
         (the store seq this process's view last followed)."""
-        marker = read_marker(self._marker)
-        if marker != self._seen and marker >= 0:
+        marker, stamp = read_marker_stamped(self._marker)
+        if (marker != self._seen or stamp != self._seen_stamp) and marker >= 0:
             try:
                 self.tantivy.commit()  # reload: every commit before the marker shows
-                self._seen = marker
+                self._seen, self._seen_stamp = marker, stamp
             except (SparseError, OSError) as exc:
                 logger.debug("keyword index reload failed (%s)", type(exc).__name__)
         lagging = marker < followed_seq
         self._flagged = marker < 0 or (lagging and self._behind_flag.exists())
-        self.pending = lagging or self._seen != marker
+        self.pending = lagging or (self._seen, self._seen_stamp) != (marker, stamp)
 
     def close(self) -> None:
         self.tantivy.close()

@@ -3,25 +3,55 @@
 Each is written after the index itself (to a temporary name, fsynced, renamed), so a
 marker may lag its index after a crash, never run ahead of it. A missing or unreadable
 marker reads as -1: nothing is known, rebuild or replay from the start.
+
+Every write is a new file, so a reader can tell that a marker was written again even
+when its ``seq`` did not move (``MarkerReading.stamp``): the keyword index's holder
+rewrites it after a commit that changed no ``seq`` (``KeywordIndexKeeper.withdraw``), and
+other processes reload their readers at it.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import NamedTuple
+
+Stamp = tuple[int, int]
+"""(inode, mtime in ns) of one written marker file."""
+
+
+class MarkerReading(NamedTuple):
+    seq: int
+    stamp: Stamp | None  # None: no file could be read
 
 
 def read_marker(path: Path) -> int:
+    return read_marker_stamped(path).seq
+
+
+def read_marker_stamped(path: Path) -> MarkerReading:
+    """The marker's ``seq`` and the stamp of the very file it was read from (``fstat`` of
+    the open file: a rename between a ``stat`` and the read cannot pair them wrongly)."""
     try:
-        return int(path.read_text(encoding="ascii").strip())
-    except (OSError, ValueError):
-        return -1
+        with open(path, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            raw = fh.read()
+    except OSError:
+        return MarkerReading(-1, None)
+    stamp = (st.st_ino, st.st_mtime_ns)
+    try:
+        return MarkerReading(int(raw.decode("ascii").strip()), stamp)
+    except ValueError:  # UnicodeDecodeError included
+        return MarkerReading(-1, stamp)
 
 
-def write_marker(path: Path, seq: int) -> None:
+def write_marker(path: Path, seq: int) -> Stamp:
+    """Write ``seq`` to ``path``; returns the new file's stamp (a rename keeps it)."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="ascii") as fh:
         fh.write(str(seq))
         fh.flush()
         os.fsync(fh.fileno())
+        st = os.fstat(fh.fileno())
     os.replace(tmp, path)
+    return (st.st_ino, st.st_mtime_ns)
