@@ -23,7 +23,7 @@ import pytest
 
 from engine import Corpus, CorpusConfig, Document, SearchEngine, SourceNotFound, StorageError
 from engine.storage import DocumentStore, StoredDocument
-from sparse import SparseError, TantivyIndex
+from sparse import SparseDocument, SparseError, TantivyIndex
 
 TOP_K = 10
 PRIVATIZED = [f"p{i}" for i in range(5)]
@@ -262,25 +262,35 @@ def test_a_withdrawal_that_cannot_be_put_back_falls_back_and_catches_up(
 ) -> None:
     """The store write fails and so does putting the documents back (a full disk takes
     both): the keyword index is flagged behind — keyword searches answer from the
-    database, which has them — until the next write catches it up from the marker."""
+    database, which has them — until the next write catches it up from the marker. The
+    add's first chunk, stored and still batched, must not be committed on its own then
+    (that would mark the index current without the withdrawn documents)."""
     writer, _ = engines
     corpus = writer.corpus("c")
+    first_chunk = [Document(id=f"n{i:03d}", text=f"unrelated words tok{i:03d}") for i in range(512)]
     _failing_privatizing_upsert(monkeypatch)
+    real_upsert = TantivyIndex.upsert
+    refused: list[int] = []
 
-    def no_room(index: TantivyIndex, docs: object) -> None:
-        raise SparseError("no space left on device (injected)")
+    def no_room_once(index: TantivyIndex, docs: Sequence[SparseDocument]) -> None:
+        if not refused:  # the put-back: the first keyword write since the withdrawal
+            refused.append(len(docs))
+            raise SparseError("no space left on device (injected)")
+        real_upsert(index, docs)
 
-    monkeypatch.setattr(TantivyIndex, "upsert", no_room)
+    monkeypatch.setattr(TantivyIndex, "upsert", no_room_once)
     with pytest.raises(StorageError):
-        corpus.add(_privatized())
+        corpus.add([*first_chunk, *_privatized()])
     monkeypatch.undo()
+    assert refused == [len(PRIVATIZED)]
     assert not corpus._indexes.keyword_index_current
     assert corpus._indexes.tantivy.doc_count() == 20  # the five are out of the index...
     found = {p.source_id for p in corpus.search("alpha", top_k=50)}
     assert set(PRIVATIZED) <= found  # ... not out of the answers
+    assert [p.source_id for p in corpus.search("tok007")] == ["n007"]
     corpus.add([Document(id="later", text="an unrelated write")])
     assert corpus._indexes.keyword_index_current
-    assert corpus._indexes.tantivy.doc_count() == 26
+    assert corpus._indexes.tantivy.doc_count() == 25 + 512 + 1
     _assert_first_are_the_strong_ones(corpus)
 
 
