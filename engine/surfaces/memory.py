@@ -140,7 +140,7 @@ class Memory:
             # Whoever chose the id (the caller, or ``memory_id`` from scope and text):
             unheld = ({SCOPE_FIELD: frozenset([scope])}, True)  # no document holds the id
             fields, public = corpus._field_values([doc_id]).get(doc_id, unheld)
-            if fields.get(SCOPE_FIELD) != {scope} or not public:
+            if fields.get(SCOPE_FIELD) != frozenset([scope]) or not public:
                 # An id names one memory in one scope: replacing another scope's would
                 # lose it through a caller who cannot even see it — so would replacing a
                 # document several scopes share (added with a list of scopes), which
