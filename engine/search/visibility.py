@@ -28,6 +28,7 @@ class DenseVisibility:
             tuple[int, int | None, int, tuple[FieldFilter, ...]], AllowList | None
         ] = {}
         self._non_public: tuple[int, int] | None = None  # (generation, count)
+        self._commits = store.commits
 
     def invalidate(self) -> None:
         """Call after every write to the store."""
@@ -43,6 +44,14 @@ class DenseVisibility:
         filters: tuple[FieldFilter, ...] = (),
     ) -> AllowList | None:
         with self._lock:
+            if self._store.commits != self._commits:
+                # A write committed since the lists were made: one made while it was
+                # under way (an add embeds, then stores) may hold documents it made
+                # non-public. The writer's own ``invalidate`` comes only after it.
+                self._commits = self._store.commits
+                self._generation += 1
+                self._cache.clear()
+                self._non_public = None
             generation = self._generation
             if self._non_public is None:
                 self._non_public = (generation, self._store.count_non_public())

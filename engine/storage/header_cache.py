@@ -26,6 +26,11 @@ class HeaderCache:
         self._generation = 0  # bumped after every committed write
         self._entries: dict[str, Header | None] = {}
 
+    @property
+    def generation(self) -> int:
+        """Moves at every ``invalidate``: after each committed write."""
+        return self._generation
+
     def invalidate(self) -> None:
         """Forget everything; call after every committed write."""
         with self._lock:

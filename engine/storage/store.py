@@ -142,6 +142,13 @@ class DocumentStore:
         if changes is not None and self._connections.has_writer:
             changes.bump()
 
+    @property
+    def commits(self) -> int:
+        """Moves after every write this process commits and whenever
+        ``invalidate_caches`` is called (another writer's commits): what a cache of
+        anything the store decides, such as which documents are public, compares."""
+        return self._headers.generation
+
     def invalidate_caches(self) -> None:
         """Forget cached reads (call when ``changed()`` reports another writer's commit)."""
         self._headers.invalidate()

@@ -24,6 +24,7 @@ import pytest
 from engine import Corpus, CorpusConfig, Document, SearchEngine, SourceNotFound, StorageError
 from engine.storage import DocumentStore, StoredDocument
 from sparse import SparseDocument, SparseError, TantivyIndex
+from tests.support.fakes import WordHashEmbedder, factory_for
 
 TOP_K = 10
 PRIVATIZED = [f"p{i}" for i in range(5)]
@@ -366,3 +367,50 @@ def test_a_writer_dead_after_its_withdrawal_leaves_a_marker_that_replays_them(
         corpus = eng.corpus("c")
         _assert_first_are_the_strong_ones(corpus)
         assert corpus._indexes.tantivy.doc_count() == 25
+
+
+@pytest.mark.timeout(120)
+def test_the_vector_arm_stops_seeing_them_when_the_store_write_commits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The vector arm's allow-list was made fresh before each chunk was written, but a
+    search while that chunk was embedded and stored cached one that still held its
+    documents public, and kept it until the next chunk: the privatized documents held
+    places in the vector window, the store check dropped them, and the page's
+    ``ranks.dense`` skipped those places. It is made fresh after each write too."""
+    before, go = threading.Event(), threading.Event()
+    hold = StoreHold()
+    real = DocumentStore.upsert
+
+    def upsert(
+        store: DocumentStore, docs: Sequence[StoredDocument], model: str | None
+    ) -> tuple[int, int]:
+        if not before.is_set() and any(not d.is_public for d in docs):
+            before.set()  # embedded, about to be stored
+            if not go.wait(WAIT_S):
+                raise TimeoutError("the test never let the write go on")
+        return real(store, docs, model)
+
+    with SearchEngine(tmp_path, embedder_factory=factory_for(WordHashEmbedder())) as eng:
+        corpus = eng.create_corpus(CorpusConfig(name="h"))
+        corpus.add(_public_docs())
+        monkeypatch.setattr(DocumentStore, "upsert", upsert)
+        hold.install(monkeypatch)  # wraps the one above: holds after the commit
+        public = len(_public_docs()) - len(PRIVATIZED)
+        thread, errors = _in_thread(lambda: corpus.add(_privatized()))
+        try:
+            assert before.wait(WAIT_S)
+            # Caches an allow-list: they are still public (the keyword arm has withdrawn
+            # them already, so only the vector arm finds them).
+            inside = corpus.search("alpha", top_k=len(_public_docs()))
+            assert set(PRIVATIZED) <= {p.source_id for p in inside}
+            go.set()
+            assert hold.committed.wait(WAIT_S)
+            page = corpus.search("alpha", top_k=public)
+            assert not {p.source_id for p in page} & set(PRIVATIZED)
+            assert sorted(p.ranks.dense or 0 for p in page) == list(range(1, public + 1))
+        finally:
+            go.set()
+            hold.release.set()
+            thread.join(WAIT_S)
+        assert not thread.is_alive() and errors == []
