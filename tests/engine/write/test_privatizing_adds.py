@@ -12,6 +12,7 @@ privatized documents.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -79,6 +80,19 @@ class StoreHold:
 
         monkeypatch.setattr(DocumentStore, "upsert", upsert)
 
+    @contextlib.contextmanager
+    def running(self, add: Callable[[], object]) -> Iterator[None]:
+        """Runs ``add`` on a thread and the block once its store write is held; then lets
+        it finish, and checks that it did, without error."""
+        thread, errors = _in_thread(add)
+        try:
+            assert self.committed.wait(WAIT_S)
+            yield
+        finally:
+            self.release.set()
+            thread.join(WAIT_S)
+        assert not thread.is_alive() and errors == []
+
 
 def _in_thread(fn: Callable[[], object]) -> tuple[threading.Thread, list[BaseException]]:
     errors: list[BaseException] = []
@@ -122,16 +136,10 @@ def test_pages_stay_full_while_an_add_privatizes_documents(
     hold.install(monkeypatch)
     # New public documents too: the add goes on batching its keyword commit.
     extra = [Document(id=f"n{i}", text=f"unrelated words {i}") for i in range(3)]
-    thread, errors = _in_thread(lambda: corpus.add([*_privatized(), *extra]))
-    try:
-        assert hold.committed.wait(WAIT_S)
+    with hold.running(lambda: corpus.add([*_privatized(), *extra])):
         with pytest.raises(SourceNotFound):  # the store has made them non-public
             searcher.fetch_source("p0")
         _assert_full_page(searcher)
-    finally:
-        hold.release.set()
-        thread.join(WAIT_S)
-    assert not thread.is_alive() and errors == []
     _assert_full_page(searcher)
     _assert_full_page(corpus)
 
@@ -159,16 +167,10 @@ def test_a_process_that_reloaded_inside_the_withdrawal_reloads_again(
     hold = StoreHold()
     hold.install(monkeypatch)
     searcher.search("alpha")  # follows: from the first chunk on, the marker lags its store
-    thread, errors = _in_thread(lambda: corpus.add([*first_chunk, *_privatized()]))
-    try:
-        assert hold.committed.wait(WAIT_S)
+    with hold.running(lambda: corpus.add([*first_chunk, *_privatized()])):
         # Still public when that search ran: it may show them.
         assert len(pages_inside) == 1 and set(PRIVATIZED) <= set(pages_inside[0])
         _assert_full_page(searcher)
-    finally:
-        hold.release.set()
-        thread.join(WAIT_S)
-    assert not thread.is_alive() and errors == []
     _assert_full_page(searcher)
 
 
@@ -321,6 +323,19 @@ with SearchEngine(sys.argv[1]) as engine:
 """
 
 
+def _crash_a_writer_after_its_withdrawal(directory: Path) -> None:
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run(
+        [sys.executable, "-c", _CRASHING_WRITER, str(directory)],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    assert done.returncode == 17, done.stderr
+
+
 @pytest.mark.timeout(180)
 def test_a_writer_dead_after_its_withdrawal_leaves_a_marker_that_replays_them(
     tmp_path: Path,
@@ -329,20 +344,11 @@ def test_a_writer_dead_after_its_withdrawal_leaves_a_marker_that_replays_them(
     the documents public, the keyword index lacks them. The marker was lowered below their
     stored versions first, so the next holder's catch-up puts them back — a process that
     stayed open, at its next write, and any that opens the directory."""
-    root = Path(__file__).resolve().parents[3]
     with SearchEngine(tmp_path) as survivor:
         survivor.create_corpus(CorpusConfig(name="c", embedder=None)).add(_public_docs())
         corpus = survivor.corpus("c")
         _assert_first_are_the_strong_ones(corpus)
-        done = subprocess.run(
-            [sys.executable, "-c", _CRASHING_WRITER, str(tmp_path)],
-            cwd=root,
-            env={**os.environ, "PYTHONPATH": str(root)},
-            capture_output=True,
-            text=True,
-            timeout=150,
-        )
-        assert done.returncode == 17, done.stderr
+        _crash_a_writer_after_its_withdrawal(tmp_path)
         # The store still has them public; this process's keyword reader (reloaded at the
         # lowered marker) lacks them until a holder catches the index up.
         assert corpus.fetch_source("p0").source_id == "p0"
@@ -354,15 +360,7 @@ def test_a_writer_dead_after_its_withdrawal_leaves_a_marker_that_replays_them(
     fresh = tmp_path / "fresh"
     with SearchEngine(fresh) as eng:
         eng.create_corpus(CorpusConfig(name="c", embedder=None)).add(_public_docs())
-    done = subprocess.run(
-        [sys.executable, "-c", _CRASHING_WRITER, str(fresh)],
-        cwd=root,
-        env={**os.environ, "PYTHONPATH": str(root)},
-        capture_output=True,
-        text=True,
-        timeout=150,
-    )
-    assert done.returncode == 17, done.stderr
+    _crash_a_writer_after_its_withdrawal(fresh)
     with SearchEngine(fresh) as eng:
         corpus = eng.corpus("c")
         _assert_first_are_the_strong_ones(corpus)
