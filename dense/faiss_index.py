@@ -42,13 +42,14 @@ lock); FAISS and numpy searches run without the GIL. ``close()`` stops the build
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import math
 import operator
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 
@@ -183,6 +184,9 @@ class FaissIndex:
         self._layout = 0  # bumped whenever the store is restructured outside a build
         self._verification: Verification | None = None
         self.damaged: FaissIndexCorrupt | None = None  # set if a check fails (load, save)
+        self.origin: dict[str, Any] | None = None
+        """What the caller said the file it was loaded from reflects (``save``'s
+        ``origin``), as read back; ``None`` for a file saved without one."""
         self._builder = BackgroundBuilder(self._build_step, "faiss-index-build", build_gate)
 
     # ----------------------------------------------------------------- inspection
@@ -342,8 +346,12 @@ class FaissIndex:
         return hits[:k]
 
     # --------------------------------------------------------------- persistence
-    def save(self, path: str | Path) -> None:
+    def save(self, path: str | Path, *, origin: Mapping[str, Any] | None = None) -> None:
         """Write the index to ``path`` atomically (temp file, fsync, rename, fsync dir).
+
+        ``origin``: JSON-able notes the caller keeps with the file — what it reflects —
+        read back as ``origin`` of the index ``load`` returns (the engine records its
+        store and the store ``seq``, so a file from elsewhere is told apart).
 
         Written from the live arrays under the read lock (searches go on; writers wait).
         A graph still being built is not saved: whoever loads the file builds it again.
@@ -386,6 +394,8 @@ class FaissIndex:
                     storage=self._graph.storage,
                     graph=self._graph,
                 )
+            if origin is not None:
+                snap = dataclasses.replace(snap, origin=dict(origin))
             try:
                 # ``store.base`` may be a mapped file that changed in place since it was
                 # opened: then the save refuses to copy it, and the index is damaged.
@@ -471,6 +481,7 @@ class FaissIndex:
         if graph is not None:
             index._set_graph(graph)
         index._verification = verification if verification.spans else None
+        index.origin = snap.origin
         with index._lock.write():
             index._after_write()
         if index._verification is not None:

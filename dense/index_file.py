@@ -102,6 +102,7 @@ class IndexSnapshot:
     graph: Graph | None = None
     keepalive: object = None  # what owns base_vectors' memory when loaded
     base_reader: RowReader | None = None  # reads base rows without the map (when mapped)
+    origin: dict[str, Any] | None = None  # the saver's note of what the file reflects
 
 
 @dataclass(frozen=True)
@@ -241,6 +242,8 @@ def _write(fh: IO[bytes], snap: IndexSnapshot) -> tuple[dict[str, int], list[obj
             "params": snap.params,
             "storage": snap.storage.value,
             "sections": spans,
+            # Absent when ``None``: older readers read the keys they know and skip it.
+            **({} if snap.origin is None else {"origin": snap.origin}),
         },
         separators=(",", ":"),
     ).encode("utf-8")
@@ -398,6 +401,7 @@ def _decode(
         graph=graph,
         keepalive=graph if "base_vectors" not in spans else base_vectors,
         base_reader=base_reader,
+        origin=dict(origin) if isinstance(origin := header.get("origin"), dict) else None,
     )
     return snap, verification
 

@@ -18,6 +18,7 @@ import logging
 import os
 import sqlite3
 import threading
+import uuid
 import weakref
 from pathlib import Path
 
@@ -124,6 +125,10 @@ class StoreConnections:
             with conn:
                 conn.executescript(SCHEMA)
                 conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('seq', '0')")
+                conn.execute(  # names this store in the index files it derives
+                    "INSERT OR IGNORE INTO meta(key, value) VALUES ('store_id', ?)",
+                    (uuid.uuid4().hex,),
+                )
             migrate(conn)
         except BaseException:
             conn.close()

@@ -323,6 +323,14 @@ class DocumentStore:
     # -- reads --------------------------------------------------------------------------
 
     @property
+    def identity(self) -> str | None:
+        """This store's random name, given at its first writable open (``None``: a store
+        of an older version read without one). A derived index file records it, so a
+        file from another store is not taken for this one's."""
+        row = self._reader().execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()
+        return None if row is None else str(row[0])
+
+    @property
     def seq(self) -> int:
         row = self._reader().execute("SELECT value FROM meta WHERE key = 'seq'").fetchone()
         return int(row[0])

@@ -89,6 +89,11 @@ class VectorIndexKeeper:
                 index, marker = None, -1
         else:
             marker = -1
+        if index is not None:
+            marker = self._file_seq(index, marker)
+            if marker < 0:
+                index.close()
+                index = None
         seq = self._store.seq
         self.faiss = index
         if marker < seq:
@@ -119,8 +124,32 @@ class VectorIndexKeeper:
             except (FaissIndexCorrupt, OSError) as exc:  # as ``open_as_holder`` says it
                 logger.warning("vector index file cannot be used (%s); loading stored vectors", exc)
                 marker, self._file_stale = -1, True
+        if self.faiss is not None:
+            marker = self._file_seq(self.faiss, marker)
+            if marker < 0:
+                self.faiss.close()
+                self.faiss, self._file_stale = None, True
         self.applied = marker if self.faiss is not None else -1
         self.follow(verify=True)
+
+    def _file_seq(self, index: FaissIndex, marker: int) -> int:
+        """The store ``seq`` the file ``index`` was just loaded from reflects: its own
+        record (``FaissIndex.origin``, which ``save`` writes) where it has one — a marker
+        can speak for another file, as when an older copy of ``vectors.faiss`` was
+        restored alone — else ``marker``. -1 (logged): the file is another store's, or
+        ahead of this one; catching it up would keep vectors the store never had."""
+        origin = index.origin
+        if origin is None:
+            return marker  # saved by an older version: the marker is all there is
+        seq = origin.get("seq")
+        if origin.get("store") != self._store.identity:
+            reason = "another store's"
+        elif not isinstance(seq, int) or isinstance(seq, bool) or seq > self._store.seq:
+            reason = "ahead of its store"
+        else:
+            return seq
+        logger.warning("vector index file is %s; loading the stored vectors instead", reason)
+        return -1
 
     # -- following other processes' writes (no file written) --------------------------------
 
@@ -264,22 +293,22 @@ class VectorIndexKeeper:
         either way; a failure here (disk full) only means a longer catch-up on open."""
         try:
             try:
-                self._save_or_remove_file()
+                self._save_or_remove_file(seq)
             except FaissIndexCorrupt:
                 # Its mapped file changed in place (the save compares what it streams
                 # with the file's recorded digests): load the store's vectors, save those.
                 if self.faiss is not None:
                     self.replace_damaged(self.faiss)
-                self._save_or_remove_file()
+                self._save_or_remove_file(seq)
             write_marker(self._marker, seq)
         except OSError as exc:
             raise StorageError(f"could not save the vector index: {exc}") from exc
         self._unsaved = 0
         self._file_stale = False
 
-    def _save_or_remove_file(self) -> None:
+    def _save_or_remove_file(self, seq: int) -> None:
         if self.faiss is not None and len(self.faiss) > 0:
-            self.faiss.save(self._path)
+            self.faiss.save(self._path, origin={"store": self._store.identity, "seq": seq})
         else:
             self._path.unlink(missing_ok=True)
 

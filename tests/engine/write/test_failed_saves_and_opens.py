@@ -7,6 +7,7 @@ import errno
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -157,11 +158,11 @@ def test_a_failed_eager_vector_save_does_not_fail_a_stored_add(
     saves: list[int] = []
     real = FaissIndex.save
 
-    def full_disk(self: FaissIndex, path: str | Path) -> None:
+    def full_disk(self: FaissIndex, path: str | Path, **kwargs: Any) -> None:
         saves.append(len(self))
         if len(saves) < 3:
             raise OSError(errno.ENOSPC, "No space left on device")
-        real(self, path)
+        real(self, path, **kwargs)
 
     monkeypatch.setattr(FaissIndex, "save", full_disk)
     with _engine(tmp_path) as engine:

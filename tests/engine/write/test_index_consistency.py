@@ -92,6 +92,62 @@ def test_a_vector_file_of_another_dimension_is_rebuilt_from_the_store(
     reopened.close()
 
 
+@pytest.mark.parametrize("with_marker", [False, True])
+def test_a_vector_file_from_another_corpus_holding_as_many_vectors_is_not_taken(
+    tmp_path: Path, hash_embedder: SwitchableEmbedder, with_marker: bool
+) -> None:
+    """Review: a ``vectors.faiss`` copied from another corpus with the same number and
+    length of vectors passed every check, and the vector arm answered with the other
+    corpus's documents (the store check then dropped them all). The file names its
+    store now; another store's is rebuilt from this one's stored vectors."""
+    others = [Document(id=f"e{i}", text=f"beta{i} other words") for i in range(len(DOCS))]
+    with _open(tmp_path, hash_embedder) as eng:
+        eng.create_corpus(CorpusConfig(name="a")).add(DOCS)
+        eng.create_corpus(CorpusConfig(name="b")).add(others)
+    corpora = tmp_path / "corpora"
+    shutil.copy(corpora / "a" / "vectors.faiss", corpora / "b" / "vectors.faiss")
+    if with_marker:
+        shutil.copy(corpora / "a" / "vectors.seq", corpora / "b" / "vectors.seq")
+    calls = hash_embedder.embed_calls
+    with _open(tmp_path, hash_embedder) as eng:
+        corpus = eng.corpus("b")
+        hit = corpus.search("beta7 other")[0]
+        assert (hit.source_id, hit.ranks.dense) == ("e7", 1)
+        assert hash_embedder.embed_calls == calls + 1  # the query only: no re-embedding
+    origins = []
+    for name in ("a", "b"):
+        reopened = FaissIndex.load(corpora / name / "vectors.faiss")
+        origins.append(reopened.origin)
+        reopened.close()
+    assert all(origins) and origins[0] != origins[1]  # rebuilt and saved as b's
+
+
+def test_an_older_copy_of_the_vector_file_restored_alone_is_caught_up(
+    tmp_path: Path, hash_embedder: SwitchableEmbedder
+) -> None:
+    """Review: an older ``vectors.faiss`` restored without its marker, holding as many
+    vectors as the store, was taken as current: a deleted document came back to the
+    vector arm and one added since was missing from it. The file records the store
+    ``seq`` it reflects, and is caught up from there."""
+    directory = tmp_path / "corpora" / "c"
+    with _open(tmp_path, hash_embedder) as eng:
+        corpus = eng.create_corpus(CorpusConfig(name="c"))
+        corpus.add(DOCS)
+        corpus.flush()
+        shutil.copy(directory / "vectors.faiss", tmp_path / "vectors-old")
+        corpus.delete(["d0"])
+        corpus.add([Document(id="d30", title="Topic 30", text="alpha30 shared words")])
+    shutil.copy(tmp_path / "vectors-old", directory / "vectors.faiss")  # the marker stays
+    with _open(tmp_path, hash_embedder) as eng:
+        corpus = eng.corpus("c")
+        hit = corpus.search("alpha30 shared")[0]
+        assert (hit.source_id, hit.ranks.dense) == ("d30", 1)
+        index = corpus._indexes.faiss
+        assert index is not None and len(index) == 30
+        found = {i for i, _ in index.search(HashEmbedder().embed(["alpha0 shared"])[0], 30)}
+        assert "d0" not in found and "d30" in found
+
+
 def _count_keyword_upserts(corpus: Corpus) -> list[int]:
     """Wraps the corpus's tantivy index so that each upsert records how many documents
     it wrote."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,9 +27,9 @@ def test_bulk_load_saves_a_logarithmic_number_of_times_and_loses_nothing(
     saved_sizes: list[int] = []
     real_save = FaissIndex.save
 
-    def counting_save(self: FaissIndex, path: str | Path) -> None:
+    def counting_save(self: FaissIndex, path: str | Path, **kwargs: Any) -> None:
         saved_sizes.append(len(self))
-        real_save(self, path)
+        real_save(self, path, **kwargs)
 
     monkeypatch.setattr(FaissIndex, "save", counting_save)
     with SearchEngine(tmp_path, embedder_factory=lambda spec: hash_embedder) as eng:
