@@ -76,6 +76,9 @@ def pattern_cost(pattern: str, flags: int = 0) -> PatternCost:
             continue
         if isinstance(node, core.GreedyRepeat):  # also Lazy- and PossessiveRepeat
             times *= max(int(node.min_count), int(node.max_count or 0), 1)
+        if _is_folded_set_branch(core, node):
+            copies += times * FOLDED_SET_COPIES  # compiled into one folded set
+            continue
         children = _children(core, node)
         if children:
             stack.extend((child, times) for child in children)
@@ -86,9 +89,35 @@ def pattern_cost(pattern: str, flags: int = 0) -> PatternCost:
 
 def _atom_weight(core: ModuleType, node: Any) -> int:
     if isinstance(node, core.SetBase) and len(getattr(node, "items", ())) > 1:
-        folded = int(getattr(node, "case_flags", 0)) & _FULL_FOLDING == _FULL_FOLDING
-        return FOLDED_SET_COPIES if folded else 1
+        return FOLDED_SET_COPIES if _fully_folded(node) else 1
     return 1
+
+
+def _fully_folded(node: Any) -> bool:
+    return int(getattr(node, "case_flags", 0)) & _FULL_FOLDING == _FULL_FOLDING
+
+
+def _is_folded_set_branch(core: ModuleType, node: Any) -> bool:
+    """An alternation of single characters, properties and sets, with a property or a
+    set among them under full case folding: the module compiles it into one such set
+    (``(?fi)(?:\\p{L}|\\p{N}){4999}`` took 131 MB, a review found, counted as 9,998
+    copies)."""
+    if not isinstance(node, core.Branch):
+        return False
+    atoms = [_single_atom(core, branch) for branch in node.branches]
+    if any(atom is None for atom in atoms):
+        return False
+    return any(
+        isinstance(atom, core.Property | core.SetBase) and _fully_folded(atom) for atom in atoms
+    )
+
+
+def _single_atom(core: ModuleType, node: Any) -> Any:
+    """``node`` if it matches one character (a character, a property, a set), through
+    one-item sequences; else ``None``."""
+    while isinstance(node, core.Sequence) and len(node.items) == 1:
+        node = node.items[0]
+    return node if isinstance(node, core.Character | core.Property | core.SetBase) else None
 
 
 def _children(core: ModuleType, node: Any) -> list[Any]:
@@ -147,6 +176,10 @@ def _parser() -> ModuleType:
             "CallGroup",
             "GreedyRepeat",
             "SetBase",
+            "Branch",
+            "Sequence",
+            "Character",
+            "Property",
         ):
             getattr(core, name)
     except (ImportError, AttributeError) as exc:

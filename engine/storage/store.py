@@ -348,11 +348,10 @@ class DocumentStore:
             )
         }
 
-    def public_seqs(self, ids: Sequence[str]) -> dict[str, int]:
-        """For those of ``ids`` that are public: the ``seq`` of the write that stored them."""
-        sql = "SELECT source_id, seq FROM documents WHERE source_id IN ({ids}) AND +is_public = 1"
-        rows = select_by_ids(self._reader(), sql, list(dict.fromkeys(ids)))
-        return {str(sid): int(seq) for sid, seq in rows}
+    def public_among(self, ids: Sequence[str]) -> list[str]:
+        """Those of ``ids`` that are stored and public."""
+        sql = "SELECT source_id FROM documents WHERE source_id IN ({ids}) AND +is_public = 1"
+        return [str(sid) for (sid,) in select_by_ids(self._reader(), sql, list(dict.fromkeys(ids)))]
 
     def get_many(self, ids: Sequence[str], *, public_only: bool) -> dict[str, StoredDocument]:
         conn = self._reader()

@@ -193,16 +193,16 @@ class DerivedIndexes:
                 self._vectors.apply(written, deleted, seq)
 
     @contextlib.contextmanager
-    def privatizing(self, public_seqs: Mapping[str, int]) -> Iterator[None]:
-        """Around the store write that makes these documents non-public (public now, each
-        at the ``seq`` of its stored version): they leave the keyword index before it
-        commits, and come back if it raises (``KeywordIndexKeeper.withdraw``). Nothing
-        to do, and no commit, when ``public_seqs`` is empty."""
-        if not public_seqs:
+    def privatizing(self, public: Sequence[str]) -> Iterator[None]:
+        """Around the store write that makes these documents — public now — non-public:
+        they leave the keyword index before it commits, and come back if it raises
+        (``KeywordIndexKeeper.withdraw``). Nothing to do, and no commit, when ``public``
+        is empty."""
+        if not public:
             yield
             return
         with self._lock:
-            self._keyword.withdraw(public_seqs)
+            self._keyword.withdraw(public)
         stored = False
         try:
             yield

@@ -136,7 +136,7 @@ class Ingestor:
         # Documents this write makes non-public leave the keyword index first: the bulk
         # add it is part of commits that index late (``DerivedIndexes.privatizing``).
         hidden = [r.source_id for r in rows if not r.is_public]
-        with self._indexes.privatizing(self._store.public_seqs(hidden) if hidden else {}):
+        with self._indexes.privatizing(self._store.public_among(hidden) if hidden else []):
             added, updated = self._store.upsert(rows, self._model_name())
         self._indexes.apply(rows, [], self._store.seq)
         degraded = sum(1 for r in rows if r.embedding_status is EmbeddingStatus.DEGRADED)

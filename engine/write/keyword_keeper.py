@@ -14,9 +14,12 @@ non-public would stay keyword-searchable in its old public version until the add
 and be dropped by the store check of every answer meanwhile: short pages. ``withdraw``
 deletes such documents (and commits, and rewrites the marker, for other processes)
 before the store write that makes them non-public commits; they are then merely absent
-from keyword answers, as they will be afterwards. Crash-safe: the marker is lowered
-below their stored versions first, so any catch-up replays them while the store still
-says public; a store write that fails puts them back (``end_withdrawal``).
+from keyword answers, as they will be afterwards. Crash-safe: their ids are written to
+``tantivy.withdrawn`` (fsynced) before the delete, and the next holder — at its open, or
+when it takes the write lock — puts back those the store still has public (a writer that
+died before its store write); a store write that fails puts them back at once
+(``end_withdrawal``). The marker never moves back, so a crash costs putting back those
+few documents, not a replay from the oldest of them.
 
 No lock of its own: ``DerivedIndexes`` calls every method under the corpus's index lock.
 """
@@ -25,13 +28,19 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 from engine.errors import StorageError
 from engine.storage import DocumentStore, StoredDocument
-from engine.write.seq_markers import Stamp, read_marker, read_marker_stamped, write_marker
+from engine.write.seq_markers import (
+    Stamp,
+    read_ids,
+    read_marker,
+    read_marker_stamped,
+    write_ids,
+    write_marker,
+)
 from sparse import SparseDocument, SparseError, TantivyIndex
 
 logger = logging.getLogger(__name__)
@@ -54,15 +63,6 @@ def _to_sparse(doc: StoredDocument) -> SparseDocument:
     )
 
 
-@dataclass(frozen=True)
-class _Withdrawal:
-    """Public documents deleted from the index ahead of the store write that makes them
-    non-public, and the marker before (put back if that write fails)."""
-
-    ids: tuple[str, ...]
-    marker: int
-
-
 class KeywordIndexKeeper:
     """Keeps one corpus's tantivy index consistent with its store, across processes."""
 
@@ -71,11 +71,12 @@ class KeywordIndexKeeper:
         self._store = store
         self._marker = directory / "tantivy.seq"
         self._behind_flag = directory / "tantivy.behind"
+        self._withdrawn_file = directory / "tantivy.withdrawn"
         self._behind = False  # this process's keyword write failed: catch up before the next
         self._flagged = False  # behind flag, or a rebuild running elsewhere
         self._seen = -1  # tantivy.seq when the tantivy reader last reloaded
         self._seen_stamp: Stamp | None = None  # ... and the marker file it was read from
-        self._withdrawn: _Withdrawal | None = None  # for the store write under way
+        self._withdrawn: list[str] | None = None  # for the store write under way
         self._batched: list[SparseDocument] | None = None  # inside a bulk write
         self._batched_seq = -1
         self.pending = False  # tantivy.seq behind the store: re-read it per search
@@ -118,6 +119,7 @@ class KeywordIndexKeeper:
                 self._rebuild()
                 return
         self.tantivy.commit()  # reload: another process may have committed since
+        self._put_back_withdrawn()
         # Public documents only (``TantivyIndex.upsert``): an index built before that
         # rule, holding non-public ones, disagrees here and is rebuilt once.
         if self.tantivy.doc_count() != self._store.count() - self._store.count_non_public():
@@ -146,6 +148,19 @@ class KeywordIndexKeeper:
         self.tantivy.clear()
         self._catch_up(-1)
         self._mark(seq)
+        self._withdrawn_file.unlink(missing_ok=True)  # every public document is back
+
+    def _put_back_withdrawn(self) -> None:
+        """A withdrawal whose writer died before its store write (``tantivy.withdrawn``
+        left behind): index again those of its documents the store still has public."""
+        ids = read_ids(self._withdrawn_file)
+        if ids is None:
+            return
+        back = self._store.get_many(ids, public_only=True)
+        if back:
+            logger.info("putting %d withdrawn documents back in the keyword index", len(back))
+            self.tantivy.upsert([_to_sparse(d) for d in back.values()])
+        self._withdrawn_file.unlink(missing_ok=True)
 
     def _mark(self, seq: int) -> None:
         """The keyword index holds everything up to ``seq``: say so, to every process."""
@@ -178,6 +193,7 @@ class KeywordIndexKeeper:
             and not self._behind
             and not self._flagged
             and self.tantivy.is_available()
+            and not self._withdrawn_file.exists()  # a withdrawal's writer died
         ):
             return
         self._behind = True  # replays from the marker (or rebuilds)
@@ -185,44 +201,51 @@ class KeywordIndexKeeper:
 
     # -- a store write about to make public documents non-public ----------------------------
 
-    def withdraw(self, public_seqs: Mapping[str, int]) -> None:
-        """Delete these documents — public in the store now, each at the ``seq`` of its
-        stored version — from the index and commit, before the store write that makes
-        them non-public commits (see the module docstring). One tantivy commit and one
-        or two marker writes; a failure is contained as a failed write is."""
-        if not public_seqs or self._behind:
+    def withdraw(self, public: Sequence[str]) -> None:
+        """Delete these documents — public in the store now — from the index and commit,
+        before the store write that makes them non-public commits (see the module
+        docstring). One tantivy commit and one marker write, at the same ``seq``. If
+        their list cannot be written first, nothing is withdrawn: the index stays as it
+        was (and pages may come back short until the add ends, as before withdrawals)."""
+        if not public or self._behind:
             return  # (behind: not searched, and the catch-up replays every write)
         marker = read_marker(self._marker)
         if marker < 0:
             return  # being rebuilt: not searched either
-        self._withdrawn = _Withdrawal(tuple(public_seqs), marker)
-        # Replaying from ``floor`` re-reads each of them while the store still has it
-        # public; a marker at or below it may lag the index, never claim what it lacks.
-        floor = min(marker, min(public_seqs.values()) - 1)
         try:
-            if floor < marker:
-                self._write_marker(floor)  # first: a crash after the delete replays them
-            self.tantivy.delete(list(public_seqs))
-            self._write_marker(floor)  # again: other processes reload at the new file
+            write_ids(self._withdrawn_file, public)
+        except OSError as exc:
+            logger.warning("could not note documents to withdraw (%s); keeping them", exc)
+            return
+        self._withdrawn = list(public)
+        try:
+            self.tantivy.delete(self._withdrawn)
+            self._write_marker(marker)  # the same seq: other processes reload at the write
         except (SparseError, OSError) as exc:
-            self._failed(exc, "withdrawal failed")
+            self._failed(exc, "withdrawal failed")  # the catch-up puts them back
 
     def end_withdrawal(self, *, stored: bool) -> None:
         """The store write after ``withdraw`` ended. ``stored``: it committed, and the
         documents are non-public now (absent from the index, as they should be). Else put
-        back what the store still has public, and the marker as it was."""
-        withdrawal, self._withdrawn = self._withdrawn, None
-        if withdrawal is None or stored or self._behind:
-            return  # (behind: the catch-up replays them from the lowered marker)
+        back what the store still has public."""
+        withdrawn, self._withdrawn = self._withdrawn, None
+        if withdrawn is None or self._behind:
+            return  # (behind: the catch-up puts them back from ``tantivy.withdrawn``)
+        if not stored:
+            try:
+                # Read again rather than assumed: a write that raised after its commit
+                # made them non-public after all, and those must stay out.
+                back = self._store.get_many(withdrawn, public_only=True)
+                if back:
+                    self.tantivy.upsert([_to_sparse(d) for d in back.values()])
+                self._write_marker(self._seen)  # other processes reload at the write
+            except (SparseError, OSError, StorageError, sqlite3.Error) as exc:
+                self._failed(exc, "could not put withdrawn documents back")
+                return
         try:
-            # Read again rather than assumed: a write that raised after its commit made
-            # them non-public after all, and those must stay out.
-            back = self._store.get_many(withdrawal.ids, public_only=True)
-            if back:
-                self.tantivy.upsert([_to_sparse(d) for d in back.values()])
-            self._write_marker(withdrawal.marker)
-        except (SparseError, OSError, StorageError, sqlite3.Error) as exc:
-            self._failed(exc, "could not put withdrawn documents back")
+            self._withdrawn_file.unlink(missing_ok=True)
+        except OSError:  # left: the next holder finds nothing public to put back
+            logger.debug("could not remove %s", self._withdrawn_file.name)
 
     # -- writes (called after the store committed) -------------------------------------------
 

@@ -8,11 +8,17 @@ Every write is a new file, so a reader can tell that a marker was written again 
 when its ``seq`` did not move (``MarkerReading.stamp``): the keyword index's holder
 rewrites it after a commit that changed no ``seq`` (``KeywordIndexKeeper.withdraw``), and
 other processes reload their readers at it.
+
+``write_ids``/``read_ids``: a list of source ids kept the same way (``tantivy.withdrawn``:
+the documents a withdrawal took out of the keyword index while the store still has them
+public, for the next holder to put back if the writer dies before its store write).
 """
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -55,3 +61,29 @@ def write_marker(path: Path, seq: int) -> Stamp:
         st = os.fstat(fh.fileno())
     os.replace(tmp, path)
     return (st.st_ino, st.st_mtime_ns)
+
+
+def write_ids(path: Path, ids: Sequence[str]) -> None:
+    """Write ``ids`` to ``path`` durably (temporary name, fsync, rename)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(list(ids), fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def read_ids(path: Path) -> list[str] | None:
+    """The ids ``write_ids`` wrote to ``path``; ``None`` when there is no such file, and
+    ``[]`` for one that cannot be read whole (the caller then checks everything)."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return []
+    try:
+        ids = json.loads(raw)
+    except ValueError:
+        return []
+    return [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else []

@@ -109,6 +109,12 @@ def test_every_node_the_parser_builds_is_known() -> None:
         (r"(?f)[\p{L}\p{N}]{3}", 3),
         (r"(?fi)[a]{3}\p{L}{2}", 5),
         (r"(?fi:[\p{L}\p{N}]{3})[\p{L}\p{N}]{2}", 3 * FOLDED_SET_COPIES + 2),
+        # ... and so do alternations of single characters the module compiles into one.
+        (r"(?fi)(?:\p{L}|\p{N}){3}", 3 * FOLDED_SET_COPIES),
+        (r"(?fi)(?:a|[bc]|\p{N}){3}", 3 * FOLDED_SET_COPIES),
+        (r"(?fi)(?:a|b){3}", 3 * 2),
+        (r"(?fi)(?:ab|\p{L}){3}", 3 * 3),
+        (r"(?i)(?:\p{L}|\p{N}){3}", 3 * 2),
     ],
 )
 def test_copies_are_counted_from_the_parse(pattern: str, copies: int) -> None:
@@ -206,16 +212,24 @@ _TOKENS = [
 
 
 @pytest.mark.parametrize(
-    "members", [r"\p{L}\p{N}\p{M}", r"\p{L}\p{N}\p{M}\p{S}\p{P}\p{Z}\p{C}", r"\p{Lu}a"]
+    "atom",
+    [
+        r"[\p{L}\p{N}\p{M}]",
+        r"[\p{L}\p{N}\p{M}\p{S}\p{P}\p{Z}\p{C}]",
+        r"[\p{Lu}a]",
+        r"(?:\p{L}|\p{N})",
+        r"(?:a|\p{L})",
+    ],
 )
-def test_a_case_folded_set_repeated_to_the_cap_compiles_in_bounded_memory(members: str) -> None:
+def test_a_case_folded_set_repeated_to_the_cap_compiles_in_bounded_memory(atom: str) -> None:
     """Review: ``(?fi)[\\p{L}\\p{N}\\p{M}]{9999}`` passed as 9,999 copies and took 265 MB
-    to compile, before grep's time budget started; the most copies the weight lets
-    through compile in a few MB, and one more is refused."""
+    to compile, before grep's time budget started, and the alternation
+    ``(?fi)(?:\\p{L}|\\p{N}){4999}``, which compiles into such a set, 131 MB; the most
+    copies the weight lets through compile in a few MB, and one more is refused."""
     most = MAX_GREP_COPIES // FOLDED_SET_COPIES
     with pytest.raises(InvalidArgument, match="copies"):
-        compile_pattern(f"(?fi)[{members}]{{{most + 1}}}", fixed=False)
-    pattern = f"(?fi)[{members}]{{{most}}}"
+        compile_pattern(f"(?fi){atom}{{{most + 1}}}", fixed=False)
+    pattern = f"(?fi){atom}{{{most}}}"
     compile_pattern(pattern, fixed=False)
     assert _compile_peak(pattern) < 16 * 2**20
 

@@ -24,6 +24,7 @@ import pytest
 
 from engine import Corpus, CorpusConfig, Document, SearchEngine, SourceNotFound, StorageError
 from engine.storage import DocumentStore, StoredDocument
+from engine.write import keyword_keeper
 from sparse import SparseDocument, SparseError, TantivyIndex
 from tests.support.fakes import WordHashEmbedder, factory_for
 
@@ -265,7 +266,8 @@ def test_a_withdrawal_that_cannot_be_put_back_falls_back_and_catches_up(
 ) -> None:
     """The store write fails and so does putting the documents back (a full disk takes
     both): the keyword index is flagged behind — keyword searches answer from the
-    database, which has them — until the next write catches it up from the marker. The
+    database, which has them — until the next write catches it up from the marker and
+    puts them back from ``tantivy.withdrawn``. The
     add's first chunk, stored and still batched, must not be committed on its own then
     (that would mark the index current without the withdrawn documents)."""
     writer, _ = engines
@@ -337,34 +339,73 @@ def _crash_a_writer_after_its_withdrawal(directory: Path) -> None:
 
 
 @pytest.mark.timeout(180)
-def test_a_writer_dead_after_its_withdrawal_leaves_a_marker_that_replays_them(
-    tmp_path: Path,
+def test_a_writer_dead_after_its_withdrawal_leaves_a_list_the_next_holder_puts_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A process killed between the withdrawal and its store write: the store still has
-    the documents public, the keyword index lacks them. The marker was lowered below their
-    stored versions first, so the next holder's catch-up puts them back — a process that
-    stayed open, at its next write, and any that opens the directory."""
+    the documents public, the keyword index lacks them. Their ids were written to
+    ``tantivy.withdrawn`` first, so the next holder puts them back — a process that stayed
+    open, at its next write, and any that opens the directory — and only them: the
+    marker never moved back (a review saw a first version lower it to the oldest
+    document's write and re-index 50,020 documents of 50,000 after such a crash)."""
     with SearchEngine(tmp_path) as survivor:
         survivor.create_corpus(CorpusConfig(name="c", embedder=None)).add(_public_docs())
         corpus = survivor.corpus("c")
         _assert_first_are_the_strong_ones(corpus)
         _crash_a_writer_after_its_withdrawal(tmp_path)
-        # The store still has them public; this process's keyword reader (reloaded at the
-        # lowered marker) lacks them until a holder catches the index up.
+        # The store still has them public; this process's keyword reader lacks them until
+        # a holder puts them back.
         assert corpus.fetch_source("p0").source_id == "p0"
         corpus.add([Document(id="later", text="an unrelated write")])
         _assert_first_are_the_strong_ones(corpus)
         assert corpus._indexes.tantivy.doc_count() == 26
+        assert not (tmp_path / "corpora" / "c" / "tantivy.withdrawn").exists()
     # The same, for an engine opened after the crash (the survivor's write repaired the
     # files already, so take the moment before it again: a fresh directory).
     fresh = tmp_path / "fresh"
     with SearchEngine(fresh) as eng:
         eng.create_corpus(CorpusConfig(name="c", embedder=None)).add(_public_docs())
+    directory = fresh / "corpora" / "c"
+    marker = (directory / "tantivy.seq").read_text()
     _crash_a_writer_after_its_withdrawal(fresh)
+    assert (directory / "tantivy.seq").read_text() == marker
+    assert (directory / "tantivy.withdrawn").exists()
+    indexed: list[str] = []
+    real_upsert = TantivyIndex.upsert
+
+    def counting(index: TantivyIndex, docs: Sequence[SparseDocument]) -> None:
+        indexed.extend(d.source_id for d in docs)
+        real_upsert(index, docs)
+
+    monkeypatch.setattr(TantivyIndex, "upsert", counting)
     with SearchEngine(fresh) as eng:
         corpus = eng.corpus("c")
         _assert_first_are_the_strong_ones(corpus)
         assert corpus._indexes.tantivy.doc_count() == 25
+    assert sorted(indexed) == PRIVATIZED  # put back, nothing replayed
+    assert not (directory / "tantivy.withdrawn").exists()
+
+
+def test_a_withdrawal_that_cannot_be_noted_leaves_the_index_as_it_was(
+    engines: tuple[SearchEngine, SearchEngine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review: with no room to write even the marker, the withdrawal flagged the keyword
+    index behind before it had deleted anything — the add was refused anyway, and this
+    process answered without its keyword arm until its next write. When the list of ids
+    cannot be written, nothing is withdrawn and the index stays current."""
+    writer, _ = engines
+    corpus = writer.corpus("c")
+
+    def no_room(path: Path, ids: Sequence[str]) -> None:
+        raise OSError(28, "No space left on device (injected)")
+
+    monkeypatch.setattr(keyword_keeper, "write_ids", no_room)
+    corpus.add(_privatized())
+    assert corpus._indexes.keyword_index_current
+    assert corpus._indexes.tantivy.doc_count() == 20
+    page = corpus.search("alpha", top_k=TOP_K)
+    assert not {p.source_id for p in page} & set(PRIVATIZED)
+    assert [p.ranks.sparse for p in page] == list(range(1, TOP_K + 1))
 
 
 @pytest.mark.timeout(120)
