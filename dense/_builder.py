@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 logger = logging.getLogger(__name__)
@@ -68,6 +69,19 @@ class BackgroundBuilder:
             if not self._closed:
                 self._cond.wait(max(0.0, seconds))
             return not self._closed
+
+    def wait_quiet(self, last_write: Callable[[], float], delay: float, at_most: float) -> bool:
+        """Wait until ``delay`` seconds have passed since ``last_write()`` (a monotonic
+        time, read again as writes go on) or ``at_most`` seconds in all, so a bulk load
+        builds once at its end; ``False`` if closed meanwhile."""
+        give_up = time.monotonic() + at_most
+        while True:
+            now = time.monotonic()
+            quiet_at = last_write() + delay
+            if now >= quiet_at or now >= give_up:
+                return not self._closed
+            if not self.sleep(min(quiet_at, give_up) - now):
+                return False
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait until no run is requested or running; ``False`` on timeout."""

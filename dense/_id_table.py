@@ -9,7 +9,9 @@ small dict, merged into the sorted arrays (one numpy sort) once they outnumber a
 of them, so a bulk load stays linear-ish and a reopened table holds no Python objects
 per id: ~32 bytes per short id in all.
 
-Labels are positions: the n-th distinct id added has label n, forever.
+Labels are positions: the n-th distinct id added has label n. A table never forgets an
+id; ``subset`` makes a new, smaller table (labels ``0..k-1`` for the ids of ``k`` given
+labels) for a store that relabels when it compacts (``dense._vector_store``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy.typing as npt
 
 _MERGE_MIN = 65_536  # recent ids kept in the dict before a merge ...
 _MERGE_FRACTION = 8  # ... or an eighth of the merged ones, whichever is larger
+_GATHER_IDS = 65_536  # ids per numpy gather in ``subset`` (bounds its index arrays)
 
 Int64s = npt.NDArray[np.int64]
 
@@ -72,6 +75,47 @@ class IdTable:
 
     def tolist(self) -> list[str]:
         return list(self)
+
+    def copy(self) -> IdTable:
+        """An independent table with the same labels, for a builder to read off the lock
+        while the original keeps growing. Cheap: one copy of the bytes and offsets; the
+        sorted arrays are shared, since both tables only ever replace them."""
+        twin = IdTable()
+        twin._blob = bytearray(self._blob)
+        twin._ends = self._ends[: self._n].copy()
+        twin._n = self._n
+        twin._sorted_hashes, twin._sorted_labels = self._sorted_hashes, self._sorted_labels
+        twin._recent = dict(self._recent)
+        return twin
+
+    def subset(self, labels: Int64s) -> IdTable:
+        """A new table whose label ``i`` is this table's id of ``labels[i]`` (distinct
+        labels). Vectorised — the ids' bytes are gathered and their hashes re-sorted
+        without a Python object per id — so relabelling a million ids takes a fraction
+        of a second, off the index lock."""
+        labels = np.asarray(labels, dtype=np.int64)
+        n = int(labels.shape[0])
+        ends = self._ends[: self._n]
+        starts = np.concatenate([np.zeros(1, dtype=np.int64), ends[:-1]])
+        blob = np.frombuffer(bytes(self._blob), dtype=np.uint8)
+        pieces: list[bytes] = []
+        for lo in range(0, n, _GATHER_IDS):
+            chunk = labels[lo : lo + _GATHER_IDS]
+            first, lengths = starts[chunk], ends[chunk] - starts[chunk]
+            placed = np.cumsum(lengths) - lengths  # where each id starts in the piece
+            at = np.repeat(first - placed, lengths) + np.arange(int(lengths.sum()))
+            pieces.append(blob[at].tobytes())
+        hashes = np.empty(self._n, dtype=np.int64)  # by label: none is hashed again ...
+        hashes[self._sorted_labels] = self._sorted_hashes
+        for doc_id, label in self._recent.items():  # ... except the unmerged few
+            hashes[label] = hash(doc_id)
+        out = IdTable()
+        out._blob = bytearray(b"".join(pieces))
+        lengths = ends[labels] - starts[labels]
+        out._ends = np.cumsum(lengths, dtype=np.int64)
+        out._n = n
+        out._merge(hashes[labels], np.arange(n, dtype=np.int64))
+        return out
 
     # ----------------------------------------------------------------- writing
     def add(self, doc_id: str) -> int:

@@ -12,12 +12,14 @@ Ordering everywhere: best score first, equal scores in ascending label order.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from dense._exact import exact_top
 from dense._faiss import faiss_module
 from dense._graph import Graph, VectorStorage
 from dense._vector_store import Labels, Vectors, VectorStore
@@ -27,6 +29,7 @@ Hits = tuple[Labels, Scores]
 
 EMPTY: Hits = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32))
 SQ8_RERANK = 2  # an SQ8 graph returns this many times k candidates to re-rank
+MAX_COSINE = 1.001  # beyond float32 rounding of a cosine: a score past it is damage
 
 
 class ServingGraph:
@@ -80,17 +83,17 @@ def search(
     if allowed is None:
         k = min(k, store.size)
         if serving is None:
-            return store.exact_top(query, k)
+            return exact_top(store, query, k)
         ef = ef_for(params.ef, k)
         graph_hits = _graph_top(
             store, serving.graph, query, k, serving.selector, ef, params.threads
         )
         if graph_hits[0].shape[0] < min(k, store.base_rows - store.retired_base):
             # A graph with many retired (masked) rows can come back short: exact instead.
-            return store.exact_top(query, k)
+            return exact_top(store, query, k)
         return merge(
             graph_hits,
-            store.exact_top(query, k, tail_only=True) if store.tail_live else EMPTY,
+            exact_top(store, query, k, tail_only=True) if store.tail_live else EMPTY,
             k,
         )
     labels, selector = allowed
@@ -99,7 +102,7 @@ def search(
     if k == 0:
         return EMPTY
     if serving is None or rows.shape[0] <= params.exact_filter_limit:
-        return store.exact_top(query, k, rows)
+        return exact_top(store, query, k, rows)
     in_base = rows < store.base_rows
     eligible_in_graph = int(np.count_nonzero(in_base))
     graph_hits = EMPTY
@@ -110,9 +113,9 @@ def search(
         ef = ef_for(params.ef, k)
         graph_hits = _graph_top(store, serving.graph, query, want, selector, ef, params.threads)
         if graph_hits[0].shape[0] < want:
-            graph_hits = store.exact_top(query, want, rows[in_base])
+            graph_hits = exact_top(store, query, want, rows[in_base])
     tail_rows = rows[~in_base]
-    tail_hits = store.exact_top(query, k, tail_rows) if tail_rows.shape[0] else EMPTY
+    tail_hits = exact_top(store, query, k, tail_rows) if tail_rows.shape[0] else EMPTY
     return merge(graph_hits, tail_hits, k)
 
 
@@ -149,3 +152,32 @@ def top(labels: Labels, scores: Scores, k: int) -> Hits:
     """Best ``k`` first; equal scores in ascending label order (deterministic)."""
     order = np.lexsort((labels, -scores))[:k]
     return labels[order], scores[order].astype(np.float32, copy=False)
+
+
+def positive_int(value: Any, name: str) -> int:
+    """``value`` as a plain int if it is integral and positive (a numpy int too, e.g.
+    from an array's length; never a bool); ``ValueError`` otherwise."""
+    count = 0
+    if not isinstance(value, bool | np.bool_):
+        try:
+            count = operator.index(value)
+        except TypeError:
+            count = 0
+    if count < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return count
+
+
+def ordered_hits(hits: list[tuple[str, float]], k: int) -> list[tuple[str, float]]:
+    """The best ``k`` of ``hits`` (best first, fetched one or more past the cut), equal
+    scores by id: a tie across the cut is settled among every hit with the cut-off
+    score, so the order never depends on labels (which depend on write order)."""
+    if len(hits) > k:
+        cut = hits[k - 1][1]
+        hits = [hit for hit in hits if hit[1] >= cut]
+    if hits and (hits[0][1] > MAX_COSINE or hits[-1][1] < -MAX_COSINE):  # best first
+        # No two unit vectors score so: damaged vectors, read from a large file before
+        # its checksum ran (``FaissIndex.damaged``); never let them lead an answer.
+        hits = [hit for hit in hits if -MAX_COSINE <= hit[1] <= MAX_COSINE]
+    hits.sort(key=lambda hit: (-hit[1], hit[0]))
+    return hits[:k]

@@ -1,8 +1,14 @@
-"""The source of truth behind a ``FaissIndex``: stable labels and the unit vectors.
+"""The source of truth behind a ``FaissIndex``: labels and the unit vectors.
 
-Labels. Every string id gets an int64 label the first time it is seen; labels are never
-reused or reassigned (a removed id keeps its label), so FAISS ids, saved files and
-compiled allow-lists agree forever.
+Labels. Every string id gets an int64 label the first time it is seen, and keeps it
+(removed, replaced, added again) until the next compaction. A compaction — a finished
+graph build's ``install``, or ``unseal`` without a graph — *relabels*: the rows it keeps
+get labels ``0..n-1`` in row order, and the id table is rebuilt holding only the ids some
+row still refers to. So the table holds at most the rows held (live ones, plus retired
+ones until the next compaction) instead of every id ever added: a corpus that keeps
+replacing documents under new ids no longer grows it. Labels are therefore valid only
+against the ``IdTable`` object they came from; a compiled allow-list notices a new table
+and translates itself (``dense.allow_list``).
 
 Rows. Vectors live in two segments numbered as one: the *base* rows ``[0, B)`` are sealed
 — never moved or rewritten, so an HNSW graph can use them as its own storage and a saved
@@ -11,9 +17,9 @@ Replacing a vector appends a new row and *retires* the old one; removing retires
 Retired rows stay where they are until the next ``install`` (a finished graph build)
 compacts them away, or — with no graph — until ``unseal`` folds the live rows into a
 fresh, exactly sized tail (the index does so once retired rows outnumber live ones).
-Either way a label keeps its meaning; only row numbers change. Rows never change once
-written (compaction writes new arrays), so a builder holding a ``SealPlan`` may read
-them without the index lock.
+Rows never change once written (compaction writes new arrays, and a new id table), so a
+builder holding a ``SealPlan`` may read them, and its copy of the table, without the
+index lock.
 
 Not thread-safe otherwise: the owning index holds its lock around every other call.
 """
@@ -33,17 +39,16 @@ Vectors = npt.NDArray[np.float32]
 Labels = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
 
-_GATHER_FRACTION = 4  # allow-lists over more than 1/4 of the rows: score all, then mask
-_RESCORE_SLACK = 1e-5  # scores this close below the k-th are scored again row by row
-
 
 @dataclass(frozen=True)
 class SealPlan:
     """The live rows at one moment, in the order a build inserts them (base, then tail).
 
-    ``old_rows`` are their global row numbers then; ``install`` uses them to tell which
-    rows were retired while the build ran. The arrays referenced here are never written
-    again, so the plan is safe to read without a lock.
+    ``labels`` are their labels then, in ``ids``; plan row ``i`` gets label ``i`` at the
+    compaction (``chunks`` yields those new labels). ``old_rows`` are their global row
+    numbers then; ``install`` uses them to tell which rows were retired while the build
+    ran. The arrays referenced here are never written again, and a plan for a build
+    holds its own copy of the id table, so the plan is safe to read without a lock.
     """
 
     base: Vectors
@@ -54,12 +59,17 @@ class SealPlan:
     old_rows: Labels
     tail_size: int
     keepalive: object  # whatever owns ``base``'s memory (a graph, a mapped file)
+    ids: IdTable  # the table ``labels`` refer to
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
 
+    def new_ids(self) -> IdTable:
+        """The id table after the compaction: plan row ``i``'s id at label ``i``."""
+        return self.ids.subset(self.labels)
+
     def chunks(self, size: int) -> Iterator[tuple[Vectors, Labels]]:
-        """``(vectors, labels)`` pieces of at most ``size`` rows, in plan order."""
+        """``(vectors, new labels)`` pieces of at most ``size`` rows, in plan order."""
         n_base = int(self.base_rows.shape[0])
         for start in range(0, len(self), size):
             stop = min(start + size, len(self))
@@ -69,13 +79,13 @@ class SealPlan:
             if stop > n_base:
                 parts.append(self.tail[self.tail_rows[max(start, n_base) - n_base : stop - n_base]])
             block = parts[0] if len(parts) == 1 else np.vstack(parts)
-            yield np.ascontiguousarray(block, dtype=np.float32), self.labels[start:stop]
+            yield np.ascontiguousarray(block, dtype=np.float32), np.arange(start, stop)
 
 
 class VectorStore:
     def __init__(self, dimension: int) -> None:
         self.dimension = dimension
-        self.ids = IdTable()  # label -> string id (removed ids included), and back
+        self.ids = IdTable()  # label -> string id (ids some row refers to), and back
         self._row_of_label: Labels = np.full(0, -1, dtype=np.int64)  # -1: not stored
         self.base: Vectors = np.zeros((0, dimension), dtype=np.float32)
         self.base_labels: Labels = np.zeros(0, dtype=np.int64)
@@ -204,74 +214,10 @@ class VectorStore:
         self._tail_alive[rows[rows >= self.base_rows] - self.base_rows] = False
         self.size -= int(rows.shape[0])
 
-    # ---------------------------------------------------------------------- search
-    def exact_top(
-        self, query: Vectors, k: int, rows: Labels | None = None, *, tail_only: bool = False
-    ) -> tuple[Labels, npt.NDArray[np.float32]]:
-        """Exact top-``k`` labels and scores by inner product, best first, among the
-        live ``rows`` (``None``: every live row; ``tail_only``: the live tail rows)."""
-        q = query[0]
-        if rows is not None and rows.shape[0] * _GATHER_FRACTION < max(self.size, 1):
-            scores = self.vectors_at(rows) @ q
-            labels = self._labels_at(rows)
-            return self._settled_top(labels, scores, rows, q, k)
-        parts_s: list[npt.NDArray[np.float32]] = []
-        parts_l: list[Labels] = []
-        if not tail_only and self.base_rows:
-            s = self.base @ q
-            if self.retired_base:
-                s[~self.base_alive] = -np.inf
-            parts_s.append(s)
-            parts_l.append(self.base_labels)
-        if self.tail_size:
-            s = self.tail @ q
-            s[~self.tail_alive] = -np.inf
-            parts_s.append(s)
-            parts_l.append(self.tail_labels)
-        if not parts_s:
-            return np.zeros(0, np.int64), np.zeros(0, np.float32)
-        scores = np.concatenate(parts_s) if len(parts_s) > 1 else parts_s[0]
-        labels = np.concatenate(parts_l) if len(parts_l) > 1 else parts_l[0]
-        if rows is not None:
-            keep = np.zeros(scores.shape[0], dtype=np.bool_)
-            keep[rows if not tail_only else rows - self.base_rows] = True
-            scores = np.where(keep, scores, -np.inf)
-        first_row = self.base_rows if tail_only else 0  # position i scores row first_row + i
-        return self._settled_top(labels, scores, None, q, k, first_row)
-
-    def _settled_top(
-        self,
-        labels: Labels,
-        scores: npt.NDArray[np.float32],
-        rows: Labels | None,
-        q: Vectors,
-        k: int,
-        first_row: int = 0,
-    ) -> tuple[Labels, npt.NDArray[np.float32]]:
-        """``top_k``, the scores near the cut computed again row by row first. A matrix
-        product rounds a row's score by where the row sits (BLAS works in blocks), so two
-        identical vectors could score one ulp apart and rank by insertion order instead
-        of by label. ``rows``: the row each position scored (``None``: ``first_row + i``)."""
-        finite = scores[np.isfinite(scores)]
-        take = min(k, int(finite.shape[0]))
-        if take == 0:
-            return np.zeros(0, np.int64), np.zeros(0, np.float32)
-        cut = np.partition(finite, finite.shape[0] - take)[finite.shape[0] - take]
-        near = np.flatnonzero(scores >= cut - _RESCORE_SLACK)
-        at = rows[near] if rows is not None else near + first_row
-        exact = np.einsum("ij,j->i", self.vectors_at(at), q)  # each row's own sum
-        return top_k(labels[near], exact, k)
-
-    def _labels_at(self, rows: Labels) -> Labels:
-        out = np.empty(rows.shape[0], dtype=np.int64)
-        in_base = rows < self.base_rows
-        out[in_base] = self.base_labels[rows[in_base]]
-        out[~in_base] = self._tail_labels[rows[~in_base] - self.base_rows]
-        return out
-
     # ------------------------------------------------------------- seal / install
-    def plan(self) -> SealPlan:
-        """Snapshot the live rows for a build (copies only the small arrays)."""
+    def plan(self, *, for_build: bool = True) -> SealPlan:
+        """Snapshot the live rows (copies only the small arrays, and for a build, which
+        reads it off the lock while writers add ids, the id table)."""
         base_rows = np.flatnonzero(self.base_alive).astype(np.int64)
         tail_rows = np.flatnonzero(self.tail_alive).astype(np.int64)
         return SealPlan(
@@ -283,48 +229,58 @@ class VectorStore:
             old_rows=np.concatenate([base_rows, self.base_rows + tail_rows]),
             tail_size=self.tail_size,
             keepalive=self.base_keepalive,
+            ids=self.ids.copy() if for_build else self.ids,
         )
 
-    def install(self, plan: SealPlan, base: Vectors, keepalive: object) -> None:
-        """Make ``base`` (the plan's vectors, in plan order) the new base segment; rows
-        retired while the build ran stay retired, rows appended since become the tail."""
-        if base.shape != (len(plan), self.dimension):
+    def install(self, plan: SealPlan, base: Vectors, keepalive: object, ids: IdTable) -> None:
+        """Make ``base`` (the plan's vectors, in plan order) the new base segment, plan
+        row ``i`` labelled ``i``, and ``ids`` (``plan.new_ids()``, made off the lock) the
+        id table. Rows retired while the build ran stay retired (the graph holds them,
+        so their ids stay until the next compaction); the live rows appended since
+        become the tail, their ids added to ``ids``; retired ones appended since are
+        dropped."""
+        n = len(plan)
+        if base.shape != (n, self.dimension) or len(ids) != n:
             raise ValueError("the new base does not match the plan")
         alive = self._row_of_label[plan.labels] == plan.old_rows
-        extra = slice(plan.tail_size, self.tail_size)
-        tail = self._tail[extra].copy()
-        tail_labels = self._tail_labels[extra].copy()
-        tail_alive = self._tail_alive[extra].copy()
-        self.base, self.base_labels, self.base_alive = base, plan.labels, alive
+        keep = plan.tail_size + np.flatnonzero(self.tail_alive[plan.tail_size :])
+        tail = self._tail[keep]
+        tail_labels = ids.add_all([self.ids[label] for label in self._tail_labels[keep].tolist()])
+        self.ids = ids
+        self.base, self.base_labels, self.base_alive = base, np.arange(n, dtype=np.int64), alive
         self.base_keepalive = keepalive
         self.base_reader = None
-        self.retired_base = int(alive.shape[0] - np.count_nonzero(alive))
-        self._tail, self._tail_labels, self._tail_alive = tail, tail_labels, tail_alive
+        self.retired_base = int(n - np.count_nonzero(alive))
+        self._tail, self._tail_labels = tail, tail_labels
+        self._tail_alive = np.ones(tail.shape[0], dtype=np.bool_)
         self.tail_size = int(tail.shape[0])
-        self._row_of_label[plan.labels[alive]] = np.flatnonzero(alive)
-        live_tail = np.flatnonzero(tail_alive)
-        self._row_of_label[tail_labels[live_tail]] = self.base_rows + live_tail
+        self._row_of_label = np.full(len(ids), -1, dtype=np.int64)
+        live_base = np.flatnonzero(alive)
+        self._row_of_label[live_base] = live_base  # base row i has label i
+        self._row_of_label[tail_labels] = n + np.arange(self.tail_size, dtype=np.int64)
 
     def unseal(self) -> None:
         """Fold the live rows into a new tail of exactly their number, in row order,
-        dropping retired rows (no graph: nothing needs a sealed base). Labels are kept;
-        the old arrays are left untouched for any plan still reading them."""
-        plan = self.plan()
+        dropping retired rows and their ids (no graph: nothing needs a sealed base), and
+        relabel them ``0..n-1``. The old arrays are left untouched for any plan still
+        reading them."""
+        plan = self.plan(for_build=False)
         vectors = np.empty((len(plan), self.dimension), dtype=np.float32)
         start = 0
         for block, _labels in plan.chunks(65_536):
             vectors[start : start + block.shape[0]] = block
             start += block.shape[0]
+        self.ids = plan.new_ids()
         self.base = np.zeros((0, self.dimension), dtype=np.float32)
         self.base_labels = np.zeros(0, dtype=np.int64)
         self.base_alive = np.zeros(0, dtype=np.bool_)
         self.base_keepalive = None
         self.base_reader = None
         self.retired_base = 0
-        self._tail, self._tail_labels = vectors, plan.labels.copy()
+        self._tail, self._tail_labels = vectors, np.arange(len(plan), dtype=np.int64)
         self._tail_alive = np.ones(len(plan), dtype=np.bool_)
         self.tail_size = len(plan)
-        self._row_of_label[plan.labels] = np.arange(len(plan), dtype=np.int64)
+        self._row_of_label = np.arange(len(plan), dtype=np.int64)
 
     def restore(
         self,
@@ -382,24 +338,6 @@ class VectorStore:
         alive = np.zeros(cap, dtype=np.bool_)
         alive[: self.tail_size] = self.tail_alive
         self._tail, self._tail_labels, self._tail_alive = tail, labels, alive
-
-
-def top_k(
-    labels: Labels, scores: npt.NDArray[np.float32], k: int
-) -> tuple[Labels, npt.NDArray[np.float32]]:
-    """The ``k`` best (finite) scores, best first; equal scores in ascending label order."""
-    finite = np.isfinite(scores)
-    if not finite.all():
-        labels, scores = labels[finite], scores[finite]
-    k = min(k, int(scores.shape[0]))
-    if k == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.float32)
-    if k < scores.shape[0]:
-        cut = np.partition(-scores, k - 1)[k - 1]
-        pick = np.flatnonzero(-scores <= cut)  # every row tied at the boundary, too
-        labels, scores = labels[pick], scores[pick]
-    order = np.lexsort((labels, -scores))[:k]
-    return labels[order], scores[order].astype(np.float32, copy=False)
 
 
 class RowsView:

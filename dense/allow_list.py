@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 import numpy as np
@@ -12,10 +12,14 @@ import numpy.typing as npt
 from dense._faiss import faiss_module
 
 
-class LabelLookup(Protocol):
-    """What an ``AllowList`` needs of its index's id table: a label, or None."""
+class LabelTable(Protocol):
+    """What an ``AllowList`` needs of its index's id table (``dense._id_table.IdTable``)."""
 
     def get(self, doc_id: str, /) -> int | None: ...
+
+    def __getitem__(self, label: int, /) -> str: ...
+
+    def __len__(self) -> int: ...
 
 
 class AllowList:
@@ -23,63 +27,90 @@ class AllowList:
 
     Build it with ``FaissIndex.allow_list(ids)`` and pass it as ``allow=`` to as many
     searches as you like: converting thousands of string ids per query would cost more
-    than the search. Labels never change for an id within an index, so the list stays
-    valid across adds and removals; ids unknown when it was compiled are resolved once
-    they are added. It is bound to the index that built it and is thread-safe.
+    than the search. It stays valid across adds and removals: ids unknown when it was
+    compiled are resolved once they are added. When the index compacts its id table
+    (a new graph, or a compaction without one) labels change: the list notices that
+    the table is another one and translates itself once, through the ids of the table
+    it was compiled against (which it holds until then), so a label is never read
+    against a table it did not come from. It is bound to the index that built it and
+    is thread-safe.
     """
 
-    __slots__ = ("_lock", "_owner", "_pending", "_state", "_table_size")
+    __slots__ = ("_lock", "_owner", "_state")
+
+    def __init__(self, owner: object, ids: Iterable[str], table: LabelTable) -> None:
+        refuse_single_id(ids)
+        wanted = list(dict.fromkeys(ids))
+        for doc_id in wanted:
+            if not isinstance(doc_id, str):
+                raise ValueError(f"allow-list ids must be strings, got {type(doc_id).__name__}")
+        self._owner = owner
+        self._lock = threading.Lock()
+        self._state = _State.of(wanted, table)
+
+    def __len__(self) -> int:
+        """Number of ids this list admits that the index has seen so far."""
+        return int(self._state.labels.shape[0])
+
+    def compiled(self, owner: object, table: LabelTable) -> tuple[npt.NDArray[np.int64], Any]:
+        """Labels and selector against ``table`` (the index's current id table),
+        resolving ids added since compilation and translating after a relabel."""
+        if owner is not self._owner:
+            raise ValueError("this AllowList was built by a different FaissIndex")
+        state = self._state
+        stale = state.table is not table
+        if stale or (state.pending and len(table) != state.table_size):
+            with self._lock:
+                state = self._state
+                if state.table is not table:
+                    old = state.table
+                    ids = [old[label] for label in state.labels.tolist()]
+                    state = _State.of([*ids, *state.pending], table)
+                elif state.pending and len(table) != state.table_size:
+                    state = state.resolved(table)
+                self._state = state
+        return state.labels, state.bitmap.selector
+
+
+class _State:
+    """One compilation, swapped as a whole: labels, selector and table always agree."""
+
+    __slots__ = ("bitmap", "labels", "pending", "table", "table_size")
 
     def __init__(
         self,
-        owner: object,
-        ids: Iterable[str],
-        label_of: LabelLookup,
-        table_size: int,
+        table: LabelTable,
+        labels: npt.NDArray[np.int64],
+        pending: frozenset[str],
+        bitmap: _Bitmap | None = None,
     ) -> None:
+        self.table = table
+        self.table_size = len(table)
+        self.labels = labels
+        self.pending = pending
+        self.bitmap = _Bitmap(labels) if bitmap is None else bitmap
+
+    @classmethod
+    def of(cls, ids: Iterable[str], table: LabelTable) -> _State:
         labels: list[int] = []
         pending: list[str] = []
-        refuse_single_id(ids)
-        for doc_id in dict.fromkeys(ids):
-            if not isinstance(doc_id, str):
-                raise ValueError(f"allow-list ids must be strings, got {type(doc_id).__name__}")
-            label = label_of.get(doc_id)
+        for doc_id in ids:
+            label = table.get(doc_id)
             if label is None:
                 pending.append(doc_id)
             else:
                 labels.append(label)
-        self._owner = owner
-        self._lock = threading.Lock()
-        self._pending: frozenset[str] = frozenset(pending)
-        self._table_size = table_size
-        array = np.asarray(labels, dtype=np.int64)
-        self._state: tuple[npt.NDArray[np.int64], _Bitmap] = (array, _Bitmap(array))
+        return cls(table, np.asarray(labels, dtype=np.int64), frozenset(pending))
 
-    def __len__(self) -> int:
-        """Number of ids this list admits that the index has seen so far."""
-        return int(self._state[0].shape[0])
-
-    def compiled(
-        self, owner: object, label_of: Callable[[str], int | None], table_size: int
-    ) -> tuple[npt.NDArray[np.int64], Any]:
-        """Labels and selector, resolving ids added to the index since compilation."""
-        if owner is not self._owner:
-            raise ValueError("this AllowList was built by a different FaissIndex")
-        if self._pending and table_size != self._table_size:
-            with self._lock:
-                if table_size != self._table_size:
-                    self._resolve(label_of, table_size)
-        labels, bitmap = self._state  # one tuple: labels and selector always agree
-        return labels, bitmap.selector
-
-    def _resolve(self, label_of: Callable[[str], int | None], table_size: int) -> None:
-        found = {doc_id: label_of(doc_id) for doc_id in self._pending}
+    def resolved(self, table: LabelTable) -> _State:
+        """Pending ids that ``table`` (this state's, grown since) knows now."""
+        found = {doc_id: table.get(doc_id) for doc_id in self.pending}
         new = [label for label in found.values() if label is not None]
-        if new:
-            labels = np.concatenate([self._state[0], np.asarray(new, dtype=np.int64)])
-            self._state = (labels, _Bitmap(labels))
-            self._pending = frozenset(d for d, label in found.items() if label is None)
-        self._table_size = table_size
+        if not new:
+            return _State(table, self.labels, self.pending, self.bitmap)
+        labels = np.concatenate([self.labels, np.asarray(new, dtype=np.int64)])
+        pending = frozenset(d for d, label in found.items() if label is None)
+        return _State(table, labels, pending)
 
 
 class _Bitmap:

@@ -1,10 +1,10 @@
 """``FaissIndex``: string ids over FAISS, cosine by inner product, filters inside search.
 
-Structure. Every string id gets an int64 *label* the first time it is added; labels are
-never reused or reassigned, so they stay stable across save/load and compiled
-``AllowList`` objects stay valid. The unit vectors are the source of truth
-(``dense._vector_store``): a sealed *base* segment, which an HNSW graph covers, and a
-*tail* of rows added since. The graph is derived and can be rebuilt at any time.
+Structure. Every string id gets an int64 *label* (what FAISS returns). The unit vectors
+are the source of truth (``dense._vector_store``): a sealed *base* segment, which an HNSW
+graph covers, and a *tail* of rows added since; the graph can be rebuilt at any time.
+Each compaction relabels the rows it keeps and drops the ids no row refers to, so the id
+table holds the rows held, not every id ever added (``AllowList`` objects follow).
 
 Exact or HNSW. Below ``hnsw_threshold`` vectors every search is exact (one matrix-vector
 product over the stored vectors). At or above it the index wants an HNSW graph
@@ -15,12 +15,11 @@ are answered exactly over the same vectors (slower, correct); then the graph is 
 in under the write lock, atomically: a search sees the old state or the new one, and
 the answers differ only as far as HNSW's recall allows. Rows added after the snapshot,
 and any added later, form the tail, which searches score exactly beside the graph;
-replaced and removed rows are masked out of graph results. Once the tail and the masked
-rows together exceed a tenth of the graph (at least ``_REBUILD_MIN``), the next graph is
-built the same way. Falling below the threshold drops the graph. Without a graph, replaced
-and removed rows are compacted away in place once they outnumber the live rows (and
-number at least ``_COMPACT_MIN``), so a small corpus that keeps being updated does not
-grow: labels are kept, so allow-lists stay valid.
+replaced and removed rows are masked out of graph results. Once enough has changed
+(``dense._policy``), the next graph is built the same way (``dense._upkeep``). Falling
+below the threshold drops the graph. Without a graph, replaced and removed rows are
+compacted away in place once they outnumber the live rows, so a small corpus that keeps
+being updated does not grow.
 
 Storage. ``storage=VectorStorage.FLOAT32`` (default): the graph stores the float vectors
 and they *are* the base segment (held once). ``VectorStorage.SQ8``: the graph holds
@@ -45,8 +44,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import logging
-import math
-import operator
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -56,37 +53,21 @@ from typing import Any, Self
 import numpy as np
 import numpy.typing as npt
 
-from dense._builder import BackgroundBuilder, Proceed
-from dense._graph import Graph, GraphParams, VectorStorage, build_graph, quantised
+from dense import _policy
+from dense._graph import Graph, GraphParams, VectorStorage
+from dense._index_args import check_args
+from dense._persist import graph_to_serve, restore_store, snapshot_to_save
 from dense._rwlock import RWLock
-from dense._search import SearchParams, ServingGraph
+from dense._search import SearchParams, ordered_hits, positive_int
 from dense._search import search as search_store
-from dense._vector_store import RowsView, VectorStore, unit_rows
+from dense._upkeep import GraphUpkeep
+from dense._vector_store import VectorStore, unit_rows
 from dense.allow_list import AllowList, refuse_single_id
-from dense.index_file import (
-    FaissIndexCorrupt,
-    IndexSnapshot,
-    Verification,
-    map_vectors,
-    read_snapshot,
-    write_snapshot,
-)
+from dense.index_file import FaissIndexCorrupt, map_vectors, read_snapshot, write_snapshot
 
 __all__ = ["AllowList", "FaissIndex", "FaissIndexCorrupt", "IndexKind", "VectorStorage"]
 
 logger = logging.getLogger(__name__)
-
-_MAX_COSINE = 1.001  # beyond float32 rounding of a cosine: a score past it is damage
-_REBUILD_MIN = 10_000  # pending rows (tail, retired or not, + masked) before a rebuild ...
-_REBUILD_DIVISOR = 10  # ... or a tenth of the graph, whichever is larger; and whenever
-_MASKED_DIVISOR = 2  # half of the graph's rows are retired, however few that is
-_MAX_DELAYS = 300  # a build waits for a quiet moment at most this many build delays
-_EF_BASE_ROWS = 100_000  # adaptive efSearch: ef_search up to this many graph rows, then
-_EF_GROWTH = 0.8  # grows as (rows / base) ** growth (807 at 1M from 128), up to
-_EF_MAX = 1_024  # this (measured: recall@10 0.979 at 100k/ef 128, 0.962 at 1M/ef 768)
-_COMPACT_MIN = 1_024  # without a graph: retired rows held before they are compacted,
-# once they also outnumber the live ones (see ``_after_write``)
-
 
 MAX_TIE_FETCH = 4_096
 """Candidates read at most to order a tie across the cut of a search."""
@@ -121,7 +102,7 @@ class FaissIndex:
             use all cores but one regardless. A runtime choice: not saved with the index.
         build_delay_s: a build starts once no write has arrived for this long, so a bulk
             load builds once at its end rather than after every batch (but at the
-            latest ``_MAX_DELAYS`` delays after it became due). Runtime only.
+            latest ``_policy.MAX_DELAYS`` delays after it became due). Runtime only.
         build_gate: while this event is clear, a background build waits before each
             step (for tests and maintenance windows; ``None``: never waits).
         on_graph: called (on the builder thread, no lock held) after a new graph was
@@ -144,24 +125,16 @@ class FaissIndex:
         build_gate: threading.Event | None = None,
         on_graph: Callable[[], None] | None = None,
     ) -> None:
-        if not isinstance(build_delay_s, int | float) or not 0 <= build_delay_s <= 3600:
-            raise ValueError(f"build_delay_s must be 0..3600 seconds, got {build_delay_s!r}")
-        if search_threads is not None and (
-            not isinstance(search_threads, int)
-            or isinstance(search_threads, bool)
-            or search_threads < 1
-        ):
-            raise ValueError(f"search_threads must be an int >= 1 or None, got {search_threads!r}")
-        for name, value, low in (
-            ("dimension", dimension, 1),
-            ("hnsw_threshold", hnsw_threshold, 0),
-            ("hnsw_m", hnsw_m, 2),
-            ("ef_construction", ef_construction, 1),
-            ("ef_search", ef_search, 1),
-            ("exact_filter_limit", exact_filter_limit, 0),
-        ):
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+        check_args(
+            build_delay_s=build_delay_s,
+            search_threads=search_threads,
+            dimension=dimension,
+            hnsw_threshold=hnsw_threshold,
+            hnsw_m=hnsw_m,
+            ef_construction=ef_construction,
+            ef_search=ef_search,
+            exact_filter_limit=exact_filter_limit,
+        )
         self.dimension = dimension
         self.hnsw_threshold = hnsw_threshold
         self.hnsw_m = hnsw_m
@@ -172,22 +145,38 @@ class FaissIndex:
             storage if isinstance(storage, VectorStorage) else VectorStorage.from_str(storage)
         )
         self.search_threads = search_threads
-        self.build_delay_s = float(build_delay_s)
         self.adaptive_ef = adaptive_ef
-        self._on_graph = on_graph
-        self._last_write = time.monotonic()
 
         self._lock = RWLock()
         self._owner = object()  # identity token for AllowList
         self._store = VectorStore(dimension)
-        self._serving: ServingGraph | None = None
-        self._layout = 0  # bumped whenever the store is restructured outside a build
-        self._verification: Verification | None = None
-        self.damaged: FaissIndexCorrupt | None = None  # set if a check fails (load, save)
+        graph_params = GraphParams(hnsw_m, ef_construction, self.storage)
+        self._upkeep = GraphUpkeep(
+            self._store,
+            self._lock,
+            graph_params,
+            hnsw_threshold,
+            float(build_delay_s),
+            build_gate,
+            on_graph,
+        )
+        self._builder = self._upkeep.builder
         self.origin: dict[str, Any] | None = None
         """What the caller said the file it was loaded from reflects (``save``'s
         ``origin``), as read back; ``None`` for a file saved without one."""
-        self._builder = BackgroundBuilder(self._build_step, "faiss-index-build", build_gate)
+
+    @property
+    def build_delay_s(self) -> float:
+        return self._upkeep.build_delay_s
+
+    @build_delay_s.setter
+    def build_delay_s(self, seconds: float) -> None:
+        self._upkeep.build_delay_s = float(seconds)
+
+    @property
+    def damaged(self) -> FaissIndexCorrupt | None:
+        """Set if a check failed (a checksum after load, a mapped file at save)."""
+        return self._upkeep.damaged
 
     # ----------------------------------------------------------------- inspection
     def __len__(self) -> int:
@@ -207,28 +196,28 @@ class FaissIndex:
     @property
     def kind(self) -> IndexKind:
         """What searches use right now: ``HNSW`` once a graph serves, else ``FLAT``."""
-        return IndexKind.FLAT if self._serving is None else IndexKind.HNSW
+        return IndexKind.FLAT if self._upkeep.serving is None else IndexKind.HNSW
 
     @property
     def _graph(self) -> Graph | None:
-        serving = self._serving
-        return None if serving is None else serving.graph
+        return self._upkeep.graph
+
+    @property
+    def _layout(self) -> int:
+        return self._upkeep.layout
 
     @property
     def graph_pending(self) -> bool:
         """True while the index wants a graph (or a fresher one) that is not serving yet."""
         with self._lock.read():
-            return self._build_due()
+            return self._upkeep.build_due()
 
     def effective_ef(self, rows: int | None = None) -> int:
         """The efSearch a graph over ``rows`` vectors (default: the current graph) uses."""
         if rows is None:
             graph = self._graph
             rows = 0 if graph is None else graph.rows
-        if not self.adaptive_ef or rows <= _EF_BASE_ROWS:
-            return self.ef_search
-        grown = round(self.ef_search * math.pow(rows / _EF_BASE_ROWS, _EF_GROWTH))
-        return max(self.ef_search, min(_EF_MAX, grown))
+        return _policy.effective_ef(self.ef_search, self.adaptive_ef, rows)
 
     @property
     def identity(self) -> object:
@@ -239,17 +228,7 @@ class FaissIndex:
 
     def wait_for_graph(self, timeout: float | None = None) -> bool:
         """Wait until no build is due or running; ``False`` on timeout (or if closed)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not self._builder.wait_idle(left) or self._builder.closed:
-                return False
-            with self._lock.read():
-                if not self._build_due():
-                    return True
-            self._builder.request()
-            if deadline is not None and time.monotonic() >= deadline:
-                return False
+        return self._upkeep.wait_for_graph(timeout)
 
     # -------------------------------------------------------------------- writing
     def add(self, ids: Sequence[str], vectors: npt.ArrayLike) -> None:
@@ -270,8 +249,8 @@ class FaissIndex:
         ids, matrix = list(last), matrix[list(last.values())]
         with self._lock.write():
             self._store.upsert(ids, matrix)
-            self._last_write = time.monotonic()
-            self._after_write()
+            self._upkeep.last_write = time.monotonic()
+            self._upkeep.after_write()
 
     def remove(self, ids: Iterable[str]) -> int:
         """Remove ids (unknown ids are ignored); return how many were removed."""
@@ -279,14 +258,14 @@ class FaissIndex:
         with self._lock.write():
             removed = self._store.remove(ids)
             if removed:
-                self._last_write = time.monotonic()
-                self._after_write()
+                self._upkeep.last_write = time.monotonic()
+                self._upkeep.after_write()
             return len(removed)
 
     def allow_list(self, ids: Iterable[str]) -> AllowList:
         """Compile ids into a reusable ``AllowList`` for ``search(allow=...)``."""
         with self._lock.read():
-            return AllowList(self._owner, ids, self._store.ids, len(self._store.ids))
+            return AllowList(self._owner, ids, self._store.ids)
 
     def close(self) -> None:
         """Stop the background builder (an unfinished build is dropped, to be redone by
@@ -305,11 +284,7 @@ class FaissIndex:
         across the cut is resolved among every id with the cut-off score (up to
         ``MAX_TIE_FETCH`` candidates): two builds of one corpus rank identically.
         """
-        # Any integral (a numpy int too, e.g. from an array's length), as a plain int.
-        count = 0 if isinstance(k, bool | np.bool_) else _index_or_zero(k)
-        if count < 1:
-            raise ValueError(f"k must be a positive int, got {k!r}")
-        k = count
+        k = positive_int(k, "k")
         query = unit_rows(vector, self.dimension)
         if query.shape[0] != 1:
             raise ValueError("search takes exactly one vector")
@@ -318,10 +293,10 @@ class FaissIndex:
         cap = max(MAX_TIE_FETCH, k + 1)
         fetch = k + 1  # one past the cut: does the last kept score tie the next?
         with self._lock.read():
-            store, serving = self._store, self._serving
+            store, serving = self._store, self._upkeep.serving
             allowed = None
             if allow is not None:
-                allowed = allow.compiled(self._owner, store.ids.get, len(store.ids))
+                allowed = allow.compiled(self._owner, store.ids)
             ef = self.effective_ef(0 if serving is None else serving.graph.rows)
             params = SearchParams(ef, self.exact_filter_limit, self.search_threads)
             while True:
@@ -330,20 +305,12 @@ class FaissIndex:
                 if found < fetch or scores[k - 1] > scores[found - 1] or fetch >= cap:
                     break
                 fetch = min(fetch * 2, cap)
-            ids = self._store.ids
+            ids = store.ids
             hits = [
                 (ids[label], score)
                 for label, score in zip(labels.tolist(), scores.tolist(), strict=True)
             ]
-        if len(hits) > k:
-            cut = hits[k - 1][1]
-            hits = [hit for hit in hits if hit[1] >= cut]
-        if hits and (hits[0][1] > _MAX_COSINE or hits[-1][1] < -_MAX_COSINE):  # best first
-            # No two unit vectors score so: damaged vectors, read from a large file before
-            # its checksum ran (``damaged``); never let them lead an answer.
-            hits = [hit for hit in hits if -_MAX_COSINE <= hit[1] <= _MAX_COSINE]
-        hits.sort(key=lambda hit: (-hit[1], hit[0]))
-        return hits[:k]
+        return ordered_hits(hits, k)
 
     # --------------------------------------------------------------- persistence
     def save(self, path: str | Path, *, origin: Mapping[str, Any] | None = None) -> None:
@@ -365,35 +332,8 @@ class FaissIndex:
         path = Path(path)
         with self._lock.read():
             store = self._store
-            if self._graph is None:  # every live row as base, compacted
-                live = store.live_labels()
-                ids, labels = self._saved_ids(live)
-                snap = IndexSnapshot(
-                    dimension=self.dimension,
-                    ids=ids,
-                    base_labels=labels,
-                    base_alive=np.ones(live.shape[0], dtype=np.bool_),
-                    base_vectors=RowsView(store, store.rows_of(live)),  # type: ignore[arg-type]
-                    tail_labels=np.zeros(0, dtype=np.int64),
-                    tail_vectors=np.zeros((0, self.dimension), dtype=np.float32),
-                    params=self._params(),
-                    storage=self.storage,
-                )
-            else:
-                tail_rows = np.flatnonzero(store.tail_alive)
-                tail_labels = store.tail_labels[tail_rows]
-                snap = IndexSnapshot(
-                    dimension=self.dimension,
-                    ids=store.ids.tolist(),
-                    base_labels=store.base_labels,
-                    base_alive=store.base_alive,
-                    base_vectors=store.base,
-                    tail_labels=tail_labels,
-                    tail_vectors=RowsView(store, store.base_rows + tail_rows),  # type: ignore[arg-type]
-                    params=self._params(),
-                    storage=self._graph.storage,
-                    graph=self._graph,
-                )
+            storage = self.storage if self._graph is None else self._graph.storage
+            snap = snapshot_to_save(store, self._graph, self._params(), storage)
             if origin is not None:
                 snap = dataclasses.replace(snap, origin=dict(origin))
             try:
@@ -401,7 +341,7 @@ class FaissIndex:
                 # opened: then the save refuses to copy it, and the index is damaged.
                 offsets = write_snapshot(path, snap, sources=(store.base,))
             except FaissIndexCorrupt as exc:
-                self.damaged = exc
+                self._upkeep.damaged = exc
                 logger.error("vector index file changed while mapped: %s", exc)
                 raise
             base = store.base
@@ -411,19 +351,6 @@ class FaissIndex:
                 if self._store.base is base:  # no build swapped it meanwhile
                     self._store.base = self._store.base_keepalive = mapped
                     self._store.base_reader = reader
-
-    def _saved_ids(self, live: npt.NDArray[np.int64]) -> tuple[list[str], npt.NDArray[np.int64]]:
-        """The id table and row labels a save without a graph writes for the ``live``
-        labels (under the lock). Every id ever added keeps its label in memory, so once
-        removed ids outnumber live ones the file gets only the live ids, relabelled
-        ``0..n-1`` in row order: the table does not grow across restarts. Nothing outside
-        a file holds its labels — whoever loads it builds a new index (a new ``identity``;
-        allow-lists of another index are refused) and follows writes by string id — and
-        without a graph the file holds labels only beside its own rows."""
-        table = self._store.ids
-        if len(table) - int(live.shape[0]) <= int(live.shape[0]):
-            return table.tolist(), live
-        return [table[label] for label in live.tolist()], np.arange(live.shape[0], dtype=np.int64)
 
     @classmethod
     def load(
@@ -458,33 +385,17 @@ class FaissIndex:
             )
         except (TypeError, ValueError) as exc:
             raise FaissIndexCorrupt(f"{path}: bad index parameters ({exc})") from exc
-        try:
-            index._store.restore(
-                snap.ids,
-                snap.base_vectors,
-                snap.base_labels,
-                snap.base_alive,
-                snap.tail_vectors,
-                snap.tail_labels,
-                snap.keepalive,
-                snap.base_reader,
-            )
-        except ValueError as exc:
-            raise FaissIndexCorrupt(f"{path}: {exc}") from exc
-        graph = snap.graph
-        if graph is not None and graph.storage is not index.storage:
-            if index.storage is VectorStorage.SQ8:
-                params_now = GraphParams(index.hnsw_m, index.ef_construction, index.storage)
-                graph = quantised(graph, index._store.base, params_now)
-            else:
-                graph = None
-        if graph is not None:
-            index._set_graph(graph)
-        index._verification = verification if verification.spans else None
+        restore_store(index._store, snap, path)
+        graph = graph_to_serve(
+            snap.graph, index._store, index.hnsw_m, index.ef_construction, index.storage
+        )
+        upkeep = index._upkeep
+        upkeep.set_graph(graph)
+        upkeep.verification = verification if verification.spans else None
         index.origin = snap.origin
         with index._lock.write():
-            index._after_write()
-        if index._verification is not None:
+            upkeep.after_write()
+        if upkeep.verification is not None:
             index._builder.request()
         return index
 
@@ -498,117 +409,3 @@ class FaissIndex:
             "exact_filter_limit": self.exact_filter_limit,
             "storage": self.storage.value,
         }
-
-    def _wants_graph(self) -> bool:
-        return self._store.size >= self.hnsw_threshold and self._store.size > 0
-
-    def _build_due(self) -> bool:
-        if not self._wants_graph():
-            return False
-        graph = self._graph
-        if graph is None:
-            return True
-        # Every tail row held counts, retired ones too: each is kept and scored until a
-        # build's ``install`` compacts it (counting live ones only, a graph whose few
-        # documents were updated over and over grew its tail for good).
-        pending = self._store.tail_size + self._store.retired_base
-        if self._store.retired_base * _MASKED_DIVISOR >= graph.rows:
-            return True  # mostly masked: a graph search walks dead rows and comes back short
-        return pending >= max(_REBUILD_MIN, graph.rows // _REBUILD_DIVISOR)
-
-    def _after_write(self) -> None:
-        """Under the write lock: keep the graph mask current, drop a graph no longer
-        wanted, compact retired rows without a graph, and wake the builder if a build is
-        due."""
-        store = self._store
-        if self._graph is not None and not self._wants_graph():
-            self._set_graph(None)
-            store.unseal()
-            self._layout += 1
-        if self._serving is not None and store.retired_base:
-            self._serving.mask_retired(store)
-        if self._serving is None and self._compaction_due():
-            store.unseal()  # new arrays: a plan being read keeps the old ones
-            self._layout += 1  # a build planned before this cannot install
-        if self._build_due():
-            self._builder.request()
-
-    def _compaction_due(self) -> bool:
-        """Without a graph, retired rows are compacted only here (``install`` never runs
-        below the threshold). Compact once they number at least ``_COMPACT_MIN`` and
-        outnumber the live rows: each compaction copies the live rows, which at least as
-        many retirements paid for since the last one (amortised O(1) per write), and at
-        most ``live + max(live, _COMPACT_MIN)`` rows are ever held. Not while a graph is
-        wanted and the builder runs: its build's ``install`` compacts, and compacting now
-        would void the build (``_layout``)."""
-        retired = self._store.retired_rows
-        if retired < _COMPACT_MIN or retired <= self._store.size:
-            return False
-        return not self._wants_graph() or self._builder.closed
-
-    def _set_graph(self, graph: Graph | None) -> None:
-        self._serving = None if graph is None else ServingGraph(graph)
-
-    def _build_step(self, proceed: Proceed) -> bool:
-        """One background unit: verify a freshly loaded file, or build and install a
-        graph. Returns True to be run again (another build may be due)."""
-        if self._verification is not None:
-            self._verify(proceed)
-        if not self._quiet_moment():
-            return False
-        with self._lock.read():
-            if not self._build_due():
-                return False
-            plan = self._store.plan()
-            layout = self._layout
-            params = GraphParams(self.hnsw_m, self.ef_construction, self.storage)
-        start = time.perf_counter()
-        built = build_graph(plan, self.dimension, params, proceed)
-        if built is None or not proceed():
-            return False
-        graph, base = built
-        with self._lock.write():
-            if layout != self._layout:  # restructured under the build: plan again
-                return True
-            self._store.install(plan, base, graph)
-            self._set_graph(graph)
-            self._after_write()
-        logger.info(
-            "built %s HNSW graph over %d vectors in %.1f s",
-            params.storage.value,
-            len(plan),
-            time.perf_counter() - start,
-        )
-        if self._on_graph is not None:
-            self._on_graph()
-        return True
-
-    def _quiet_moment(self) -> bool:
-        """Wait until writes pause for ``build_delay_s`` (or waited ``_MAX_DELAYS`` of
-        them); ``False`` if the builder closed meanwhile."""
-        give_up = time.monotonic() + _MAX_DELAYS * self.build_delay_s
-        while True:
-            now = time.monotonic()
-            quiet_at = self._last_write + self.build_delay_s
-            if now >= quiet_at or now >= give_up:
-                return not self._builder.closed
-            if not self._builder.sleep(min(quiet_at, give_up) - now):
-                return False
-
-    def _verify(self, proceed: Proceed) -> None:
-        verification, self._verification = self._verification, None
-        if verification is None:
-            return
-        try:
-            verification.run(proceed)
-        except FaissIndexCorrupt as exc:
-            self.damaged = exc
-            logger.error("vector index file failed its checksum: %s", exc)
-
-
-def _index_or_zero(value: Any) -> int:
-    """``value`` as a plain int if it is integral (``operator.index``), else 0."""
-    try:
-        return operator.index(value)
-    except TypeError:
-        return 0

@@ -91,7 +91,7 @@ class IndexSnapshot:
     """
 
     dimension: int
-    ids: list[str]  # position = int64 label; includes removed ids (labels stay stable)
+    ids: list[str]  # position = int64 label; with a graph, ids of its retired rows too
     base_labels: Labels
     base_alive: Mask
     base_vectors: Vectors

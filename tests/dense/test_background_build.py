@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import dense.faiss_index
+import dense._policy
 import dense.index_file
 from dense import FaissIndex, FaissIndexCorrupt, IndexKind, VectorStorage
 from tests.support.unit_vectors import unit_vectors
@@ -172,7 +172,7 @@ def test_a_restart_mid_build_loses_nothing_and_builds_again(tmp_path: Path) -> N
 
 
 def test_enough_changes_trigger_a_fresh_graph(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(dense.faiss_index, "_REBUILD_MIN", 50)
+    monkeypatch.setattr(dense._policy, "REBUILD_MIN", 50)
     gate = threading.Event()
     index, _model = gated_index(gate)
     gate.set()

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from dense import AllowList, FaissIndex, FaissIndexCorrupt, IndexKind
 from dense._search import ef_for
+from dense._upkeep import GraphUpkeep
 from tests.support.unit_vectors import unit_vectors
 
 DIM = 16
@@ -155,7 +156,7 @@ def test_a_mostly_masked_graph_still_answers_k_exact_hits(monkeypatch: pytest.Mo
     """The graph is kept (no rebuild, as before the builder gets to it): a graph search
     through 99 % masked rows comes back short, and the index answers exactly instead."""
     index, vectors, kept = _mostly_removed(
-        before_removal=lambda: monkeypatch.setattr(FaissIndex, "_build_due", lambda self: False)
+        before_removal=lambda: monkeypatch.setattr(GraphUpkeep, "build_due", lambda self: False)
     )
     assert index.kind is IndexKind.HNSW
     found = 0

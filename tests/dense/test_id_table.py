@@ -3,6 +3,7 @@ forced hash collisions, and its footprint."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -101,3 +102,31 @@ def test_a_reopened_table_holds_about_thirty_bytes_per_short_id() -> None:
     # the list + dict it replaces: ~130 bytes per id (str and int objects, dict slots)
     assert held / n < 40 and not table._recent
     assert table.get("s123456") == 123_456 and table.get("s200000") is None
+
+
+@settings(max_examples=100, deadline=None)
+@given(added=ids_lists, data=st.data(), collide=st.booleans())
+def test_a_subset_is_the_table_of_the_chosen_ids_in_their_order(
+    added: list[str], data: st.DataObject, collide: bool
+) -> None:
+    """``subset`` (how a compaction relabels) against building the table afresh, merged
+    and recent ids alike; ``copy`` is unchanged by later adds to the original."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_id_table, "_MERGE_MIN", 3)
+        patch.setattr(_id_table, "_GATHER_IDS", 4)  # several gathers per subset
+        if collide:
+            patch.setattr(_id_table, "hash", lambda text: len(text) % 3, raising=False)
+        table = IdTable()
+        for doc_id in added:
+            table.add(doc_id)
+        twin = table.copy()
+        table.add("added-after-the-copy")
+        _check_against_model(twin, added, ["added-after-the-copy"])
+        distinct = twin.tolist()
+        chosen = data.draw(st.permutations(range(len(distinct))))
+        chosen = chosen[: data.draw(st.integers(0, len(chosen)))]
+        subset = twin.subset(np.asarray(chosen, dtype=np.int64))
+        kept = [distinct[label] for label in chosen]
+        _check_against_model(subset, kept, [d for d in distinct if d not in kept])
+        subset.add("grows-on")  # and it keeps growing as a store's table does
+        _check_against_model(subset, [*kept, "grows-on"], [])

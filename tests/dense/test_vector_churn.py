@@ -1,7 +1,8 @@
 """A small index that keeps being updated stays small: without a graph (below
 ``hnsw_threshold``) replaced and removed rows are compacted once they outnumber the live
-ones, labels kept; a save without a graph drops removed ids once they outnumber live
-ones, so the id table of the file does not grow across restarts either. Neither disturbs
+ones, and the ids no row refers to any more leave the id table (the rows kept are
+relabelled); a save without a graph drops removed ids once they outnumber live ones, so
+the id table of the file does not grow across restarts either. Neither disturbs
 concurrent searches, allow-lists or a background build."""
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-import dense.faiss_index
+import dense._policy
+import dense._upkeep
 from dense import FaissIndex, IndexKind
-from dense.faiss_index import _COMPACT_MIN
+from dense._policy import COMPACT_MIN
 from dense.index_file import read_snapshot
 from tests.support.unit_vectors import unit_vectors
 
@@ -50,9 +52,9 @@ def exact(model: dict[str, np.ndarray], query: np.ndarray, k: int) -> list[str]:
     return [ids[i] for i in order[:k]]
 
 
-# Bounds with the fix: retired rows stay below max(_COMPACT_MIN, live + 1) after every
+# Bounds with the fix: retired rows stay below max(COMPACT_MIN, live + 1) after every
 # write; the tail's capacity at most doubles what it holds.
-MAX_ROWS = LIVE + _COMPACT_MIN
+MAX_ROWS = LIVE + COMPACT_MIN
 MAX_CAPACITY = 2 * MAX_ROWS
 
 
@@ -71,12 +73,12 @@ def test_updating_the_same_documents_does_not_grow_the_index() -> None:
             assert rows_held(index) <= MAX_ROWS
             assert tail_capacity(index) <= MAX_CAPACITY
         assert len(index) == LIVE and sorted(index.ids()) == sorted(ids)
-        assert retired(index) < _COMPACT_MIN
+        assert retired(index) < COMPACT_MIN
         for q in unit(rng, 5):
             assert [d for d, _ in index.search(q, 10)] == exact(model, q, 10)
             only = {d: model[d] for d in ids[:5]}
             assert [d for d, _ in index.search(q, 10, allow=allow)] == exact(only, q, 10)
-        assert len(index._store.ids) == LIVE  # replacing keeps each id's label
+        assert len(index._store.ids) == LIVE  # replacing keeps one label per id
     finally:
         index.close()
 
@@ -105,24 +107,36 @@ def test_add_and_delete_churn_does_not_grow_the_rows() -> None:
         index.close()
 
 
-def test_a_compaction_keeps_labels_and_frees_the_tail() -> None:
+def test_a_compaction_frees_the_tail_and_the_ids_no_row_holds() -> None:
     rng = np.random.default_rng(2)
     index = FaissIndex(DIM)
     ids = [f"d{i}" for i in range(LIVE)]
-    index.add(ids, unit(rng, LIVE))
-    labels = {d: index._store.ids.get(d) for d in ids}
+    model = dict(zip(ids, unit(rng, LIVE), strict=True))
+    index.add(ids, np.stack(list(model.values())))
+    allow = index.allow_list([*ids[:5], "gone", "later"])  # compiled before any compaction
+    index.add(["gone"], unit(rng, 1))
+    index.remove(["gone"])
     layout = index._layout
     try:
         for _round in range(60):  # 1,200 replacements: at least one compaction
-            index.add(ids, unit(rng, LIVE))
+            vectors = unit(rng, LIVE)
+            index.add(ids, vectors)
+            model.update(zip(ids, vectors, strict=True))
         assert index._layout > layout  # compacted (a build planned before would replan)
-        assert {d: index._store.ids.get(d) for d in ids} == labels
+        assert sorted(index._store.ids.tolist()) == sorted(ids)  # "gone" left the table
         assert rows_held(index) <= MAX_ROWS
+        for q in unit(rng, 3):  # the allow-list translated itself to the new labels
+            want = exact({d: model[d] for d in ids[:5]}, q, 5)
+            assert [d for d, _ in index.search(q, 5, allow=allow)] == want
+        later = unit(rng, 1)  # an id unknown to both tables still resolves once added
+        index.add(["later"], later)
+        ((top, _score),) = index.search(later[0], 1, allow=allow)
+        assert top == "later"
         index.remove(ids)
         index.add(["x"], unit(rng, 1))
         for _round in range(60):
             index.add(["x"], unit(rng, 1))
-        assert len(index) == 1 and rows_held(index) <= 1 + _COMPACT_MIN
+        assert len(index) == 2 and rows_held(index) <= 2 + COMPACT_MIN
     finally:
         index.close()
 
@@ -174,7 +188,8 @@ def test_searches_during_compactions_see_whole_states() -> None:
 
 
 class _Builds:
-    """What ``build_graph`` was asked to build, by which index: its caller's ``self``.
+    """What ``build_graph`` was asked to build, by which index: its caller's ``self``
+    (the index's ``GraphUpkeep``).
     Builder threads of indexes other tests left behind in this process call the same
     function, and must neither count nor wake a test up."""
 
@@ -189,7 +204,7 @@ class _Builds:
 
     def sizes(self, index: FaissIndex) -> list[int]:
         with self._changed:
-            return [size for owner, size in self._seen if owner is index]
+            return [size for owner, size in self._seen if owner is index._upkeep]
 
     def wait_for(self, index: FaissIndex, timeout: float) -> bool:
         with self._changed:
@@ -199,13 +214,13 @@ class _Builds:
 def _counting_builds(monkeypatch: pytest.MonkeyPatch) -> _Builds:
     """Make ``build_graph`` note each plan it is given, and by which index."""
     builds = _Builds()
-    build = dense.faiss_index.build_graph
+    build = dense._upkeep.build_graph
 
     def counted(plan: Any, *args: Any) -> Any:
         builds.note(sys._getframe(1).f_locals.get("self"), len(plan))
         return build(plan, *args)
 
-    monkeypatch.setattr(dense.faiss_index, "build_graph", counted)
+    monkeypatch.setattr(dense._upkeep, "build_graph", counted)
     return builds
 
 
@@ -290,12 +305,14 @@ def test_a_save_without_a_graph_drops_removed_ids(tmp_path: Path) -> None:
             fresh = [f"p{phase}-{r}-{j}" for j in range(50)]
             index.add(fresh, unit(rng, 50))
             index.remove(fresh)
-        assert len(index._store.ids) == LIVE + 5_000  # in memory, every id keeps its label
+        # In memory, ids of removed rows stay until a compaction (one per 1,024+ rows).
+        held = len(index._store.ids)
+        assert held <= LIVE + COMPACT_MIN + 50
         index.save(path)
         snap, _verification = read_snapshot(path)
         assert len(snap.ids) == LIVE and sorted(snap.ids) == sorted(ids)
         assert snap.base_labels.tolist() == list(range(LIVE))
-        assert len(index._store.ids) == LIVE + 5_000  # the running index is unchanged
+        assert len(index._store.ids) == held  # the running index is unchanged
         for q in unit(rng, 3):  # and so are its allow-lists
             want = exact({d: model[d] for d in ids[:3]}, q, 3)
             assert [d for d, _ in index.search(q, 3, allow=allow)] == want
@@ -342,7 +359,7 @@ def test_updates_of_a_few_documents_rebuild_a_graph_in_time(
     and over retired every row they appended, and the tail grew for good (400 live rows,
     6,000 tail rows, no rebuild due). Retired tail rows count now, so a build's install
     compacts them."""
-    monkeypatch.setattr(dense.faiss_index, "_REBUILD_MIN", 200)
+    monkeypatch.setattr(dense._policy, "REBUILD_MIN", 200)
     rng = np.random.default_rng(5)
     index = FaissIndex(DIM, hnsw_threshold=300, build_delay_s=0)
     ids = [f"d{i}" for i in range(400)]
