@@ -70,18 +70,28 @@ class BackgroundBuilder:
                 self._cond.wait(max(0.0, seconds))
             return not self._closed
 
-    def wait_quiet(self, last_write: Callable[[], float], delay: float, at_most: float) -> bool:
-        """Wait until ``delay`` seconds have passed since ``last_write()`` (a monotonic
-        time, read again as writes go on) or ``at_most`` seconds in all, so a bulk load
-        builds once at its end; ``False`` if closed meanwhile."""
-        give_up = time.monotonic() + at_most
+    def wait_quiet(
+        self, last_write: Callable[[], float], delay: Callable[[], float], max_delays: int
+    ) -> bool:
+        """Wait until ``delay()`` seconds have passed since ``last_write()`` (a monotonic
+        time), or ``max_delays`` delays since the wait began, so a bulk load builds
+        once at its end; both are read again whenever the wait wakes (a write, a
+        request, a changed delay: ``wake``). ``False`` if closed meanwhile."""
+        began = time.monotonic()
         while True:
             now = time.monotonic()
-            quiet_at = last_write() + delay
+            seconds = delay()
+            quiet_at = last_write() + seconds
+            give_up = began + max_delays * seconds
             if now >= quiet_at or now >= give_up:
                 return not self._closed
             if not self.sleep(min(quiet_at, give_up) - now):
                 return False
+
+    def wake(self) -> None:
+        """End a ``sleep`` early (it returns, and its caller looks again)."""
+        with self._cond:
+            self._cond.notify_all()
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait until no run is requested or running; ``False`` on timeout."""

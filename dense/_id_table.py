@@ -17,6 +17,7 @@ labels) for a store that relabels when it compacts (``dense._vector_store``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from operator import eq
 
 import numpy as np
 import numpy.typing as npt
@@ -73,6 +74,37 @@ class IdTable:
             i += 1
         return None
 
+    def labels_of(self, ids: Sequence[str]) -> Int64s:
+        """``get`` for each of ``ids`` (``-1``: never added), with one hash search for
+        the batch: only ids whose hash the table holds are compared one by one."""
+        count = len(ids)
+        hashes = np.fromiter(map(hash, ids), dtype=np.int64, count=count)
+        sorted_hashes = self._sorted_hashes
+        at = np.searchsorted(sorted_hashes, hashes)
+        maybe = at < sorted_hashes.shape[0]
+        maybe[maybe] = sorted_hashes[at[maybe]] == hashes[maybe]
+        labels = np.full(count, -1, dtype=np.int64)
+        hits = np.flatnonzero(maybe)
+        first = self._sorted_labels[at[hits]]  # the first label with that hash
+        wanted = [ids[j] for j in hits.tolist()]
+        same = np.fromiter(map(eq, wanted, self.ids_at(first)), dtype=np.bool_, count=len(wanted))
+        labels[hits[same]] = first[same]
+        for j in hits[~same].tolist():  # another id with the same hash came first
+            label = self.get(ids[j])
+            if label is not None:
+                labels[j] = label
+        if self._recent:
+            recent = self._recent
+            fresh = np.fromiter((recent.get(d, -1) for d in ids), dtype=np.int64, count=count)
+            labels = np.where(fresh >= 0, fresh, labels)
+        return labels
+
+    def ids_at(self, labels: Int64s) -> list[str]:
+        """The ids at ``labels``, decoded from one gather of their bytes."""
+        blob, ends = self._gather(np.asarray(labels, dtype=np.int64))
+        starts = (ends - np.diff(ends, prepend=0)).tolist()
+        return [blob[a:b].decode("utf-8") for a, b in zip(starts, ends.tolist(), strict=True)]
+
     def tolist(self) -> list[str]:
         return list(self)
 
@@ -90,32 +122,70 @@ class IdTable:
 
     def subset(self, labels: Int64s) -> IdTable:
         """A new table whose label ``i`` is this table's id of ``labels[i]`` (distinct
-        labels). Vectorised — the ids' bytes are gathered and their hashes re-sorted
-        without a Python object per id — so relabelling a million ids takes a fraction
-        of a second, off the index lock."""
+        labels). Vectorised — the ids' bytes are gathered, and their hashes kept in the
+        order already sorted, without a Python object per id — so relabelling a million
+        ids takes a fraction of a second."""
         labels = np.asarray(labels, dtype=np.int64)
         n = int(labels.shape[0])
+        remap = np.full(self._n, -1, dtype=np.int64)
+        remap[labels] = np.arange(n, dtype=np.int64)
+        out = IdTable()
+        blob, out._ends = self._gather(labels)
+        out._blob = bytearray(blob)
+        out._n = n
+        new = remap[self._sorted_labels]
+        kept = new >= 0  # still sorted by hash: no sort
+        out._sorted_hashes, out._sorted_labels = self._sorted_hashes[kept], new[kept]
+        hashes, old = self._recent_arrays()  # the unmerged few
+        new = remap[old]
+        out._merge(hashes[new >= 0], new[new >= 0])
+        return out
+
+    def append_from(self, source: IdTable, labels: Int64s) -> Int64s:
+        """Add ``source``'s ids at ``labels`` (distinct, none of them in this table) at
+        the next labels, which are returned; vectorised like ``subset``."""
+        labels = np.asarray(labels, dtype=np.int64)
+        count = int(labels.shape[0])
+        first = self._n
+        if not count:
+            return np.zeros(0, dtype=np.int64)
+        blob, ends = source._gather(labels)
+        self._reserve(first + count)
+        self._ends[first : first + count] = len(self._blob) + ends
+        self._blob += blob
+        self._n = first + count
+        by_label = np.empty(source._n, dtype=np.int64)
+        by_label[source._sorted_labels] = source._sorted_hashes
+        hashes, old = source._recent_arrays()
+        by_label[old] = hashes
+        new = np.arange(first, first + count, dtype=np.int64)
+        self._merge(by_label[labels], new)
+        return new
+
+    def _gather(self, labels: Int64s) -> tuple[bytes, Int64s]:
+        """The UTF-8 bytes of the ids at ``labels``, concatenated, and their end offsets."""
         ends = self._ends[: self._n]
         starts = np.concatenate([np.zeros(1, dtype=np.int64), ends[:-1]])
-        blob = np.frombuffer(bytes(self._blob), dtype=np.uint8)
-        pieces: list[bytes] = []
-        for lo in range(0, n, _GATHER_IDS):
-            chunk = labels[lo : lo + _GATHER_IDS]
-            first, lengths = starts[chunk], ends[chunk] - starts[chunk]
-            placed = np.cumsum(lengths) - lengths  # where each id starts in the piece
-            at = np.repeat(first - placed, lengths) + np.arange(int(lengths.sum()))
-            pieces.append(blob[at].tobytes())
-        hashes = np.empty(self._n, dtype=np.int64)  # by label: none is hashed again ...
-        hashes[self._sorted_labels] = self._sorted_hashes
-        for doc_id, label in self._recent.items():  # ... except the unmerged few
-            hashes[label] = hash(doc_id)
-        out = IdTable()
-        out._blob = bytearray(b"".join(pieces))
         lengths = ends[labels] - starts[labels]
-        out._ends = np.cumsum(lengths, dtype=np.int64)
-        out._n = n
-        out._merge(hashes[labels], np.arange(n, dtype=np.int64))
-        return out
+        if not labels.shape[0]:
+            return b"", lengths
+        low = int(starts[labels].min())  # copy only the span the ids lie in
+        blob = np.frombuffer(self._blob[low : int(ends[labels].max())], dtype=np.uint8)
+        starts = starts - low
+        pieces: list[bytes] = []
+        for lo in range(0, int(labels.shape[0]), _GATHER_IDS):
+            chunk = labels[lo : lo + _GATHER_IDS]
+            first, sizes = starts[chunk], lengths[lo : lo + _GATHER_IDS]
+            placed = np.cumsum(sizes) - sizes  # where each id starts in the piece
+            at = np.repeat(first - placed, sizes) + np.arange(int(sizes.sum()))
+            pieces.append(blob[at].tobytes())
+        return b"".join(pieces), np.cumsum(lengths, dtype=np.int64)
+
+    def _recent_arrays(self) -> tuple[Int64s, Int64s]:
+        """Hashes and labels of the ids not merged yet (``str`` caches its hash)."""
+        count = len(self._recent)
+        hashes = np.fromiter(map(hash, self._recent), dtype=np.int64, count=count)
+        return hashes, np.fromiter(self._recent.values(), dtype=np.int64, count=count)
 
     # ----------------------------------------------------------------- writing
     def add(self, doc_id: str) -> int:
@@ -166,16 +236,19 @@ class IdTable:
         """Store encoded ids at the next labels; return the first of them."""
         first = self._n
         need = first + len(encoded)
-        if need > self._ends.shape[0]:
-            grown = np.zeros(max(need, 2 * self._ends.shape[0], 1024), dtype=np.int64)
-            grown[:first] = self._ends[:first]
-            self._ends = grown
+        self._reserve(need)
         offset = len(self._blob)
         lengths = np.fromiter((len(e) for e in encoded), dtype=np.int64, count=len(encoded))
         self._ends[first:need] = offset + np.cumsum(lengths)
         self._blob += b"".join(encoded)
         self._n = need
         return first
+
+    def _reserve(self, labels: int) -> None:
+        if labels > self._ends.shape[0]:
+            grown = np.zeros(max(labels, 2 * self._ends.shape[0], 1024), dtype=np.int64)
+            grown[: self._n] = self._ends[: self._n]
+            self._ends = grown
 
     def _extend_new(self, ids: list[str]) -> None:
         """Add ``ids`` (all new, distinct: ``ValueError`` otherwise) in one merge."""
@@ -197,11 +270,16 @@ class IdTable:
         self._recent = {}
 
     def _merge(self, hashes: Int64s, labels: Int64s) -> None:
-        all_hashes = np.concatenate([self._sorted_hashes, hashes])
-        all_labels = np.concatenate([self._sorted_labels, labels])
-        order = np.lexsort((all_labels, all_hashes))
-        self._sorted_hashes = all_hashes[order]
-        self._sorted_labels = all_labels[order]
+        """Insert ``(hash, label)`` pairs into the sorted arrays: a sort of the new ones
+        and one linear insertion, not a sort of the whole table. Both arrays are
+        replaced, never written (``copy`` shares them)."""
+        if not hashes.shape[0]:
+            return
+        order = np.lexsort((labels, hashes))
+        hashes, labels = hashes[order], labels[order]
+        at = np.searchsorted(self._sorted_hashes, hashes, side="right")
+        self._sorted_hashes = np.insert(self._sorted_hashes, at, hashes)
+        self._sorted_labels = np.insert(self._sorted_labels, at, labels)
 
     def _check_distinct(self) -> None:
         hashes = self._sorted_hashes

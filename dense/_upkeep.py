@@ -25,6 +25,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Generic, Self, TypeVar, cast, overload
 
 from dense import _policy
 from dense._builder import BackgroundBuilder, Proceed
@@ -35,6 +36,28 @@ from dense._vector_store import VectorStore
 from dense.index_file import FaissIndexCorrupt, Verification
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class Upkept(Generic[T]):
+    """A ``FaissIndex`` attribute whose one copy is the ``GraphUpkeep`` attribute of the
+    same name, which the builder reads (set it as a plain attribute: a change applies
+    from the next write or build, and ``save`` writes what the builder uses)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, index: None, owner: type | None = None) -> Self: ...
+    @overload
+    def __get__(self, index: object, owner: type | None = None) -> T: ...
+    def __get__(self, index: object, owner: type | None = None) -> T | Self:
+        if index is None:
+            return self
+        return cast(T, getattr(index._upkeep, self._name))  # type: ignore[attr-defined]
+
+    def __set__(self, index: object, value: T) -> None:
+        setattr(index._upkeep, self._name, value)  # type: ignore[attr-defined]
 
 
 class GraphUpkeep:
@@ -50,8 +73,10 @@ class GraphUpkeep:
     ) -> None:
         self._store = store
         self._lock = lock
-        self.params = params
-        self.threshold = threshold
+        self.hnsw_threshold = threshold  # these four are ``FaissIndex`` attributes (``Upkept``)
+        self.hnsw_m = params.m
+        self.ef_construction = params.ef_construction
+        self.storage = params.storage
         self.build_delay_s = build_delay_s
         self._on_graph = on_graph
         self.serving: ServingGraph | None = None
@@ -70,7 +95,7 @@ class GraphUpkeep:
         self.serving = None if graph is None else ServingGraph(graph)
 
     def wants_graph(self) -> bool:
-        return self._store.size >= self.threshold and self._store.size > 0
+        return self._store.size >= self.hnsw_threshold and self._store.size > 0
 
     def build_due(self) -> bool:
         graph = self.graph
@@ -116,16 +141,16 @@ class GraphUpkeep:
         graph. Returns True to be run again (another build may be due)."""
         if self.verification is not None:
             self._verify(proceed)
-        delay = self.build_delay_s
-        at_most = _policy.MAX_DELAYS * delay
-        if not self.builder.wait_quiet(lambda: self.last_write, delay, at_most):
+        if not self.builder.wait_quiet(
+            lambda: self.last_write, lambda: self.build_delay_s, _policy.MAX_DELAYS
+        ):
             return False
         with self._lock.read():
             if not self.build_due():
                 return False
             plan = self._store.plan()
             layout = self.layout
-            params = self.params
+            params = GraphParams(self.hnsw_m, self.ef_construction, self.storage)
         start = time.perf_counter()
         built = build_graph(plan, self._store.dimension, params, proceed)
         if built is None or not proceed():

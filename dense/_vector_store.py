@@ -7,8 +7,9 @@ get labels ``0..n-1`` in row order, and the id table is rebuilt holding only the
 row still refers to. So the table holds at most the rows held (live ones, plus retired
 ones until the next compaction) instead of every id ever added: a corpus that keeps
 replacing documents under new ids no longer grows it. Labels are therefore valid only
-against the ``IdTable`` object they came from; a compiled allow-list notices a new table
-and translates itself (``dense.allow_list``).
+against the ``IdTable`` object they came from. Each compaction also records how old
+labels map to new ones (``dense._relabel``), which a compiled allow-list follows to
+translate itself with one numpy gather (``dense.allow_list``).
 
 Rows. Vectors live in two segments numbered as one: the *base* rows ``[0, B)`` are sealed
 — never moved or rewritten, so an HNSW graph can use them as its own storage and a saved
@@ -33,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dense._id_table import IdTable
+from dense._relabel import Eras
 from dense._row_reader import RowReader
 
 Vectors = npt.NDArray[np.float32]
@@ -86,6 +88,7 @@ class VectorStore:
     def __init__(self, dimension: int) -> None:
         self.dimension = dimension
         self.ids = IdTable()  # label -> string id (ids some row refers to), and back
+        self.eras = Eras()  # which labelling ``ids`` is, and how older ones map onto it
         self._row_of_label: Labels = np.full(0, -1, dtype=np.int64)  # -1: not stored
         self.base: Vectors = np.zeros((0, dimension), dtype=np.float32)
         self.base_labels: Labels = np.zeros(0, dtype=np.int64)
@@ -245,8 +248,13 @@ class VectorStore:
         alive = self._row_of_label[plan.labels] == plan.old_rows
         keep = plan.tail_size + np.flatnonzero(self.tail_alive[plan.tail_size :])
         tail = self._tail[keep]
-        tail_labels = ids.add_all([self.ids[label] for label in self._tail_labels[keep].tolist()])
-        self.ids = ids
+        remap = self._remap(plan)
+        old_labels = self._tail_labels[keep]
+        tail_labels = remap[old_labels]  # planned ids (replaced since) keep their label
+        fresh = tail_labels < 0  # ids the plan did not hold: appended to ``ids``
+        tail_labels[fresh] = ids.append_from(self.ids, old_labels[fresh])
+        remap[old_labels[fresh]] = tail_labels[fresh]
+        self._relabel(ids, remap)
         self.base, self.base_labels, self.base_alive = base, np.arange(n, dtype=np.int64), alive
         self.base_keepalive = keepalive
         self.base_reader = None
@@ -270,7 +278,7 @@ class VectorStore:
         for block, _labels in plan.chunks(65_536):
             vectors[start : start + block.shape[0]] = block
             start += block.shape[0]
-        self.ids = plan.new_ids()
+        self._relabel(plan.new_ids(), self._remap(plan))
         self.base = np.zeros((0, self.dimension), dtype=np.float32)
         self.base_labels = np.zeros(0, dtype=np.int64)
         self.base_alive = np.zeros(0, dtype=np.bool_)
@@ -307,6 +315,7 @@ class VectorStore:
         if live.shape[0] and int(np.bincount(live, minlength=len(ids)).max()) > 1:
             raise ValueError("duplicate live labels")
         self.ids = table
+        self.eras.restart()
         self._grow_label_table()
         self.base, self.base_labels, self.base_alive = base, base_labels, base_alive
         self.base_keepalive = keepalive
@@ -319,6 +328,16 @@ class VectorStore:
         self._row_of_label[base_labels[base_alive]] = np.flatnonzero(base_alive)
         self._row_of_label[tail_labels] = rows_b + np.arange(rows_t, dtype=np.int64)
         self.size = int(live.shape[0])
+
+    def _remap(self, plan: SealPlan) -> Labels:
+        """Old label -> plan position (its label after the compaction), else -1."""
+        remap = np.full(len(self.ids), -1, dtype=np.int64)
+        remap[plan.labels] = np.arange(len(plan), dtype=np.int64)
+        return remap
+
+    def _relabel(self, ids: IdTable, remap: Labels) -> None:
+        self.eras.advance(remap, self.ids, len(ids))
+        self.ids = ids
 
     # ------------------------------------------------------------------- growth
     def _grow_label_table(self) -> None:

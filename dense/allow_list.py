@@ -4,22 +4,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from dense._faiss import faiss_module
-
-
-class LabelTable(Protocol):
-    """What an ``AllowList`` needs of its index's id table (``dense._id_table.IdTable``)."""
-
-    def get(self, doc_id: str, /) -> int | None: ...
-
-    def __getitem__(self, label: int, /) -> str: ...
-
-    def __len__(self) -> int: ...
+from dense._id_table import IdTable
+from dense._relabel import Era
 
 
 class AllowList:
@@ -30,15 +22,16 @@ class AllowList:
     than the search. It stays valid across adds and removals: ids unknown when it was
     compiled are resolved once they are added. When the index compacts its id table
     (a new graph, or a compaction without one) labels change: the list notices that
-    the table is another one and translates itself once, through the ids of the table
-    it was compiled against (which it holds until then), so a label is never read
-    against a table it did not come from. It is bound to the index that built it and
-    is thread-safe.
+    the labelling (``dense._relabel.Era``) is another one and translates itself once,
+    with the compaction's old-to-new label array; it holds its era, not the table, so
+    only a list that has not been used since a compaction keeps the old table alive
+    (to name the ids the compaction dropped). It is bound to the index that built it
+    and is thread-safe.
     """
 
     __slots__ = ("_lock", "_owner", "_state")
 
-    def __init__(self, owner: object, ids: Iterable[str], table: LabelTable) -> None:
+    def __init__(self, owner: object, ids: Iterable[str], table: IdTable, era: Era) -> None:
         refuse_single_id(ids)
         wanted = list(dict.fromkeys(ids))
         for doc_id in wanted:
@@ -46,26 +39,26 @@ class AllowList:
                 raise ValueError(f"allow-list ids must be strings, got {type(doc_id).__name__}")
         self._owner = owner
         self._lock = threading.Lock()
-        self._state = _State.of(wanted, table)
+        self._state = _State.of(wanted, table, era)
 
     def __len__(self) -> int:
         """Number of ids this list admits that the index has seen so far."""
         return int(self._state.labels.shape[0])
 
-    def compiled(self, owner: object, table: LabelTable) -> tuple[npt.NDArray[np.int64], Any]:
-        """Labels and selector against ``table`` (the index's current id table),
-        resolving ids added since compilation and translating after a relabel."""
+    def compiled(
+        self, owner: object, table: IdTable, era: Era
+    ) -> tuple[npt.NDArray[np.int64], Any]:
+        """Labels and selector against ``table`` (the index's current id table, of
+        labelling ``era``), resolving ids added since compilation and translating after
+        a relabel. Call under the index's read lock."""
         if owner is not self._owner:
             raise ValueError("this AllowList was built by a different FaissIndex")
         state = self._state
-        stale = state.table is not table
-        if stale or (state.pending and len(table) != state.table_size):
+        if state.era is not era or (state.pending and len(table) != state.table_size):
             with self._lock:
                 state = self._state
-                if state.table is not table:
-                    old = state.table
-                    ids = [old[label] for label in state.labels.tolist()]
-                    state = _State.of([*ids, *state.pending], table)
+                if state.era is not era:
+                    state = state.translated(table, era)
                 elif state.pending and len(table) != state.table_size:
                     state = state.resolved(table)
                 self._state = state
@@ -73,44 +66,69 @@ class AllowList:
 
 
 class _State:
-    """One compilation, swapped as a whole: labels, selector and table always agree."""
+    """One compilation, swapped as a whole: labels, selector and era always agree."""
 
-    __slots__ = ("bitmap", "labels", "pending", "table", "table_size")
+    __slots__ = ("bitmap", "era", "labels", "pending", "table_size")
 
     def __init__(
         self,
-        table: LabelTable,
+        table: IdTable,
+        era: Era,
         labels: npt.NDArray[np.int64],
         pending: frozenset[str],
         bitmap: _Bitmap | None = None,
     ) -> None:
-        self.table = table
+        self.era = era
         self.table_size = len(table)
         self.labels = labels
         self.pending = pending
         self.bitmap = _Bitmap(labels) if bitmap is None else bitmap
 
     @classmethod
-    def of(cls, ids: Iterable[str], table: LabelTable) -> _State:
-        labels: list[int] = []
-        pending: list[str] = []
-        for doc_id in ids:
-            label = table.get(doc_id)
-            if label is None:
-                pending.append(doc_id)
-            else:
-                labels.append(label)
-        return cls(table, np.asarray(labels, dtype=np.int64), frozenset(pending))
+    def of(cls, ids: list[str], table: IdTable, era: Era) -> _State:
+        labels = table.labels_of(ids)
+        pending = frozenset(ids[j] for j in np.flatnonzero(labels < 0).tolist())
+        return cls(table, era, labels[labels >= 0], pending)
 
-    def resolved(self, table: LabelTable) -> _State:
+    def translated(self, table: IdTable, era: Era) -> _State:
+        """This state in ``era`` (``table``'s): each compaction since maps the labels
+        with one gather (``dense._relabel`` composes them, so there is one); ids it
+        dropped are named by the old table and wait, pending, to be added again."""
+        labels, at, dropped, settled = self.labels, self.era, list[str](), -1
+        while at is not era:
+            hop = at.next
+            if hop is None:
+                raise ValueError("this AllowList was compiled against an unrelated id table")
+            moved = hop.remap[labels]
+            dropped += hop.table.ids_at(labels[moved < 0])
+            labels, at = moved[moved >= 0], hop.to
+            settled = hop.settled if settled < 0 else 0
+        found = _found(table, list(self.pending), 0)
+        found.update(_found(table, dropped, settled))
+        if found:
+            labels = np.concatenate([labels, np.fromiter(found.values(), dtype=np.int64)])
+        return _State(table, era, labels, self.pending.union(dropped) - found.keys())
+
+    def resolved(self, table: IdTable) -> _State:
         """Pending ids that ``table`` (this state's, grown since) knows now."""
-        found = {doc_id: table.get(doc_id) for doc_id in self.pending}
-        new = [label for label in found.values() if label is not None]
-        if not new:
-            return _State(table, self.labels, self.pending, self.bitmap)
-        labels = np.concatenate([self.labels, np.asarray(new, dtype=np.int64)])
-        pending = frozenset(d for d, label in found.items() if label is None)
-        return _State(table, labels, pending)
+        found = _found(table, list(self.pending), self.table_size)
+        if not found:
+            return _State(table, self.era, self.labels, self.pending, self.bitmap)
+        labels = np.concatenate([self.labels, np.fromiter(found.values(), dtype=np.int64)])
+        return _State(table, self.era, labels, self.pending - found.keys())
+
+
+def _found(table: IdTable, ids: list[str], since: int) -> dict[str, int]:
+    """The labels ``table`` has for ``ids`` (distinct), none of which is among its
+    labels below ``since``: the ids added since are read when they are fewer."""
+    if not ids or len(table) <= since:
+        return {}
+    if len(table) - since < len(ids):
+        wanted = set(ids)
+        added = table.ids_at(np.arange(since, len(table), dtype=np.int64))
+        return {d: since + i for i, d in enumerate(added) if d in wanted}
+    labels = table.labels_of(ids)
+    return {ids[j]: int(labels[j]) for j in np.flatnonzero(labels >= 0).tolist()}
 
 
 class _Bitmap:

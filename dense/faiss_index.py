@@ -60,7 +60,7 @@ from dense._persist import graph_to_serve, restore_store, snapshot_to_save
 from dense._rwlock import RWLock
 from dense._search import SearchParams, ordered_hits, positive_int
 from dense._search import search as search_store
-from dense._upkeep import GraphUpkeep
+from dense._upkeep import GraphUpkeep, Upkept
 from dense._vector_store import VectorStore, unit_rows
 from dense.allow_list import AllowList, refuse_single_id
 from dense.index_file import FaissIndexCorrupt, map_vectors, read_snapshot, write_snapshot
@@ -109,6 +109,12 @@ class FaissIndex:
             swapped in, e.g. to schedule a save. Runtime only.
     """
 
+    # Build parameters: the builder's own, read and set through the index.
+    hnsw_threshold: Upkept[int] = Upkept()
+    hnsw_m: Upkept[int] = Upkept()
+    ef_construction: Upkept[int] = Upkept()
+    storage: Upkept[VectorStorage] = Upkept()
+
     def __init__(
         self,
         dimension: int,
@@ -136,21 +142,17 @@ class FaissIndex:
             exact_filter_limit=exact_filter_limit,
         )
         self.dimension = dimension
-        self.hnsw_threshold = hnsw_threshold
-        self.hnsw_m = hnsw_m
-        self.ef_construction = ef_construction
         self.ef_search = ef_search
         self.exact_filter_limit = exact_filter_limit
-        self.storage = (
-            storage if isinstance(storage, VectorStorage) else VectorStorage.from_str(storage)
-        )
+        if not isinstance(storage, VectorStorage):
+            storage = VectorStorage.from_str(storage)
         self.search_threads = search_threads
         self.adaptive_ef = adaptive_ef
 
         self._lock = RWLock()
         self._owner = object()  # identity token for AllowList
         self._store = VectorStore(dimension)
-        graph_params = GraphParams(hnsw_m, ef_construction, self.storage)
+        graph_params = GraphParams(hnsw_m, ef_construction, storage)
         self._upkeep = GraphUpkeep(
             self._store,
             self._lock,
@@ -172,6 +174,7 @@ class FaissIndex:
     @build_delay_s.setter
     def build_delay_s(self, seconds: float) -> None:
         self._upkeep.build_delay_s = float(seconds)
+        self._builder.wake()  # a builder waiting out the old delay looks again
 
     @property
     def damaged(self) -> FaissIndexCorrupt | None:
@@ -265,7 +268,7 @@ class FaissIndex:
     def allow_list(self, ids: Iterable[str]) -> AllowList:
         """Compile ids into a reusable ``AllowList`` for ``search(allow=...)``."""
         with self._lock.read():
-            return AllowList(self._owner, ids, self._store.ids)
+            return AllowList(self._owner, ids, self._store.ids, self._store.eras.current)
 
     def close(self) -> None:
         """Stop the background builder (an unfinished build is dropped, to be redone by
@@ -296,7 +299,7 @@ class FaissIndex:
             store, serving = self._store, self._upkeep.serving
             allowed = None
             if allow is not None:
-                allowed = allow.compiled(self._owner, store.ids)
+                allowed = allow.compiled(self._owner, store.ids, store.eras.current)
             ef = self.effective_ef(0 if serving is None else serving.graph.rows)
             params = SearchParams(ef, self.exact_filter_limit, self.search_threads)
             while True:

@@ -261,11 +261,20 @@ def test_large_sections_are_verified_after_opening(
 def test_a_build_waits_for_writes_to_pause_and_close_ends_the_wait() -> None:
     rng = np.random.default_rng(8)
     index = FaissIndex(DIM, hnsw_threshold=THRESHOLD, build_delay_s=3_600)
+    builder = index._builder
+    sleeping = threading.Event()
+    sleep = builder.sleep
+
+    def noted_sleep(seconds: float) -> bool:
+        sleeping.set()
+        return sleep(seconds)
+
+    builder.sleep = noted_sleep  # type: ignore[method-assign]
     index.add([f"d{i}" for i in range(N)], unit(rng, N))
-    assert index.graph_pending and kind_of(index) is IndexKind.FLAT  # an hour from now
-    index.build_delay_s = 0.0
-    index._builder.request()
-    assert index.wait_for_graph(TIMEOUT) and kind_of(index) is IndexKind.HNSW
+    assert sleeping.wait(TIMEOUT)  # the builder is waiting out the hour ...
+    assert index.graph_pending and kind_of(index) is IndexKind.FLAT
+    index.build_delay_s = 0.0  # ... and a shorter delay reaches it: no write, no request
+    assert index.wait_for_graph(30) and kind_of(index) is IndexKind.HNSW
     index.build_delay_s = 3_600.0
     index.remove([f"d{i}" for i in range(200)])  # below the threshold: the graph goes
     index.add([f"e{i}" for i in range(200)], unit(rng, 200))  # due again, waiting
