@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from dense._graph import VectorStorage
+
 _LOWEST = {  # integer arguments and their smallest valid value
     "dimension": 1,
     "hnsw_threshold": 0,
@@ -31,3 +33,21 @@ def check_args(*, build_delay_s: Any, search_threads: Any, **counts: Any) -> Non
 
 def _int_at_least(value: Any, low: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def checked_count(name: str, value: Any) -> int:
+    """``value`` if it is a valid ``name`` (an integer argument of ``_LOWEST``), for the
+    build parameters set on an index after it was made; else ``ValueError``."""
+    low = _LOWEST[name]
+    if not _int_at_least(value, low):
+        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    return int(value)
+
+
+def as_storage(value: Any) -> VectorStorage:
+    """A ``VectorStorage`` or its name (``"float32"``, ``"sq8"``); else ``ValueError``."""
+    if isinstance(value, VectorStorage):
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"storage must be a VectorStorage or its name, got {value!r}")
+    return VectorStorage.from_str(value)

@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Generic, Self, TypeVar, cast, overload
+from typing import Any, Generic, Self, TypeVar, cast, overload
 
 from dense import _policy
 from dense._builder import BackgroundBuilder, Proceed
@@ -44,6 +44,9 @@ class Upkept(Generic[T]):
     same name, which the builder reads (set it as a plain attribute: a change applies
     from the next write or build, and ``save`` writes what the builder uses)."""
 
+    def __init__(self, convert: Callable[[str, Any], T]) -> None:
+        self._convert = convert  # (name, value) -> the value, checked; ValueError if not
+
     def __set_name__(self, owner: type, name: str) -> None:
         self._name = name
 
@@ -57,7 +60,8 @@ class Upkept(Generic[T]):
         return cast(T, getattr(index._upkeep, self._name))  # type: ignore[attr-defined]
 
     def __set__(self, index: object, value: T) -> None:
-        setattr(index._upkeep, self._name, value)  # type: ignore[attr-defined]
+        checked = self._convert(self._name, value)  # before the builder can see it
+        setattr(index._upkeep, self._name, checked)  # type: ignore[attr-defined]
 
 
 class GraphUpkeep:

@@ -55,7 +55,7 @@ import numpy.typing as npt
 
 from dense import _policy
 from dense._graph import Graph, GraphParams, VectorStorage
-from dense._index_args import check_args
+from dense._index_args import as_storage, check_args, checked_count
 from dense._persist import graph_to_serve, restore_store, snapshot_to_save
 from dense._rwlock import RWLock
 from dense._search import SearchParams, ordered_hits, positive_int
@@ -110,10 +110,10 @@ class FaissIndex:
     """
 
     # Build parameters: the builder's own, read and set through the index.
-    hnsw_threshold: Upkept[int] = Upkept()
-    hnsw_m: Upkept[int] = Upkept()
-    ef_construction: Upkept[int] = Upkept()
-    storage: Upkept[VectorStorage] = Upkept()
+    hnsw_threshold: Upkept[int] = Upkept(checked_count)
+    hnsw_m: Upkept[int] = Upkept(checked_count)
+    ef_construction: Upkept[int] = Upkept(checked_count)
+    storage: Upkept[VectorStorage] = Upkept(lambda _, value: as_storage(value))
 
     def __init__(
         self,

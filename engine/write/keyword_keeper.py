@@ -160,7 +160,10 @@ class KeywordIndexKeeper:
         if back:
             logger.info("putting %d withdrawn documents back in the keyword index", len(back))
             self.tantivy.upsert([_to_sparse(d) for d in back.values()])
-        self._withdrawn_file.unlink(missing_ok=True)
+        try:
+            self._withdrawn_file.unlink(missing_ok=True)
+        except OSError:  # left: the next holder puts back nothing public, and tries again
+            logger.debug("could not remove %s", self._withdrawn_file.name)
 
     def _mark(self, seq: int) -> None:
         """The keyword index holds everything up to ``seq``: say so, to every process."""
@@ -334,7 +337,11 @@ class KeywordIndexKeeper:
             except (SparseError, OSError) as exc:
                 logger.debug("keyword index reload failed (%s)", type(exc).__name__)
         lagging = marker < followed_seq
-        self._flagged = marker < 0 or (lagging and self._behind_flag.exists())
+        # A failed withdrawal leaves the flag without a lag (the marker stays put): the
+        # withdrawn list beside it says the index lacks documents the store has public.
+        self._flagged = marker < 0 or (
+            self._behind_flag.exists() and (lagging or self._withdrawn_file.exists())
+        )
         self.pending = lagging or (self._seen, self._seen_stamp) != (marker, stamp)
 
     def close(self) -> None:

@@ -64,18 +64,25 @@ def write_marker(path: Path, seq: int) -> Stamp:
 
 
 def write_ids(path: Path, ids: Sequence[str]) -> None:
-    """Write ``ids`` to ``path`` durably (temporary name, fsync, rename)."""
+    """Write ``ids`` to ``path`` durably (temporary name, fsync, rename, fsync of the
+    directory: the file must outlive a power cut that the index's next commit survives)."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(list(ids), fh)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
 
 
 def read_ids(path: Path) -> list[str] | None:
     """The ids ``write_ids`` wrote to ``path``; ``None`` when there is no such file, and
-    ``[]`` for one that cannot be read whole (the caller then checks everything)."""
+    ``[]`` for one that cannot be read whole (nothing to put back from it: a holder's open
+    then finds documents missing by its count check and rebuilds the index)."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:

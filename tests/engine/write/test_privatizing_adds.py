@@ -299,6 +299,36 @@ def test_a_withdrawal_that_cannot_be_put_back_falls_back_and_catches_up(
     _assert_first_are_the_strong_ones(corpus)
 
 
+def test_other_processes_do_not_trust_an_index_whose_withdrawal_failed(
+    engines: tuple[SearchEngine, SearchEngine], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Review: the store write failed and so did the put-back, with nothing else in the
+    add: the marker did not lag (the store never moved), so a process opening the
+    directory read-only ignored the behind flag and answered from an index without five
+    public documents. The withdrawn list beside the flag now makes it answer from the
+    database, which has them."""
+    writer, _ = engines
+    corpus = writer.corpus("c")
+    _failing_privatizing_upsert(monkeypatch)
+    real_upsert = TantivyIndex.upsert
+
+    def no_room(index: TantivyIndex, docs: Sequence[SparseDocument]) -> None:
+        raise SparseError("no space left on device (injected)")
+
+    monkeypatch.setattr(TantivyIndex, "upsert", no_room)
+    with pytest.raises(StorageError):
+        corpus.add(_privatized())
+    monkeypatch.setattr(TantivyIndex, "upsert", real_upsert)
+    with SearchEngine(tmp_path, read_only=True) as reader:
+        follower = reader.corpus("c")
+        found = [p.source_id for p in follower.search("alpha", top_k=TOP_K)]
+        assert not follower._indexes.keyword_index_current
+        assert set(PRIVATIZED) <= set(found[:5])
+        corpus.add([Document(id="later", text="an unrelated write")])  # catches up
+        _assert_first_are_the_strong_ones(follower)
+        assert follower._indexes.keyword_index_current
+
+
 def _assert_first_are_the_strong_ones(corpus: Corpus) -> None:
     page = corpus.search("alpha", top_k=TOP_K)
     assert {p.source_id for p in page[:5]} == set(PRIVATIZED)
