@@ -12,7 +12,6 @@ questions (``Corpus.ask``) through a local Ollama model.
 from __future__ import annotations
 
 import enum
-import os
 import urllib.parse
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -30,6 +29,7 @@ from pydantic import (
 
 from dense import VectorStorage
 from dense.hosts import shown_host
+from engine.atomic_files import replace_file
 from engine.limits import CORPUS_NAME_PATTERN, MAX_LANGUAGE_ID
 from sparse.contracts import DEFAULT_TITLE_WEIGHT, MAX_TITLE_WEIGHT
 
@@ -409,14 +409,4 @@ class CorpusConfig(_Frozen):
 
 def save_config(path: Path, config: CorpusConfig) -> None:
     """Replace ``config.json`` atomically: write a temp file, fsync, rename, fsync the dir."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(config.model_dump_json(indent=2))
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    replace_file(path, config.model_dump_json(indent=2), sync_directory=True)

@@ -8,12 +8,12 @@ reads it; each shard actor is told its own directory.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from engine.atomic_files import replace_file
 from engine.cluster.errors import ClusterExists, ClusterNotFound
 from engine.cluster.routing import MAX_SHARDS
 from engine.config import CorpusConfig
@@ -58,12 +58,7 @@ def write_manifest(root: Path, manifest: ClusterManifest) -> None:
     path = root / MANIFEST_NAME
     if path.exists():
         raise ClusterExists(f"{root} already holds a sharded corpus")
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(manifest.model_dump_json(indent=2))
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    replace_file(path, manifest.model_dump_json(indent=2))
 
 
 def read_manifest(root: Path) -> ClusterManifest:

@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from engine.atomic_files import replace_file
+
 Stamp = tuple[int, int]
 """(inode, mtime in ns) of one written marker file."""
 
@@ -53,30 +55,14 @@ def read_marker_stamped(path: Path) -> MarkerReading:
 
 def write_marker(path: Path, seq: int) -> Stamp:
     """Write ``seq`` to ``path``; returns the new file's stamp (a rename keeps it)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="ascii") as fh:
-        fh.write(str(seq))
-        fh.flush()
-        os.fsync(fh.fileno())
-        st = os.fstat(fh.fileno())
-    os.replace(tmp, path)
+    st = replace_file(path, str(seq))
     return (st.st_ino, st.st_mtime_ns)
 
 
 def write_ids(path: Path, ids: Sequence[str]) -> None:
     """Write ``ids`` to ``path`` durably (temporary name, fsync, rename, fsync of the
     directory: the file must outlive a power cut that the index's next commit survives)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(list(ids), fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    replace_file(path, json.dumps(list(ids)), sync_directory=True)
 
 
 def read_ids(path: Path) -> list[str] | None:

@@ -79,6 +79,21 @@ def assert_exact(
         assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-5)
 
 
+def roll_over(
+    index: FaissIndex, live: deque[str], model: Model, rng: np.random.Generator, fresh: list[str]
+) -> None:
+    """Add ``fresh`` ids and remove as many of the oldest live ones, in the index and in
+    ``live`` and ``model`` alike."""
+    gone = [live.popleft() for _ in range(len(fresh))]
+    vectors = unit(rng, len(fresh))
+    index.add(fresh, vectors)
+    index.remove(gone)
+    live.extend(fresh)
+    model.update(zip(fresh, vectors, strict=True))
+    for doc_id in gone:
+        del model[doc_id]
+
+
 def test_rolling_documents_over_keeps_the_id_table_bounded(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -96,15 +111,9 @@ def test_rolling_documents_over_keeps_the_id_table_bounded(
         allowed = {*list(live)[-STEP:], "g2-4-0", "g3-9-9"}  # first ids, and later ones
         allow = index.allow_list(allowed)
         for step in range(8 * LIVE // STEP):  # eight roll-overs under new ids
-            gone = [live.popleft() for _ in range(STEP)]
-            fresh = [f"g{step // 4 + 1}-{step}-{j}" for j in range(STEP)]
-            vectors = unit(rng, STEP)
-            index.add(fresh, vectors)
-            index.remove(gone)
-            live.extend(fresh)
-            model.update(zip(fresh, vectors, strict=True))
-            for doc_id in gone:
-                del model[doc_id]
+            roll_over(
+                index, live, model, rng, [f"g{step // 4 + 1}-{step}-{j}" for j in range(STEP)]
+            )
             most = max(most, table_size(index))
             assert_bounded(index)
             assert_exact(index, model, queries[:2])  # before the next graph
@@ -134,15 +143,7 @@ def test_rolling_documents_over_keeps_the_id_table_bounded(
         assert loaded.kind is IndexKind.HNSW and table_size(loaded) == LIVE
         assert_exact(loaded, model, queries)
         for step in range(LIVE // STEP):  # and it keeps rolling over after a reopen
-            gone = [live.popleft() for _ in range(STEP)]
-            fresh = [f"r-{step}-{j}" for j in range(STEP)]
-            vectors = unit(rng, STEP)
-            loaded.add(fresh, vectors)
-            loaded.remove(gone)
-            live.extend(fresh)
-            model.update(zip(fresh, vectors, strict=True))
-            for doc_id in gone:
-                del model[doc_id]
+            roll_over(loaded, live, model, rng, [f"r-{step}-{j}" for j in range(STEP)])
             assert loaded.wait_for_graph(TIMEOUT)
             assert_bounded(loaded)
             assert_exact(loaded, model, queries)
