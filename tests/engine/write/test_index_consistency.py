@@ -122,6 +122,29 @@ def test_a_vector_file_from_another_corpus_holding_as_many_vectors_is_not_taken(
     assert all(origins) and origins[0] != origins[1]  # rebuilt and saved as b's
 
 
+def test_a_process_that_follows_does_not_take_another_corpus_vector_file(
+    tmp_path: Path, hash_embedder: SwitchableEmbedder
+) -> None:
+    """The same check where a process opens the corpus while another holds its write lock
+    (it loads the file and follows the store, writing nothing): another store's file is
+    not served; the stored vectors are loaded instead."""
+    others = [Document(id=f"e{i}", text=f"beta{i} other words") for i in range(len(DOCS))]
+    with _open(tmp_path, hash_embedder) as eng:
+        eng.create_corpus(CorpusConfig(name="a")).add(DOCS)
+        eng.create_corpus(CorpusConfig(name="b")).add(others)
+    corpora = tmp_path / "corpora"
+    with _open(tmp_path, hash_embedder) as holder:
+        writing = holder.corpus("b")
+        with writing._sync.writing():  # held: the next open of "b" follows
+            shutil.copy(corpora / "a" / "vectors.faiss", corpora / "b" / "vectors.faiss")
+            with _open(tmp_path, hash_embedder) as other:
+                corpus = other.corpus("b")
+                hit = corpus.search("beta7 other")[0]
+                assert (hit.source_id, hit.ranks.dense) == ("e7", 1)
+                index = corpus._indexes.faiss
+                assert index is not None and index.origin is None  # loaded from the store
+
+
 def test_an_older_copy_of_the_vector_file_restored_alone_is_caught_up(
     tmp_path: Path, hash_embedder: SwitchableEmbedder
 ) -> None:
