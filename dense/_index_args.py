@@ -21,8 +21,7 @@ _LOWEST = {  # integer arguments and their smallest valid value
 
 def check_args(*, build_delay_s: Any, search_threads: Any, **counts: Any) -> None:
     """``counts``: the integer arguments of ``_LOWEST``, by name."""
-    if not isinstance(build_delay_s, int | float) or not 0 <= build_delay_s <= 3600:
-        raise ValueError(f"build_delay_s must be 0..3600 seconds, got {build_delay_s!r}")
+    checked_delay(build_delay_s)
     if search_threads is not None and not _int_at_least(search_threads, 1):
         raise ValueError(f"search_threads must be an int >= 1 or None, got {search_threads!r}")
     for name, value in counts.items():
@@ -33,6 +32,14 @@ def check_args(*, build_delay_s: Any, search_threads: Any, **counts: Any) -> Non
 
 def _int_at_least(value: Any, low: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def checked_delay(value: Any) -> float:
+    """``build_delay_s``: 0..3600 seconds (NaN and infinities refused: NaN made a waiting
+    builder spin, infinity killed its thread); else ``ValueError``."""
+    if not isinstance(value, int | float) or not 0 <= value <= 3600:
+        raise ValueError(f"build_delay_s must be 0..3600 seconds, got {value!r}")
+    return float(value)
 
 
 def checked_count(name: str, value: Any) -> int:

@@ -55,7 +55,7 @@ import numpy.typing as npt
 
 from dense import _policy
 from dense._graph import Graph, GraphParams, VectorStorage
-from dense._index_args import as_storage, check_args, checked_count
+from dense._index_args import as_storage, check_args, checked_count, checked_delay
 from dense._persist import graph_to_serve, restore_store, snapshot_to_save
 from dense._rwlock import RWLock
 from dense._search import SearchParams, ordered_hits, positive_int
@@ -173,7 +173,7 @@ class FaissIndex:
 
     @build_delay_s.setter
     def build_delay_s(self, seconds: float) -> None:
-        self._upkeep.build_delay_s = float(seconds)
+        self._upkeep.build_delay_s = checked_delay(seconds)
         self._builder.wake()  # a builder waiting out the old delay looks again
 
     @property

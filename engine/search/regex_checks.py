@@ -33,11 +33,12 @@ time budget runs: ``(?:a{1500}){1500}`` (17 characters) took 3.6 s and 654 MB. 1
 copies compile in about 0.2 s."""
 
 FOLDED_SET_COPIES = 32
-r"""What one copy of a character set of two or more members costs under full case folding
-(``(?fi)``), in copies of an atom: the module expands such a set's case variants for each
-copy, ~27 KB and ~40 µs apiece when a member is a Unicode property
+r"""What one copy of a character set of two or more members, one of them a Unicode
+property, costs under full case folding (``(?fi)``), in copies of an atom: the module
+expands such a set's case variants for each copy, ~27 KB and ~40 µs apiece
 (``(?fi)[\p{L}\p{N}\p{M}]{9999}`` took 0.4 s and 265 MB; a review ran four at once to
-466 MB). At this weight the cap allows ~310 copies of one: ~8 MB."""
+466 MB; ``(?fi)[a-z0-9]{9999}``, no property, 5 MB). At this weight the cap allows ~310
+copies of one: ~8 MB."""
 
 _QUOTE = 40  # characters of the pattern an error message quotes at most
 _CHILDREN = ("subpattern", "items", "branches", "yes_item", "no_item")
@@ -54,8 +55,9 @@ class PatternCost:
     copies: int
     """Copies of single atoms compiling the pattern makes: nested counted repetitions
     multiply (``(?:a{10}b){20}`` -> 220), alternatives add up. ``*``, ``+`` and ``?``
-    loop, they copy nothing. A fully case-folded set of several members counts
-    ``FOLDED_SET_COPIES``."""
+    loop, they copy nothing. A fully case-folded set of several members with a property
+    among them counts ``FOLDED_SET_COPIES``, and so do an alternation's single
+    characters that the module merges into one."""
     call: str | None
     """The first recursion or subroutine call, as spelled (quoted at most 40 characters),
     or ``None``."""
@@ -76,8 +78,10 @@ def pattern_cost(pattern: str, flags: int = 0) -> PatternCost:
             continue
         if isinstance(node, core.GreedyRepeat):  # also Lazy- and PossessiveRepeat
             times *= max(int(node.min_count), int(node.max_count or 0), 1)
-        if _is_folded_set_branch(core, node):
-            copies += times * FOLDED_SET_COPIES  # compiled into one folded set
+        merged = _merged_alternatives(core, node)
+        if merged is not None:
+            copies += times * FOLDED_SET_COPIES  # its single characters: one folded set
+            stack.extend((child, times) for child in merged)  # the other alternatives
             continue
         children = _children(core, node)
         if children:
@@ -89,27 +93,46 @@ def pattern_cost(pattern: str, flags: int = 0) -> PatternCost:
 
 def _atom_weight(core: ModuleType, node: Any) -> int:
     if isinstance(node, core.SetBase) and len(getattr(node, "items", ())) > 1:
-        return FOLDED_SET_COPIES if _fully_folded(node) else 1
+        return FOLDED_SET_COPIES if _costly_when_folded(core, node) else 1
     return 1
+
+
+def _costly_when_folded(core: ModuleType, atom: Any) -> bool:
+    """A property, or a set holding one at any depth, under full case folding: what the
+    module expands case by case (``(?fi)[a-z0-9]{9999}`` costs 5 MB, a set with a
+    property in it hundreds)."""
+    if not _fully_folded(atom):
+        return False
+    pending = [atom]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, core.Property):
+            return True
+        if isinstance(node, core.SetBase):
+            pending.extend(getattr(node, "items", ()))
+    return False
 
 
 def _fully_folded(node: Any) -> bool:
     return int(getattr(node, "case_flags", 0)) & _FULL_FOLDING == _FULL_FOLDING
 
 
-def _is_folded_set_branch(core: ModuleType, node: Any) -> bool:
-    """An alternation of single characters, properties and sets, with a property or a
-    set among them under full case folding: the module compiles it into one such set
-    (``(?fi)(?:\\p{L}|\\p{N}){4999}`` took 131 MB, a review found, counted as 9,998
-    copies)."""
+def _merged_alternatives(core: ModuleType, node: Any) -> list[Any] | None:
+    """For an alternation whose single-character alternatives (two or more, a property
+    or a property set among them under full case folding) the module merges into one
+    folded set (``(?fi)(?:\\p{L}|\\p{N}){4999}`` took 131 MB counted as 9,998 copies,
+    and ``(?fi)(?:\\p{L}|\\p{N}|){3333}`` 94 MB): its other alternatives, to be counted
+    as usual. ``None`` for any other node."""
     if not isinstance(node, core.Branch):
-        return False
-    atoms = [_single_atom(core, branch) for branch in node.branches]
-    if any(atom is None for atom in atoms):
-        return False
-    return any(
-        isinstance(atom, core.Property | core.SetBase) and _fully_folded(atom) for atom in atoms
-    )
+        return None
+    singles: list[Any] = []
+    others: list[Any] = []
+    for branch in node.branches:
+        atom = _single_atom(core, branch)
+        (others if atom is None else singles).append(branch if atom is None else atom)
+    if len(singles) < 2 or not any(_costly_when_folded(core, atom) for atom in singles):
+        return None
+    return others
 
 
 def _single_atom(core: ModuleType, node: Any) -> Any:

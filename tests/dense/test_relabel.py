@@ -162,7 +162,15 @@ def test_the_build_parameters_are_the_builders() -> None:
         assert index.storage is VectorStorage.SQ8
         # Review: these went to the builder unchecked; a string storage broke its next
         # build (after the swap, skipping ``on_graph``) and ``save``.
-        for name, bad in (("hnsw_m", 0), ("hnsw_threshold", "5"), ("storage", 8)):
+        bad_values = (
+            ("hnsw_m", 0),
+            ("hnsw_threshold", "5"),
+            ("storage", 8),
+            ("build_delay_s", float("nan")),  # review: a waiting builder spun on NaN
+            ("build_delay_s", float("inf")),  # ... and its thread died on infinity
+            ("build_delay_s", -5),
+        )
+        for name, bad in bad_values:
             with pytest.raises(ValueError, match=name):
                 setattr(index, name, bad)
         assert index._params() == {
