@@ -107,7 +107,6 @@ class Corpus:
                 name=config.name,
                 read_only=read_only,
                 busy_timeout=busy_timeout,
-                on_change=lambda: self._visibility.invalidate(),
                 on_config_change=lambda: self._model.adopt_written_config(),
             )
             self._sync.open_indexes()
@@ -325,7 +324,6 @@ class Corpus:
             for start in range(0, len(docs), _CHUNK):
                 chunk = docs[start : start + _CHUNK]
                 vectors = None if supplied is None else supplied[start : start + _CHUNK]
-                self._visibility.invalidate()
                 counts = self._model.ingestor.write(chunk, vectors)
                 totals = [a + b for a, b in zip(totals, counts, strict=True)]
                 bar.update(len(chunk))
@@ -333,7 +331,6 @@ class Corpus:
             # with its new text, never first with the old one.
             if self._embedder is not None and supplied is None:
                 self._heal_some()
-            self._visibility.invalidate()
             self._refresh_gauges()
         return AddResult(*totals)
 
@@ -343,10 +340,8 @@ class Corpus:
         """Delete documents by id; returns how many existed. Unknown ids are ignored."""
         wanted = checked_ids(ids)
         with self._sync.writing():
-            self._visibility.invalidate()
             deleted = self._store.delete(wanted)
             self._indexes.apply([], deleted, self._store.seq)
-            self._visibility.invalidate()
             self._refresh_gauges()
         return len(deleted)
 
@@ -389,10 +384,8 @@ class Corpus:
                     healed += n
                     if n == 0:  # none left, or the batch failed (smaller ones may heal)
                         break
-                    self._visibility.invalidate()
                     self._refresh_gauges()
             finally:
-                self._visibility.invalidate()
                 self._refresh_gauges()
         return healed
 
@@ -428,7 +421,6 @@ class Corpus:
             try:
                 total = self._store.mark_all_degraded()
                 self._indexes.drop_vectors(self._store.seq)
-                self._visibility.invalidate()
                 save_config(self._dir / "config.json", config)
                 self._sync.config_stamp = file_stamp(self._dir / "config.json")
                 self._model.write_with(config, new_embedder)
@@ -446,7 +438,6 @@ class Corpus:
                 )
             finally:
                 self._model.search_with(embedder=self._embedder)
-                self._visibility.invalidate()
                 self._refresh_gauges()
         logger.info("embedder switched: %d re-embedded, %d left degraded", done, total - done)
         return done

@@ -1,9 +1,9 @@
 """Which vectors the dense arm may return: public documents, optionally of one language
 and satisfying a filter on the declared fields.
 
-The allow-list is compiled once per (store generation, language, filter) and reused,
+The allow-list is compiled once per (store ``commits``, language, filter) and reused,
 because turning thousands of ids into a FAISS selector on every query would cost more
-than the search; at most ``MAX_CACHED`` filtered lists are kept per generation (oldest
+than the search; at most ``MAX_CACHED`` filtered lists are kept between commits (oldest
 dropped first). When every document is public and neither a language nor a filter is
 asked for, no allow-list is needed.
 """
@@ -20,22 +20,17 @@ MAX_CACHED = 128
 
 
 class DenseVisibility:
+    """The allow-lists of one corpus. They are forgotten whenever the store's
+    ``commits`` moves — after every write this process commits, and when it follows
+    another process's — so a list made while a write was under way (an add embeds, then
+    stores) is never used after that write commits."""
+
     def __init__(self, store: DocumentStore) -> None:
         self._store = store
         self._lock = threading.Lock()
-        self._generation = 0
-        self._cache: dict[
-            tuple[int, int | None, int, tuple[FieldFilter, ...]], AllowList | None
-        ] = {}
-        self._non_public: tuple[int, int] | None = None  # (generation, count)
+        self._cache: dict[tuple[int | None, int, tuple[FieldFilter, ...]], AllowList | None] = {}
+        self._non_public: int | None = None  # documents, counted once per ``commits``
         self._commits = store.commits
-
-    def invalidate(self) -> None:
-        """Call after every write to the store."""
-        with self._lock:
-            self._generation += 1
-            self._cache.clear()
-            self._non_public = None
 
     def allow_list(
         self,
@@ -44,21 +39,15 @@ class DenseVisibility:
         filters: tuple[FieldFilter, ...] = (),
     ) -> AllowList | None:
         with self._lock:
-            if self._store.commits != self._commits:
-                # A write committed since the lists were made: one made while it was
-                # under way (an add embeds, then stores) may hold documents it made
-                # non-public. The writer's own ``invalidate`` comes only after it.
-                self._commits = self._store.commits
-                self._generation += 1
+            commits = self._store.commits
+            if commits != self._commits:
+                self._commits, self._non_public = commits, None
                 self._cache.clear()
-                self._non_public = None
-            generation = self._generation
             if self._non_public is None:
-                self._non_public = (generation, self._store.count_non_public())
-            non_public = self._non_public[1]
-            if non_public == 0 and language_id is None and not filters:
+                self._non_public = self._store.count_non_public()
+            if self._non_public == 0 and language_id is None and not filters:
                 return None
-            key = (generation, language_id, id(index.identity), filters)
+            key = (language_id, id(index.identity), filters)
             if key not in self._cache:
                 while len(self._cache) >= MAX_CACHED:
                     del self._cache[next(iter(self._cache))]

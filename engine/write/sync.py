@@ -47,8 +47,7 @@ def file_stamp(path: Path) -> Stamp:
 class CorpusSync:
     """The write lock and change-following of one open corpus (see the module docstring).
 
-    ``on_change`` is called whenever another process's commits are about to be followed
-    (the owner forgets what it cached about visibility), ``on_config_change`` when
+    ``on_config_change`` is called when
     ``config.json`` changed on disk since it was last adopted (it may raise: see
     ``_adopt_changed_config``); ``name`` is for messages only.
     """
@@ -62,7 +61,6 @@ class CorpusSync:
         name: str,
         read_only: bool,
         busy_timeout: float,
-        on_change: Callable[[], None],
         on_config_change: Callable[[], None],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -71,7 +69,6 @@ class CorpusSync:
         self._indexes = indexes
         self._name = name
         self._busy_timeout = busy_timeout
-        self._on_change = on_change
         self._on_config_change = on_config_change
         self._lock = None if read_only else WriteLock(directory / "write.lock")
         self._local_lock = threading.RLock()  # read-only engines: orders close and writes
@@ -138,7 +135,6 @@ class CorpusSync:
             return
         with self._follow_lock:
             self._store.invalidate_caches()
-            self._on_change()
             if adopt_config and (holder or self._config_retry_at is None):
                 self._adopt_changed_config(holder=holder)
             self._indexes.follow(state)
