@@ -539,9 +539,46 @@ class DocumentStore:
             ).fetchall()
             yield from with_fields(conn, [row_to_doc(row) for row in rows])
 
-    def tombstones_since(self, seq: int) -> list[str]:
-        rows = self._reader().execute("SELECT source_id FROM tombstones WHERE seq > ?", (seq,))
-        return [str(r[0]) for r in rows]
+    def tombstones_since(self, seq: int) -> list[str] | None:
+        """The ids deleted after ``seq`` (and not written since); ``None`` when that
+        history was pruned (``prune_tombstones``): whatever reflects the store as of
+        ``seq`` must be rebuilt from the documents instead of caught up."""
+        conn = self._reader()
+        with self.read_snapshot():
+            if seq < _pruned_through(conn):
+                return None
+            rows = conn.execute("SELECT source_id FROM tombstones WHERE seq > ?", (seq,))
+            return [str(r[0]) for r in rows]
+
+    def prune_tombstones(self, through: int, *, keep: int) -> int:
+        """Forget the deletions made at ``seq`` <= ``through``, but never the newest
+        ``keep`` of them; returns how many were forgotten. A catch-up from before the
+        pruned point (``tombstones_since`` → ``None``) rebuilds instead: call this with
+        the oldest ``seq`` any index file on disk reflects."""
+        if keep > 0:
+            row = (
+                self._reader()
+                .execute(
+                    "SELECT seq FROM tombstones ORDER BY seq DESC LIMIT 1 OFFSET ?", (keep - 1,)
+                )
+                .fetchone()
+            )
+            if row is None:
+                return 0  # at most ``keep`` of them (the common case: one indexed read)
+            through = min(through, int(row[0]) - 1)  # the keep-th newest's seq stays whole
+        older = "SELECT 1 FROM tombstones WHERE seq <= ? LIMIT 1"
+        if self._reader().execute(older, (through,)).fetchone() is None:
+            return 0  # no write: other processes' caches need not look again
+        with self._transaction("could not prune deletions"):
+            gone = self._writer.execute("DELETE FROM tombstones WHERE seq <= ?", (through,))
+            if gone.rowcount > 0:  # only a forgotten deletion makes a catch-up impossible
+                self._writer.execute(
+                    "INSERT INTO meta(key, value) VALUES ('tombstones_pruned_through', ?) "
+                    "ON CONFLICT(key) DO UPDATE SET "
+                    "value = MAX(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER))",
+                    (str(through),),
+                )
+        return gone.rowcount
 
     def all_ids(self) -> set[str]:
         return {str(r[0]) for r in self._reader().execute("SELECT source_id FROM documents")}
@@ -579,6 +616,12 @@ def announce_change_at(store_path: Path) -> None:
             counter.bump()
         finally:
             counter.close()
+
+
+def _pruned_through(conn: sqlite3.Connection) -> int:
+    """The ``seq`` through which deletions were forgotten (-1: none ever were)."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'tombstones_pruned_through'").fetchone()
+    return -1 if row is None else int(row[0])
 
 
 _LOOK_AGAIN = -2

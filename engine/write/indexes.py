@@ -36,6 +36,10 @@ from sparse.analyzers import Analyzer, LanguageAnalyzers
 
 logger = logging.getLogger(__name__)
 
+_DELETIONS_KEPT = 10_000  # the newest deletions never pruned: a process that follows
+# (reads) fewer writes behind than this applies them; one further behind, or an index
+# file older than what was pruned, reloads from the store instead (as a fresh open does)
+
 
 class DerivedIndexes:
     """Owns a corpus's tantivy and FAISS indexes and keeps them consistent with its store."""
@@ -79,6 +83,7 @@ class DerivedIndexes:
         # What this process's view reflects (see the module docstring, "Several processes").
         self._epoch: int | None = None
         self._followed_seq = -1  # the store seq last followed
+        self._deleted_unpruned = 0  # deletions applied since tombstones were last pruned
         self.expected_dimension: int | None = None
         """The vectors' length when this index holds none yet but the corpus it is part
         of does (a shard of a sharded corpus, told by its coordinator)."""
@@ -129,6 +134,7 @@ class DerivedIndexes:
             else:
                 self._vectors.applied = state.seq
             self._followed_seq = state.seq
+            self._prune_tombstones()
 
     # -- following other processes' writes (no file written) --------------------------------
 
@@ -191,6 +197,9 @@ class DerivedIndexes:
             self._vectors.applied = self._followed_seq = seq
             if self._vectors_enabled:
                 self._vectors.apply(written, deleted, seq)
+            self._deleted_unpruned += len(deleted)
+            if self._deleted_unpruned >= _DELETIONS_KEPT:
+                self._prune_tombstones()
 
     @contextlib.contextmanager
     def privatizing(self, public: Sequence[str]) -> Iterator[None]:
@@ -244,6 +253,28 @@ class DerivedIndexes:
             self._keyword.flush()
             if self._vectors_enabled:
                 self._vectors.flush()
+            self._prune_tombstones()
+
+    def _prune_tombstones(self) -> None:
+        """Forget deletions every index file on disk already reflects (the store keeps
+        one row per deleted id otherwise, for good), except the newest
+        ``_DELETIONS_KEPT``. A contained failure: they are pruned at a later try."""
+        self._deleted_unpruned = 0
+        if self._store.read_only:
+            return
+        through = self._keyword.saved_seq()
+        saved = self._vectors.saved_seq() if self._vectors_enabled else None
+        if saved is not None:
+            through = min(through, saved)
+        if through < 0:
+            return
+        try:
+            gone = self._store.prune_tombstones(through, keep=_DELETIONS_KEPT)
+        except StorageError as exc:
+            logger.warning("could not prune deletions (%s); tried again later", exc)
+            return
+        if gone:
+            logger.info("forgot %d deletions the index files reflect", gone)
 
     def close(self, *, flush: bool = True) -> None:
         """Release the indexes; ``flush`` first only when holding the write lock."""

@@ -110,12 +110,16 @@ class KeywordIndexKeeper:
                 # A writer that died mid-commit (why the marker is behind) left files that
                 # would make the catch-up's first write fail and rebuild the whole index.
                 self.tantivy.collect_garbage()
-                self._catch_up(marker)
+                caught_up = self._catch_up(marker)
             except SparseError as exc:
                 logger.warning(
                     "tantivy catch-up failed (%s); rebuilding from the store",
                     type(exc.__cause__ or exc).__name__,
                 )
+                self._rebuild()
+                return
+            if not caught_up:
+                logger.info("keyword index older than the store's kept deletions; rebuilding")
                 self._rebuild()
                 return
         self.tantivy.commit()  # reload: another process may have committed since
@@ -128,10 +132,15 @@ class KeywordIndexKeeper:
             return
         self._mark(seq)
 
-    def _catch_up(self, since: int) -> None:
-        deleted = self._store.tombstones_since(since)
-        if deleted:
-            self.tantivy.delete(deleted)
+    def _catch_up(self, since: int) -> bool:
+        """Replay the store's changes after ``since`` (-1: every document, into an empty
+        index). False, with nothing done, when the deletions since then were pruned."""
+        if since >= 0:
+            deleted = self._store.tombstones_since(since)
+            if deleted is None:
+                return False
+            if deleted:
+                self.tantivy.delete(deleted)
         batch: list[SparseDocument] = []
         for doc in self._store.iter_documents(since_seq=since):
             batch.append(_to_sparse(doc))
@@ -140,6 +149,11 @@ class KeywordIndexKeeper:
                 batch = []
         if batch:
             self.tantivy.upsert(batch)
+        return True
+
+    def saved_seq(self) -> int:
+        """The store ``seq`` the index files on disk reflect (-1: being rebuilt)."""
+        return read_marker(self._marker)
 
     def _rebuild(self) -> None:
         seq = self._store.seq

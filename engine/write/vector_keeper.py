@@ -196,7 +196,12 @@ class VectorIndexKeeper:
     def _catch_up(self, since: int) -> None:
         if self.faiss is not None:
             deleted = self._store.tombstones_since(since)
-            if deleted:
+            if deleted is None:
+                # The deletions since then were pruned: every stored vector instead
+                # (what a fresh open does; the holder saves the file again).
+                logger.info("vector index older than the store's kept deletions; reloading")
+                self.faiss, since, self._file_stale = None, -1, True
+            elif deleted:
                 self.faiss.remove(deleted)
         ids: list[str] = []
         vectors: list[np.ndarray] = []
@@ -311,6 +316,11 @@ class VectorIndexKeeper:
             self.faiss.save(self._path, origin={"store": self._store.identity, "seq": seq})
         else:
             self._path.unlink(missing_ok=True)
+
+    def saved_seq(self) -> int | None:
+        """The store ``seq`` ``vectors.faiss`` reflects by its marker; ``None`` when
+        there is no file (the next open loads every stored vector: no history needed)."""
+        return read_marker(self._marker) if self._path.exists() else None
 
     def flush(self) -> None:
         """Save the file if anything it should hold is not in it yet."""
