@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -51,6 +52,28 @@ from sparse import FieldFilter, KeywordHit, KeywordSearchFacade, TermStatistics
 from sparse.clamp import clamp_language, clamp_text
 
 logger = logging.getLogger(__name__)
+
+Ranking = Callable[[frozenset[str]], tuple[list[FusedHit], list[KeywordHit]]]
+"""A search's fused ranking (and its keyword hits), leaving out the ids given: the arms
+run once, and a page ranked again without hits the store no longer confirms
+(``Searcher._refilled``) re-fuses what they found."""
+
+_REFILL_ROUNDS = 3
+"""Times a page is ranked again without unconfirmed hits (each round finds those the
+previous one's new candidates brought: a lagging index rarely needs more than one)."""
+
+_Hit = TypeVar("_Hit", KeywordHit, tuple[str, float])
+
+
+def _without(hits: Sequence[_Hit], exclude: frozenset[str]) -> list[_Hit]:
+    """``hits`` less those whose id is in ``exclude`` (a copy either way)."""
+    if not exclude:
+        return list(hits)
+    return [hit for hit in hits if _hit_id(hit) not in exclude]
+
+
+def _hit_id(hit: KeywordHit | tuple[str, float]) -> str:
+    return hit[0] if isinstance(hit, tuple) else hit.source_id
 
 
 @dataclass(frozen=True)
@@ -148,11 +171,13 @@ class Searcher:
         strategy = resolve_strategy(p.corpus, p.embedder, p.metrics)
         if strategy is Strategy.KEYWORD and p.embedder is not None:
             p.metrics.fallbacks.labels(p.corpus, FallbackReason.EMBEDDER_DOWN.value).inc()
+        rank: Ranking | None = None
         fused: list[FusedHit] | None = None
         sparse_hits: list[KeywordHit] = []
         if strategy is Strategy.HYBRID and p.embedder is not None:
             try:
-                fused, sparse_hits = self._hybrid(p, p.embedder, text, need, language, filters)
+                rank = self._hybrid(p, p.embedder, text, need, language, filters)
+                fused, sparse_hits = rank(frozenset())
             except QueryEmbedTimeout:
                 # Not a failure of the embedder's (it may answer yet): embedder_up stays.
                 p.metrics.fallbacks.labels(p.corpus, FallbackReason.EMBEDDER_TIMEOUT.value).inc()
@@ -167,11 +192,54 @@ class Searcher:
         # (p95 over the c/2 bound at 2 threads a process: 1.79 -> 1.11, README); the
         # database fallback's scans step out of it (GateFreeBackend).
         with p.gate:
-            if fused is None:
-                fused, sparse_hits = self._keyword(p, text, need, language, filters, skip == 0)
+            if rank is None or fused is None:
+                rank = self._keyword(p, text, need, language, filters, skip == 0)
+                fused, sparse_hits = rank(frozenset())
             passages = build_passages(p, fused[skip:need], sparse_hits, text, language, filters)
+            # A hit dropped from the page, or — the index known to lag the store — perhaps
+            # from a page above it (which would shift this one): rank again without them.
+            if len(passages) < len(fused[skip:need]) or (skip and p.indexes.keyword_pending):
+                passages = self._refilled(
+                    p, rank, fused, passages, skip, need, text, language, filters
+                )
         p.metrics.searches.labels(p.corpus, strategy.value).inc()
         p.metrics.search_duration.labels(p.corpus).observe(time.perf_counter() - started)
+        return passages
+
+    @staticmethod
+    def _refilled(
+        p: SearchState,
+        rank: Ranking,
+        fused: list[FusedHit],
+        passages: list[Passage],
+        skip: int,
+        need: int,
+        text: str,
+        language: int | None,
+        filters: tuple[FieldFilter, ...],
+    ) -> list[Passage]:
+        """The page again, ranked without the hits the store no longer confirms.
+
+        An index that lags the store — a writer that died between its store commit and
+        its keyword commit, a write landing mid-search — returns documents since deleted
+        or made non-public. ``build_passages`` drops them (never shown); left at that,
+        the page came back short, with gaps in the arms' ranks, for as long as the lag
+        lasted. Ranked again without them, the next candidates fill it. Only when a hit
+        was dropped (or the index lags): a few rounds at most, each one store read of the
+        ranking's ids down to the page's end. ``passages``: the page as first built."""
+        exclude: frozenset[str] = frozenset()
+        for _ in range(_REFILL_ROUNDS):
+            ranked = [hit.id for hit in fused[:need]]
+            confirmed = p.store.headers(ranked, filters=filters)
+            stale = frozenset(sid for sid in ranked if sid not in confirmed) - exclude
+            if not stale:
+                break
+            exclude |= stale
+            fused, sparse_hits = rank(exclude)
+            page = fused[skip:need]
+            passages = build_passages(p, page, sparse_hits, text, language, filters)
+            if len(passages) == len(page):
+                break
         return passages
 
     # -- strategies -----------------------------------------------------------------------
@@ -280,24 +348,31 @@ class Searcher:
         language: int | None,
         filters: tuple[FieldFilter, ...],
         first_page: bool,
-    ) -> tuple[list[FusedHit], list[KeywordHit]]:
-        t0 = time.perf_counter()
-        # On a first page the tantivy backend cuts the excerpts from the store's texts with
-        # the term order it has at hand (``build_passages`` cutting them would analyse the
-        # query a second time: ~0.2 ms of Cranfield's ~1.4 ms answer). Deeper, it would
-        # read the text of every hit above the page too (offset 1,000 of megabyte texts:
-        # a gigabyte, for 200 passages): ``build_passages`` cuts the page's alone.
-        wanted = keyword_only_window(p.config, need)
-        hits = p.keyword_full.search(
-            text,
-            wanted,
-            language,
-            filters=filters,
-            excerpts=first_page and wanted == need,
-            distinct_urls=False,
-        )
-        p.metrics.arm_duration.labels(p.corpus, Arm.SPARSE.value).observe(time.perf_counter() - t0)
-        return fuse_arms(p.config, hits, None, need), hits
+    ) -> Ranking:
+        def rank(exclude: frozenset[str]) -> tuple[list[FusedHit], list[KeywordHit]]:
+            t0 = time.perf_counter()
+            # On a first page the tantivy backend cuts the excerpts from the store's texts
+            # with the term order it has at hand (``build_passages`` cutting them would
+            # analyse the query a second time: ~0.2 ms of Cranfield's ~1.4 ms answer).
+            # Deeper, it would read the text of every hit above the page too (offset 1,000
+            # of megabyte texts: a gigabyte, for 200 passages): ``build_passages`` cuts
+            # the page's alone.
+            wanted = keyword_only_window(p.config, need) + len(exclude)
+            hits = p.keyword_full.search(
+                text,
+                wanted,
+                language,
+                filters=filters,
+                excerpts=first_page and wanted == need,
+                distinct_urls=False,
+            )
+            p.metrics.arm_duration.labels(p.corpus, Arm.SPARSE.value).observe(
+                time.perf_counter() - t0
+            )
+            kept = _without(hits, exclude)
+            return fuse_arms(p.config, kept, None, need), kept
+
+        return rank
 
     def _hybrid(
         self,
@@ -307,7 +382,7 @@ class Searcher:
         need: int,
         language: int | None,
         filters: tuple[FieldFilter, ...],
-    ) -> tuple[list[FusedHit], list[KeywordHit]]:
+    ) -> Ranking:
         window = hybrid_window(p.config, need)
         sparse_arm: list[Future[list[KeywordHit]]] = []
         arm_lock = threading.Lock()
@@ -343,24 +418,31 @@ class Searcher:
         sparse_hits = done[0] if done else self._sparse_arm(p, text, window, language, filters)
         if not sparse_hits and p.store.has_public_documents():
             p.metrics.sparse_arm_empty.labels(p.corpus).inc()
-        fused = self._fused(p, vector, text, window, need, language, filters, sparse_hits, dense)
-        if window > p.config.window:  # a page past the fusion window
-            # Each arm runs again for the window's own ranking (and is timed again: the
-            # arm metrics count arm runs, two per such search).
-            small = p.config.window
-            head = self._fused(
-                p,
-                vector,
-                text,
-                small,
-                small,
-                language,
-                filters,
-                self._sparse_arm(p, text, small, language, filters),
-                self._dense_arm(p, vector, small, language, filters),
+
+        def rank(exclude: frozenset[str]) -> tuple[list[FusedHit], list[KeywordHit]]:
+            kept = _without(sparse_hits, exclude)
+            fused = self._fused(
+                p, vector, text, window, need, language, filters, kept, _without(dense, exclude)
             )
-            fused = paged_ranking(head, fused, need)
-        return fused, sparse_hits
+            if window > p.config.window:  # a page past the fusion window
+                # Each arm runs again for the window's own ranking (and is timed again:
+                # the arm metrics count arm runs, two per such search).
+                small = p.config.window
+                head = self._fused(
+                    p,
+                    vector,
+                    text,
+                    small,
+                    small,
+                    language,
+                    filters,
+                    _without(self._sparse_arm(p, text, small, language, filters), exclude),
+                    _without(self._dense_arm(p, vector, small, language, filters), exclude),
+                )
+                fused = paged_ranking(head, fused, need)
+            return fused, kept
+
+        return rank
 
     @staticmethod
     def _dense_arm(
