@@ -33,6 +33,7 @@ from pathlib import Path
 
 from engine.errors import StorageError
 from engine.storage import DocumentStore, StoredDocument
+from engine.write.lock import LOCK_FILE, held_by_a_process
 from engine.write.seq_markers import (
     Stamp,
     read_ids,
@@ -72,6 +73,7 @@ class KeywordIndexKeeper:
         self._marker = directory / "tantivy.seq"
         self._behind_flag = directory / "tantivy.behind"
         self._withdrawn_file = directory / "tantivy.withdrawn"
+        self._write_lock = directory / LOCK_FILE
         self._behind = False  # this process's keyword write failed: catch up before the next
         self._flagged = False  # behind flag, or a rebuild running elsewhere
         self._seen = -1  # tantivy.seq when the tantivy reader last reloaded
@@ -351,10 +353,16 @@ class KeywordIndexKeeper:
             except (SparseError, OSError) as exc:
                 logger.debug("keyword index reload failed (%s)", type(exc).__name__)
         lagging = marker < followed_seq
-        # A failed withdrawal leaves the flag without a lag (the marker stays put): the
-        # withdrawn list beside it says the index lacks documents the store has public.
-        self._flagged = marker < 0 or (
-            self._behind_flag.exists() and (lagging or self._withdrawn_file.exists())
+        withdrawn = self._withdrawn_file.exists()
+        self._flagged = (
+            marker < 0
+            # A failed withdrawal leaves the flag without a lag (the marker stays put):
+            # the withdrawn list beside it says the index lacks documents the store has
+            # public.
+            or (self._behind_flag.exists() and (lagging or withdrawn))
+            # So does the list of a withdrawal whose writer died before its store write:
+            # no process holds the write lock that the withdrawing one holds throughout.
+            or (withdrawn and not held_by_a_process(self._write_lock))
         )
         self.pending = lagging or (self._seen, self._seen_stamp) != (marker, stamp)
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from engine.errors import CorpusNotFound, EngineBusy, EngineReadOnly
 from engine.storage import DocumentStore
 from engine.write.indexes import DerivedIndexes
-from engine.write.lock import WriteLock
+from engine.write.lock import LOCK_FILE, WriteLock
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class CorpusSync:
         self._name = name
         self._busy_timeout = busy_timeout
         self._on_config_change = on_config_change
-        self._lock = None if read_only else WriteLock(directory / "write.lock")
+        self._lock = None if read_only else WriteLock(directory / LOCK_FILE)
         self._local_lock = threading.RLock()  # read-only engines: orders close and writes
         self._follow_lock = threading.Lock()
         self._exclusive = False
@@ -278,7 +278,7 @@ def mark_dropped(
     caller's own teardown: only once nothing can fail for want of the lock), then record
     the drop in its store, so every process that has it open stops answering for it.
     ``EngineBusy`` when a write holds the lock past ``busy_timeout``: nothing was done."""
-    lock = WriteLock(directory / "write.lock")
+    lock = WriteLock(directory / LOCK_FILE)
     if not lock.acquire(busy_timeout):
         lock.close()
         raise EngineBusy(f"{directory.name}: a write held the lock for {busy_timeout:g} s")

@@ -400,6 +400,14 @@ def test_a_writer_dead_after_its_withdrawal_leaves_a_list_the_next_holder_puts_b
     _crash_a_writer_after_its_withdrawal(fresh)
     assert (directory / "tantivy.seq").read_text() == marker
     assert (directory / "tantivy.withdrawn").exists()
+    # Review: a process opening the directory before any writer does — read-only, so it
+    # can never put them back itself — answered from the index without them. No process
+    # holds the write lock, so the list is a dead writer's: it answers from the database.
+    with SearchEngine(fresh, read_only=True) as reader:
+        follower = reader.corpus("c")
+        found = [p.source_id for p in follower.search("alpha", top_k=TOP_K)]
+        assert set(PRIVATIZED) <= set(found[:5])
+        assert not follower._indexes.keyword_index_current
     indexed: list[str] = []
     real_upsert = TantivyIndex.upsert
 
