@@ -256,7 +256,10 @@ class SearchEngine:
             config = CorpusConfig.model_validate(config.model_dump(warnings=False))
         except ValueError as exc:  # pydantic's ValidationError is a ValueError
             raise InvalidArgument(f"invalid corpus config: {exc}") from None
-        with self._lock, self._engine_writing():
+        # The root's lock alone while waiting: the engine's own lock, held for that wait
+        # (up to ``busy_timeout``), stalled every thread opening any corpus meanwhile —
+        # a server's reads of corpora nobody was writing.
+        with self._engine_writing():
             directory = self._corpus_dir(config.name)
             if (directory / "config.json").exists():
                 if not _marked_dropped(directory):
@@ -272,14 +275,17 @@ class SearchEngine:
             # never a listed corpus without a store that read-only engines cannot open.
             DocumentStore(directory / "store.sqlite3").close()
             save_config(directory / "config.json", config)
-            return self._open(config, directory)
+            with self._lock:
+                self._check_open()  # closed while this create waited
+                return self._open(config, directory)
 
     @sealed
     def corpus(self, name: str) -> Corpus:
         """Open an existing corpus (the same object on every call)."""
         self._check_open()
+        directory = self._corpus_dir(name)  # validates first: a list is not a name
+        config_path = directory / "config.json"
         with self._lock:
-            directory = self._corpus_dir(name)  # validates first: a list is not a name
             known = self._corpora.get(name)
             if known is not None and known.is_current() and not known._closed:
                 return known
@@ -288,31 +294,32 @@ class SearchEngine:
                 if not known._closed:
                     with contextlib.suppress(EngineError, sqlite3.Error, OSError):
                         known._discard()  # saves nothing: the directory may be a new corpus's
-            config_path = directory / "config.json"
-            if config_path.is_file() and _marked_dropped(directory):
-                # A drop that died between marking the store and moving it away: finish it
-                # — if it is still that, once this engine holds the root's lock (a live
-                # drop elsewhere holds it until done, and may be followed by a create).
-                if self._read_only:
-                    raise CorpusNotFound(f"no corpus named {name!r}")
-                with self._engine_writing():
-                    if config_path.is_file() and _marked_dropped(directory):
-                        with contextlib.suppress(OSError):
-                            self._remove(name, directory)
-                        raise CorpusNotFound(f"no corpus named {name!r}")
-            if not config_path.is_file():
-                if known is not None:  # dropped by another engine: its series go too
-                    self.metrics.forget(name)
-                raise CorpusNotFound(f"no corpus named {name!r}")
-            try:
-                config = CorpusConfig.model_validate(json.loads(config_path.read_text("utf-8")))
-                return self._open(config, directory)
-            except (OSError, sqlite3.Error):
-                # Another process dropped it between the check and the open (its
-                # directory renamed away under us): absent, not a storage failure.
+            if not (config_path.is_file() and _marked_dropped(directory)):
                 if not config_path.is_file():
-                    raise CorpusNotFound(f"no corpus named {name!r}") from None
-                raise
+                    if known is not None:  # dropped by another engine: its series go too
+                        self.metrics.forget(name)
+                    raise CorpusNotFound(f"no corpus named {name!r}")
+                try:
+                    config = CorpusConfig.model_validate(json.loads(config_path.read_text("utf-8")))
+                    return self._open(config, directory)
+                except (OSError, sqlite3.Error):
+                    # Another process dropped it between the check and the open (its
+                    # directory renamed away under us): absent, not a storage failure.
+                    if not config_path.is_file():
+                        raise CorpusNotFound(f"no corpus named {name!r}") from None
+                    raise
+        # A drop that died between marking the store and moving it away: finish it — if it
+        # is still that once this engine holds the root's lock (a live drop, here or
+        # elsewhere, holds it until done, and may be followed by a create). Not under the
+        # engine's own lock: a drop in another thread holds the root's and then takes that.
+        if self._read_only:
+            raise CorpusNotFound(f"no corpus named {name!r}")
+        with self._engine_writing():
+            if not (config_path.is_file() and _marked_dropped(directory)):
+                return self.corpus(name)  # re-created meanwhile, or gone
+            with contextlib.suppress(OSError):
+                self._remove(name, directory)
+        raise CorpusNotFound(f"no corpus named {name!r}")
 
     def _opened(self, name: str) -> Corpus | None:
         """The corpus ``name`` if it is open here and current, else None — without taking
@@ -344,13 +351,14 @@ class SearchEngine:
     def drop_corpus(self, name: str) -> None:
         """Delete a corpus and everything in it. Raises ``CorpusNotFound``."""
         self._check_open()
-        with self._lock, self._engine_writing():
+        with self._engine_writing():  # alone while waiting, as in ``create_corpus``
             directory = self._corpus_dir(name)
             if not (directory / "config.json").is_file():
                 raise CorpusNotFound(f"no corpus named {name!r}")
 
             def discard() -> None:
-                corpus = self._corpora.pop(name, None)
+                with self._lock:
+                    corpus = self._corpora.pop(name, None)
                 if corpus is not None:
                     corpus._discard()  # waits for this process's calls in flight on it
 
@@ -362,7 +370,8 @@ class SearchEngine:
             with open_here._drop_waiting() if open_here is not None else contextlib.nullcontext():
                 mark_dropped(directory, self._busy_timeout, first=discard)
             self._remove(name, directory)
-            self._embedders.keep_only(self._specs_in_use())
+            with self._lock:
+                self._embedders.keep_only(self._specs_in_use())
 
     def _remove(self, name: str, directory: Path) -> None:
         """The last step of a drop (engine lock held). Out of the way in one rename, then
