@@ -19,6 +19,7 @@ A header the answer set itself is kept.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -104,6 +105,8 @@ class RequestGuard:
         started = [False]
         added = _LIVE_ANSWER if _is_live(scope["path"]) else _EVERY_ANSWER
 
+        hung_up = [False]
+
         async def tracked(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status[0] = int(message["status"])
@@ -111,35 +114,59 @@ class RequestGuard:
                 message = _with_headers(message, added)
             await send(message)
 
+        async def watched() -> Message:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                hung_up[0] = True
+            return message
+
         try:
-            await self.app(scope, receive, tracked)
+            await self.app(scope, watched, tracked)
         except ClientDisconnect:
             # The client hung up before its body arrived (nothing was written: uploads
             # are spooled whole first). Not a server error: counted as nginx's 499.
             logger.debug("client closed the connection before its request body arrived")
             if not started[0]:
                 status[0] = _CLIENT_CLOSED
+        except asyncio.CancelledError:
+            # The server is stopping and its graceful shutdown ran out with this request
+            # still reading its body or answering (a slow upload, a long ``ask``): uvicorn
+            # cancels it. Answered in the one error shape, rather than uvicorn's bare text
+            # 500 and an "Exception in ASGI application" traceback in the log — and the
+            # request ends here (the guard is the app's outermost layer: nothing outside
+            # it waits for this cancellation but the server that asked for it).
+            logger.warning("a request was cut off by the server's shutdown")
+            if not started[0]:
+                await _error_answer(
+                    tracked, send, 503, "shutting_down", "the server is shutting down"
+                )
         except Exception as exc:  # the last line of defence: never a traceback page
             logger.error("unhandled %s while answering a request", type(exc).__name__)
             if not started[0]:
-                body = json.dumps(
-                    error_body("internal_error", "the server failed to answer this request")
-                ).encode()
-                await tracked(
-                    {
-                        "type": "http.response.start",
-                        "status": 500,
-                        "headers": [(b"content-type", b"application/json")],
-                    }
+                await _error_answer(
+                    tracked, send, 500, "internal_error", "the server failed to answer this request"
                 )
-                await send({"type": "http.response.body", "body": body})
         finally:
+            if hung_up[0] and status[0] == 400:
+                # FastAPI answers a body cut short by a hang-up with a 400 of its own (to
+                # nobody): the client is gone, counted as such.
+                status[0] = _CLIENT_CLOSED
             metrics: RequestMetrics | None = getattr(scope["app"].state, "request_metrics", None)
             if metrics is not None:
                 route = getattr(scope.get("route"), "path", None) or scope.get(ROUTE_KEY)
                 route = route or "unmatched"
                 metrics.requests.labels(route, scope.get("method", ""), str(status[0])).inc()
                 metrics.duration.labels(route).observe(time.perf_counter() - start)
+
+
+async def _error_answer(tracked: Send, send: Send, status: int, code: str, message: str) -> None:
+    """A whole JSON error answer (its start through ``tracked``: counted, headers added)."""
+    body = json.dumps(error_body(code, message)).encode()
+    headers = [(b"content-type", b"application/json")]
+    if status == 503:
+        headers.append((b"connection", b"close"))
+    await tracked({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def scrape(engine: SearchEngine, *, multiprocess: bool) -> bytes:

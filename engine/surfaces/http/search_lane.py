@@ -27,6 +27,7 @@ import re
 
 import orjson
 from pydantic import ValidationError
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engine import EngineError
@@ -71,6 +72,7 @@ class SearchLane:
         if match is None:
             await self.app(scope, receive, send)
             return
+        scope[ROUTE_KEY] = SEARCH_ROUTE  # the request guard's label, as for FastAPI's routes
         try:
             body = await _read_body(receive)
         except ApiError as refused:  # the body cap stopped it
@@ -80,7 +82,6 @@ class SearchLane:
         if request is None:  # FastAPI writes the refusal, in the API's one shape
             await self.app(scope, _replay(body, receive), send)
             return
-        scope[ROUTE_KEY] = SEARCH_ROUTE  # the request guard's label, as for FastAPI's routes
         try:
             passages = await run_search(scope["app"], match.group(1), request)
         except EngineError as exc:
@@ -111,8 +112,10 @@ async def _read_body(receive: Receive) -> bytes:
     chunks: list[bytes] = []
     while True:
         message = await receive()
-        if message["type"] != "http.request":  # the client went away: nothing to answer
-            break
+        if message["type"] != "http.request":
+            # The client went away before its body was whole: what arrived may still
+            # parse (a search of half a query, for nobody). The guard counts it as gone.
+            raise ClientDisconnect()
         chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
             break

@@ -86,8 +86,11 @@ class ServerSettings(BaseModel):
 def load_token(settings: ServerSettings) -> str | None:
     """The write token: ``token_file``'s content, else ``$TANDEM_API_TOKEN``, else ``None``.
 
-    Raises ``InvalidArgument`` for an unreadable file or a token shorter than
-    ``MIN_TOKEN_CHARS`` (surrounding whitespace is ignored).
+    Raises ``InvalidArgument`` for an unreadable file, or a token shorter than
+    ``MIN_TOKEN_CHARS`` or with other characters than printable ASCII (surrounding
+    whitespace is ignored): HTTP carries header values as bytes that clients send in
+    ASCII (httpx refuses anything else, curl sends UTF-8 that the server reads as
+    Latin-1), so any other token could never be given back.
     """
     if settings.token_file is not None:
         try:
@@ -102,10 +105,10 @@ def load_token(settings: ServerSettings) -> str | None:
         source = f"${TOKEN_ENV}"
         if not token:
             return None
-    if len(token) < MIN_TOKEN_CHARS or any(ch.isspace() for ch in token):
+    if len(token) < MIN_TOKEN_CHARS or not all("!" <= ch <= "~" for ch in token):
         raise InvalidArgument(
-            f"the API token from {source} must be at least {MIN_TOKEN_CHARS} characters "
-            "without spaces; make one with: python -c 'import secrets; "
+            f"the API token from {source} must be at least {MIN_TOKEN_CHARS} characters, "
+            "printable ASCII without spaces; make one with: python -c 'import secrets; "
             "print(secrets.token_urlsafe(32))'"
         )
     return token

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from starlette.types import Message
 
 from engine import Corpus, CorpusConfig, Document, EngineBusy, SearchEngine
 from engine.limits import MAX_GREP_PATTERN
@@ -718,24 +719,21 @@ def test_an_upload_stopped_by_a_busy_lock_says_what_it_stored(
     assert len(corpus) == BATCH_SIZE + 5
 
 
-def test_a_client_hanging_up_mid_upload_is_no_server_error(
-    client: TestClient, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Regression: Starlette's ClientDisconnect escaped to the last-resort guard, which
-    logged an ERROR and counted a 500 for every upload a client abandoned."""
-    client.post("/v1/corpora", json={"name": "hangup", "embedder": None}, headers=AUTH)
+def _hang_up(client: TestClient, path: str, content_type: bytes, first: bytes) -> list[Message]:
+    """Send ``first`` of a body said to be 100,000 bytes long to ``path``, then hang up;
+    what the app sent back."""
     messages = iter(
         [
-            {"type": "http.request", "body": b'{"id": "a", "text": "x"}\n', "more_body": True},
+            {"type": "http.request", "body": first, "more_body": True},
             {"type": "http.disconnect"},
         ]
     )
-    sent: list[dict[str, Any]] = []
+    sent: list[Message] = []
 
-    async def receive() -> dict[str, Any]:
+    async def receive() -> Message:
         return next(messages)
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: Message) -> None:
         sent.append(message)
 
     scope = {
@@ -744,30 +742,90 @@ def test_a_client_hanging_up_mid_upload_is_no_server_error(
         "http_version": "1.1",
         "method": "POST",
         "scheme": "http",
-        "path": "/v1/corpora/hangup/documents",
-        "raw_path": b"/v1/corpora/hangup/documents",
+        "path": path,
+        "raw_path": path.encode(),
         "query_string": b"",
         "root_path": "",
         "headers": [
             (b"host", b"testserver"),
             (b"authorization", f"Bearer {TOKEN}".encode()),
-            (b"content-type", b"application/x-ndjson"),
+            (b"content-type", content_type),
             (b"content-length", b"100000"),
         ],
         "client": ("127.0.0.1", 1),
         "server": ("testserver", 80),
         "app": client.app,
     }
+    client.portal.call(client.app, scope, receive, send)  # type: ignore[union-attr]
+    return sent
+
+
+def _counted(client: TestClient, route: str) -> list[str]:
+    metrics = client.get("/metrics").text
+    label = f'route="{route}"'
+    return [
+        line
+        for line in metrics.splitlines()
+        if line.startswith("tandem_http_requests_total") and label in line
+    ]
+
+
+def test_a_client_hanging_up_mid_upload_is_no_server_error(
+    client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Regression: Starlette's ClientDisconnect escaped to the last-resort guard, which
+    logged an ERROR and counted a 500 for every upload a client abandoned."""
+    client.post("/v1/corpora", json={"name": "hangup", "embedder": None}, headers=AUTH)
     with caplog.at_level("DEBUG", logger="engine.surfaces.http.ops"):
-        client.portal.call(client.app, scope, receive, send)  # type: ignore[union-attr]
+        sent = _hang_up(
+            client,
+            "/v1/corpora/hangup/documents",
+            b"application/x-ndjson",
+            b'{"id": "a", "text": "x"}\n',
+        )
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
     assert not [m for m in sent if m.get("status") == 500]
-    metrics = client.get("/metrics").text
-    route = 'route="/v1/corpora/{name}/documents"'
-    counted = [line for line in metrics.splitlines() if route in line]
+    counted = _counted(client, "/v1/corpora/{name}/documents")
     assert not [line for line in counted if 'status="500"' in line]
     assert [line for line in counted if 'status="499"' in line]
     assert len(client.app.state.engine.corpus("hangup")) == 0  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("path", "route", "first"),
+    [
+        ("/v1/corpora/hung/search", "/v1/corpora/{name}/search", b'{"query": "abc"}'),
+        ("/v1/corpora/hung/grep", "/v1/corpora/{name}/grep", b'{"pattern": "abc"}'),
+    ],
+    ids=["search", "grep"],
+)
+def test_a_client_hanging_up_mid_body_is_counted_as_gone(
+    client: TestClient, path: str, route: str, first: bytes
+) -> None:
+    """Review: the search lane took a hang-up for the end of the body and searched the
+    part that had arrived (a complete JSON object: counted a 200 and a search); FastAPI's
+    routes answered 400. Both now count the README's 499 and run nothing."""
+    client.post("/v1/corpora", json={"name": "hung", "embedder": None}, headers=AUTH)
+    before = {status: _count(client, route, status) for status in ("200", "400", "499")}
+    searches_before = _searches(client)
+    _hang_up(client, path, b"application/json", first)
+    after = {status: _count(client, route, status) for status in ("200", "400", "499")}
+    assert after == {**before, "499": before["499"] + 1}
+    assert _searches(client) == searches_before
+
+
+def _count(client: TestClient, route: str, status: str) -> float:
+    label = f'status="{status}"'
+    return sum(float(line.rsplit(" ", 1)[1]) for line in _counted(client, route) if label in line)
+
+
+def _searches(client: TestClient) -> float:
+    metrics = client.get("/metrics").text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("tandem_searches_total{")
+    )
 
 
 def test_agent_memory_remember_and_recall_by_scope(client: TestClient) -> None:

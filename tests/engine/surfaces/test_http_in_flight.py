@@ -1,12 +1,20 @@
-"""A server's shutdown waits for the uploads being written (``WritesInFlight``)."""
+"""A server's shutdown: it waits for the uploads being written (``WritesInFlight``), and
+answers what it cuts off in the error shape (``RequestGuard``)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import threading
+from types import SimpleNamespace
+
+import pytest
+from starlette.types import Message, Receive, Scope, Send
 
 from engine.surfaces.bulk import BulkReport
 from engine.surfaces.http.in_flight import WritesInFlight
+from engine.surfaces.http.ops import RequestGuard
 from engine.surfaces.http.routes_write import _outliving_cancellation
 
 
@@ -54,3 +62,43 @@ def test_an_upload_cancelled_by_a_shutdown_still_answers_its_report() -> None:
         return await request
 
     assert asyncio.run(shutdown_cancels_the_request()) is report
+
+
+def test_a_request_cancelled_by_a_shutdown_gets_the_error_shape(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Review: a request still reading its body (or a read still running) when uvicorn
+    cancelled it past the grace period got uvicorn's bare text 500 and a traceback in the
+    log — ``RequestGuard`` caught ``Exception`` only. It now answers a JSON 503."""
+    reading = asyncio.Event()
+    sent: list[Message] = []
+
+    async def slow_upload(scope: Scope, receive: Receive, send: Send) -> None:
+        reading.set()
+        await asyncio.sleep(3600)  # waiting for a body that trickles in
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"", "more_body": True}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    async def shutdown_cancels_the_request() -> None:
+        guard = RequestGuard(slow_upload)
+        app = SimpleNamespace(state=SimpleNamespace())  # no request metrics
+        scope = {"type": "http", "path": "/v1/corpora/c/documents", "method": "POST", "app": app}
+        request = asyncio.ensure_future(guard(scope, receive, send))
+        await reading.wait()
+        request.cancel(msg="Task cancelled, timeout graceful shutdown exceeded")
+        await request  # ends: the guard answered (nothing outside it waits to be cancelled)
+
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(shutdown_cancels_the_request())
+    start, body = sent
+    assert start["status"] == 503
+    headers = dict(start["headers"])
+    assert headers[b"content-type"] == b"application/json"
+    assert headers[b"cache-control"] == b"no-store"
+    assert headers[b"x-content-type-options"] == b"nosniff"
+    assert json.loads(body["body"])["error"]["code"] == "shutting_down"
+    assert "cut off by the server's shutdown" in caplog.text

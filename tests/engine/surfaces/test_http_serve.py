@@ -17,8 +17,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from engine import CorpusConfig, Document, EngineLocked, SearchEngine
+from engine import CorpusConfig, Document, EngineLocked, InvalidArgument, SearchEngine
 from engine.surfaces.http.protocol import MAX_HEAD_BYTES
+from engine.surfaces.http.settings import ServerSettings, load_token
 from tests.support.serve import running_server, serve_command, stop
 
 TOKEN = "serve-test-token-0123456789abcdef"
@@ -129,6 +130,21 @@ def test_an_unusable_token_is_refused_at_start(tmp_path: Path) -> None:
     short.write_text("abc", encoding="utf-8")
     assert "at least 16 characters" in _fails_with(["--token-file", str(short)], home)
     assert "TANDEM_API_TOKEN" in _fails_with([], home, {"TANDEM_API_TOKEN": "short"})
+
+
+@pytest.mark.parametrize("token", ["pässwörd-ünïcode-tøken-1234", "tab\tinside-a-long-token"])
+def test_a_token_no_client_could_send_is_refused(tmp_path: Path, token: str) -> None:
+    """Review: a non-ASCII token was accepted at start and then never matched — httpx
+    refuses to send it, curl sends its UTF-8 bytes, which the server reads as Latin-1."""
+    token_file = tmp_path / "token"
+    token_file.write_text(token, encoding="utf-8")
+    with pytest.raises(InvalidArgument, match="printable ASCII"):
+        load_token(ServerSettings(home=tmp_path, token_file=token_file))
+    token_file.write_text("A-printable-ASCII-token~!", encoding="utf-8")
+    assert (
+        load_token(ServerSettings(home=tmp_path, token_file=token_file))
+        == "A-printable-ASCII-token~!"
+    )
 
 
 def _many_processes_supported(home: Path) -> bool:
