@@ -53,6 +53,7 @@ from engine.limits import (
     SOURCE_ID_PATTERN,
 )
 from engine.surfaces.json_args import NOT_A_BOOLEAN, Count, Flag
+from engine.surfaces.mcp_stdin import repairing_stdin
 from engine.surfaces.memory import MAX_MEMORY_CHARS, Memory
 from sparse import MAX_QUERY_LENGTH
 
@@ -388,6 +389,7 @@ def serve_stdio(path: Path, *, query_embed_timeout: float | None = None) -> None
     ``SearchEngine``'s option of that name)."""
     holder = EngineHolder(path, query_embed_timeout=query_embed_timeout)
     try:
-        build_server(holder).run("stdio")
+        with repairing_stdin():  # lines the SDK would drop unanswered (``mcp_stdin``)
+            build_server(holder).run("stdio")
     finally:
         holder.close()

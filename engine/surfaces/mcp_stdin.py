@@ -1,0 +1,111 @@
+"""Stdin lines the MCP SDK cannot parse, made into ones it answers.
+
+The SDK's stdio transport (mcp 2.3) parses each line with pydantic and drops one it
+cannot parse without a word (modelcontextprotocol/python-sdk#2751): the client waits
+until its own timeout. Valid JSON-RPC that a client may send meets that end: a lone
+surrogate escape (``"\\ud800"``, what JavaScript's ``JSON.stringify`` writes for a string
+with a broken pair) and nesting deeper than pydantic's limit. ``repairing_stdin`` stands
+in for ``sys.stdin`` while the server runs (the SDK reads ``sys.stdin.buffer``): a line
+the SDK would refuse is read with Python's json; its lone surrogates become U+FFFD (the
+engine clamps a query the same way), and a request still unreadable becomes one of the
+same id for a method no server has, which the SDK answers with a JSON-RPC error — an
+answer the client can act on. A line that is not JSON at all carries no id to answer and
+is left to the SDK.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import sys
+from collections.abc import Iterator
+from typing import IO, Any
+
+from mcp.types import jsonrpc_message_adapter
+
+__all__ = ["UNREADABLE_METHOD", "repaired_line", "repairing_stdin"]
+
+UNREADABLE_METHOD = "tandem/unreadable-request"
+"""What a request the SDK cannot read is replaced by (no tool has it: an error answer)."""
+
+
+def repaired_line(line: bytes) -> bytes:
+    """``line`` if the SDK can parse it, else the repair described above."""
+    text = line.decode("utf-8", "replace")
+    if _parses(text):
+        return line
+    try:
+        message = json.loads(text)
+    except (ValueError, RecursionError):
+        return line
+    try:
+        candidate = json.dumps(_without_lone_surrogates(message), ensure_ascii=False)
+    except RecursionError:
+        candidate = ""
+    if candidate and _parses(candidate):
+        return candidate.encode("utf-8") + b"\n"
+    if isinstance(message, dict) and "method" in message and _is_id(message.get("id")):
+        stand_in = {"jsonrpc": "2.0", "id": message["id"], "method": UNREADABLE_METHOD}
+        return json.dumps(stand_in).encode("utf-8") + b"\n"
+    return line
+
+
+@contextlib.contextmanager
+def repairing_stdin() -> Iterator[None]:
+    """``sys.stdin`` reads repaired lines of the real one within this block."""
+    original = sys.stdin
+    raw = _RepairedLines(original.buffer)
+    sys.stdin = io.TextIOWrapper(io.BufferedReader(raw), encoding="utf-8", errors="replace")
+    try:
+        yield
+    finally:
+        sys.stdin = original
+
+
+def _parses(text: str) -> bool:
+    try:
+        jsonrpc_message_adapter.validate_json(text, by_name=False)
+    except Exception:  # pydantic's ValidationError, or whatever else refuses the line
+        return False
+    return True
+
+
+def _is_id(value: object) -> bool:
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def _without_lone_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        # json.loads joined every valid pair: a surrogate left is a lone one.
+        return "".join("\ufffd" if "\ud800" <= ch <= "\udfff" else ch for ch in value)
+    if isinstance(value, list):
+        return [_without_lone_surrogates(item) for item in value]
+    if isinstance(value, dict):
+        return {
+            _without_lone_surrogates(key): _without_lone_surrogates(item)
+            for key, item in value.items()
+        }
+    return value
+
+
+class _RepairedLines(io.RawIOBase):
+    """The lines of ``source``, each through ``repaired_line``."""
+
+    def __init__(self, source: IO[bytes]) -> None:
+        self._source = source
+        self._pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if not self._pending:
+            line = self._source.readline()
+            if not line:
+                return 0
+            self._pending = repaired_line(line)
+        size = min(len(buffer), len(self._pending))
+        buffer[:size] = self._pending[:size]
+        self._pending = self._pending[size:]
+        return size

@@ -1,0 +1,117 @@
+"""Requests the MCP SDK's stdio reader cannot parse still get an answer (``mcp_stdin``).
+
+Review: ``tandem mcp`` gave no answer at all — the client waits until its own timeout —
+to a tool call carrying a lone surrogate escape (what ``JSON.stringify`` writes for a
+JavaScript string with a broken pair) or a filter nested 300 deep: the SDK drops a line
+its parser refuses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+from engine import CorpusConfig, Document, SearchEngine
+from engine.surfaces.mcp_stdin import UNREADABLE_METHOD, repaired_line
+
+ROOT = Path(__file__).resolve().parents[3]
+ANSWER_S = 60.0
+
+LONE = (
+    rb'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"search_knowledge",'
+    rb'"arguments":{"corpus":"help","query":"password \ud800"}}}'
+)
+DEEP = (
+    b'{"jsonrpc":"2.0","id":"deep","method":"tools/call","params":{"name":"search_knowledge",'
+    b'"arguments":{"corpus":"help","query":"password","filters":' + b"[" * 300 + b"]" * 300 + b"}}}"
+)
+
+
+def _line(message: dict[str, Any]) -> bytes:
+    return json.dumps(message).encode() + b"\n"
+
+
+def test_a_line_the_sdk_reads_is_passed_on_as_it_came() -> None:
+    line = b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}\n'
+    assert repaired_line(line) is line
+
+
+def test_lone_surrogates_become_replacement_characters() -> None:
+    repaired = json.loads(repaired_line(LONE + b"\n"))
+    assert repaired["id"] == 2
+    assert repaired["params"]["arguments"]["query"] == "password \ufffd"
+    paired = rb'{"jsonrpc":"2.0","id":5,"method":"ping","params":{"x":"\ud83d\ude00 \udfff"}}'
+    assert json.loads(repaired_line(paired))["params"]["x"] == "\U0001f600 \ufffd"
+
+
+def test_a_request_still_unreadable_becomes_an_unknown_method_of_the_same_id() -> None:
+    assert json.loads(repaired_line(DEEP + b"\n")) == {
+        "jsonrpc": "2.0",
+        "id": "deep",
+        "method": UNREADABLE_METHOD,
+    }
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"not json at all\n",
+        b'{"jsonrpc":"2.0","method":"notifications/x","params":' + b"[" * 300 + b"]" * 300 + b"}\n",
+        b"[" * 100_000 + b"]" * 100_000 + b"\n",
+    ],
+    ids=["not json", "a notification (no id to answer)", "too deep even for json"],
+)
+def test_what_has_no_id_to_answer_is_left_to_the_sdk(line: bytes) -> None:
+    assert repaired_line(line) == line
+
+
+def _answer(stdout: IO[bytes]) -> dict[str, Any]:
+    ready, _, _ = select.select([stdout], [], [], ANSWER_S)
+    assert ready, f"no answer within {ANSWER_S:g} s"
+    answer: dict[str, Any] = json.loads(stdout.readline())
+    return answer
+
+
+@pytest.mark.timeout(240)
+def test_tandem_mcp_answers_every_request(tmp_path: Path) -> None:
+    with SearchEngine(tmp_path) as engine:
+        engine.create_corpus(CorpusConfig(name="help", embedder=None)).add(
+            [Document(id="reset", title="Reset your password", text="Open Settings.")]
+        )
+    server = subprocess.Popen(
+        [sys.executable, "-c", "from engine.surfaces.cli import main; main()", "mcp"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "TANDEM_HOME": str(tmp_path)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert server.stdin is not None and server.stdout is not None
+    try:
+        hello = {"protocolVersion": "2025-06-18", "capabilities": {}}
+        hello["clientInfo"] = {"name": "test", "version": "1"}
+        server.stdin.write(
+            _line({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello})
+        )
+        server.stdin.flush()
+        assert _answer(server.stdout)["id"] == 1
+        server.stdin.write(_line({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        for line in (LONE, DEEP):
+            server.stdin.write(line + b"\n")
+            server.stdin.flush()
+            answer = _answer(server.stdout)
+            if answer["id"] == 2:
+                passages = json.loads(answer["result"]["content"][0]["text"])["passages"]
+                assert [p["source_id"] for p in passages] == ["reset"]
+            else:
+                assert answer["id"] == "deep" and answer["error"]["code"] == -32601
+    finally:
+        server.stdin.close()
+        server.wait(60)
