@@ -292,6 +292,9 @@ class KeywordIndexKeeper:
             self._mark(seq)
         except (SparseError, OSError) as exc:
             self._failed(exc, "write failed")
+        except BaseException as exc:
+            self._failed(exc, "write interrupted")  # see ``_flush_batched``
+            raise
 
     def start_batching(self) -> None:
         """Hold upserts until ``_KEYWORD_BATCH`` documents or ``stop_batching``: durable
@@ -299,8 +302,10 @@ class KeywordIndexKeeper:
         self._batched = []
 
     def stop_batching(self) -> None:
-        self._flush_batched()
-        self._batched = None
+        try:
+            self._flush_batched()
+        finally:
+            self._batched = None
 
     def _flush_batched(self) -> None:
         batched = self._batched
@@ -312,6 +317,13 @@ class KeywordIndexKeeper:
             self._mark(self._batched_seq)
         except (SparseError, OSError) as exc:
             self._failed(exc, "write failed")
+        except BaseException as exc:
+            # Ctrl-C in the middle of a commit (how a notebook stops a long add): the
+            # batch is stored but maybe not indexed. Behind, like any failure — searches
+            # answer from the database until the next write catches the index up —
+            # rather than an index taken for current that lacks thousands of documents.
+            self._failed(exc, "write interrupted")
+            raise
 
     def unchanged_at(self, seq: int) -> None:
         """The store's write ``seq`` changed no keyword content: a keyword index current at

@@ -77,3 +77,31 @@ def test_a_failing_add_still_indexes_what_the_store_committed(
         assert corpus.search("marker1023")[0].source_id == "d1023"  # chunk 2: indexed
         assert corpus.search("marker1024") == []  # chunk 3: never stored
         assert corpus.stats()["documents"] == 1_024
+
+
+@pytest.mark.parametrize("batch", [600, 20_000], ids=["mid-add batch", "final batch"])
+def test_an_add_interrupted_in_its_keyword_commit_answers_from_the_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch: int
+) -> None:
+    """Review: Ctrl-C while an add committed its keyword batch (how a notebook stops a
+    long add) dropped the batch from the index without marking it behind: the corpus
+    answered [] for documents it had stored, until the next write or a reopen."""
+    monkeypatch.setattr(engine.write.keyword_keeper, "_KEYWORD_BATCH", batch)
+    real = TantivyIndex.upsert
+
+    def interrupted(self: TantivyIndex, docs: Sequence[SparseDocument]) -> None:
+        raise KeyboardInterrupt
+
+    with SearchEngine(tmp_path) as eng:
+        corpus = eng.create_corpus(CorpusConfig(name="c", embedder=None))
+        monkeypatch.setattr(TantivyIndex, "upsert", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            corpus.add(_docs())
+        monkeypatch.setattr(TantivyIndex, "upsert", real)
+        stored = corpus.stats()["documents"]
+        assert stored >= 1_024
+        assert corpus.search("marker1000")[0].source_id == "d1000"  # from the database
+        corpus.add([Document(id="later", text="an unrelated write")])  # catches up
+        assert corpus._indexes.keyword_index_current
+        assert corpus._indexes.tantivy.doc_count() == stored + 1
+        assert corpus.search("marker1000")[0].source_id == "d1000"
