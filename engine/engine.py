@@ -157,6 +157,8 @@ class SearchEngine:
         )
         if not isinstance(path, str | os.PathLike):
             raise InvalidArgument(f"path must be a str or os.PathLike, got {type(path).__name__}")
+        if "\0" in os.fsdecode(path):  # every file call would raise a bare ValueError
+            raise InvalidArgument("path must not contain a NUL character")
         self._root = Path(path).expanduser()  # "~/tandem" is the home's, not a "~" here
         if self._read_only:
             if not (self._root / "corpora").is_dir():

@@ -20,6 +20,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 
+from engine.errors import InvalidArgument
+
 __all__ = ["MetricsServer", "serve_metrics"]
 
 logger = logging.getLogger(__name__)
@@ -165,14 +167,16 @@ def serve_metrics(
 
     ``port=0`` lets the OS pick a free port (read it back from ``.port``). ``healthy``
     decides ``/healthz`` (200 ``ok`` / 503); by default it is always healthy. Raises
-    ``ValueError`` for a bad port and ``OSError`` when the address cannot be bound.
+    ``InvalidArgument`` (a ``ValueError``) for a bad registry, port or host, and
+    ``OSError`` when the address cannot be bound (in use, not this machine's, a host name
+    that does not resolve).
     """
     if not isinstance(registry, CollectorRegistry):
-        raise ValueError("serve_metrics needs a prometheus_client CollectorRegistry")
+        raise InvalidArgument("serve_metrics needs a prometheus_client CollectorRegistry")
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65_535:
-        raise ValueError(f"port must be an integer in 0..65535, got {port!r}")
+        raise InvalidArgument(f"port must be an integer in 0..65535, got {port!r}")
     if not isinstance(host, str) or not host:
-        raise ValueError("host must be a non-empty string")
+        raise InvalidArgument("host must be a non-empty string")
     server_class = _Server6 if ":" in host else _Server
     server = server_class((host, port), _Handler)
     server.registry = registry

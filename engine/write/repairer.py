@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from engine.errors import EngineBusy, EngineError
+from engine.errors import EngineBusy, EngineError, InvalidArgument
 
 __all__ = ["BackgroundRepairer", "Repairable"]
 
@@ -60,9 +60,9 @@ class BackgroundRepairer:
         batch_size: int = 64,
     ) -> None:
         if not 0.01 <= interval_s <= 86_400:
-            raise ValueError(f"interval_s must be in 0.01..86400, got {interval_s!r}")
+            raise InvalidArgument(f"interval_s must be in 0.01..86400, got {interval_s!r}")
         if isinstance(batch_size, bool) or not 1 <= batch_size <= 10_000:
-            raise ValueError(f"batch_size must be in 1..10000, got {batch_size!r}")
+            raise InvalidArgument(f"batch_size must be in 1..10000, got {batch_size!r}")
         self._corpora = corpora
         self._interval_s = float(interval_s)
         self._batch_size = batch_size

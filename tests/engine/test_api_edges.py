@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,28 @@ def test_a_config_built_without_validation_is_refused_before_it_is_written(
             engine.create_corpus(bad)
         assert engine.list_corpora() == []
         engine.create_corpus(CorpusConfig(name="b", embedder=None))  # the name is free
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda eng: eng.serve_metrics(port=-1),
+        lambda eng: eng.serve_metrics(port=70_000),
+        lambda eng: eng.serve_metrics(host=""),
+        lambda eng: eng.start_repairer(interval_s=0),
+        lambda eng: eng.start_repairer(batch_size=0),
+    ],
+    ids=["port -1", "port 70000", "empty host", "interval 0", "batch 0"],
+)
+def test_bad_arguments_of_the_engines_services_are_invalid_arguments(
+    tmp_path: Path, call: Callable[[SearchEngine], object]
+) -> None:
+    """Review: these raised a bare ``ValueError``, which code catching ``EngineError``
+    (the root of what the engine raises on purpose) let through."""
+    with SearchEngine(tmp_path) as eng, pytest.raises(InvalidArgument):
+        call(eng)
+
+
+def test_a_path_with_a_nul_is_an_invalid_argument(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgument, match="NUL"):
+        SearchEngine(str(tmp_path / "a\x00b"))
