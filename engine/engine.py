@@ -262,6 +262,7 @@ class SearchEngine:
         # (up to ``busy_timeout``), stalled every thread opening any corpus meanwhile —
         # a server's reads of corpora nobody was writing.
         with self._engine_writing():
+            self._check_not_closing()  # closed while this create waited: write nothing
             directory = self._corpus_dir(config.name)
             if (directory / "config.json").exists():
                 if not _marked_dropped(directory):
@@ -354,6 +355,7 @@ class SearchEngine:
         """Delete a corpus and everything in it. Raises ``CorpusNotFound``."""
         self._check_open()
         with self._engine_writing():  # alone while waiting, as in ``create_corpus``
+            self._check_not_closing()
             directory = self._corpus_dir(name)
             if not (directory / "config.json").is_file():
                 raise CorpusNotFound(f"no corpus named {name!r}")
@@ -536,6 +538,11 @@ class SearchEngine:
         if self._closed:
             raise InvalidArgument("this SearchEngine is closed")
 
+    def _check_not_closing(self) -> None:
+        self._check_open()
+        if self._closing:
+            raise InvalidArgument("this SearchEngine is closing")
+
     @sealed
     def close(self) -> None:
         """Flush indexes, close every corpus and release the directory lock."""
@@ -550,12 +557,12 @@ class SearchEngine:
             server.stop()
         self.metrics.close()  # waits for a scrape's refresh, which may need self._lock
         self._health_checks.close()  # a check still asking a provider, a bounded while
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            first_error: BaseException | None = None
-            try:
+        first_error: BaseException | None = None
+        try:
+            with self._lock:
+                if self._closed:
+                    return
+                self._closed = True
                 for corpus in self._corpora.values():
                     try:
                         corpus.close()
@@ -563,11 +570,14 @@ class SearchEngine:
                         first_error = first_error or exc
                 self._corpora.clear()
                 self._embedders.close()
-            finally:
-                if self._engine_lock is not None:
-                    self._engine_lock.close()
-            if first_error is not None:
-                raise first_error
+        finally:
+            # Outside the engine's lock: a create or drop holds the root's lock while it
+            # waits, and takes the engine's before it lets go (closing the root's waits
+            # for its holder: under the engine's lock, the two waited for each other).
+            if self._engine_lock is not None and self._closed:
+                self._engine_lock.close()
+        if first_error is not None:
+            raise first_error
 
     def __enter__(self) -> SearchEngine:
         return self

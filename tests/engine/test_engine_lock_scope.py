@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -104,3 +105,72 @@ def test_a_create_waiting_for_the_directory_lock_does_not_stall_other_corpora(
     creator.join(JOIN_S)
     assert not creator.is_alive() and not errors
     assert eng.corpus("new").search("anything") == []
+
+
+def _closing_while_waiting(
+    eng: SearchEngine, monkeypatch: pytest.MonkeyPatch, held: WriteLock, waiting: threading.Thread
+) -> None:
+    """Close ``eng`` while ``waiting`` (a create or drop) waits for ``held``; then let
+    ``held`` go: both must finish (a review found them waiting for each other for good —
+    close held the engine's lock while closing the root's, whose holder needed it)."""
+    closing_root = threading.Event()
+    root = eng._engine_lock
+    assert root is not None
+    real_close = root.close
+
+    def announced_close() -> None:
+        closing_root.set()
+        real_close()
+
+    monkeypatch.setattr(root, "close", announced_close)
+    closer, close_errors = _started(eng.close)
+    assert closing_root.wait(JOIN_S)  # close is now waiting for the root's holder
+    held.release()
+    held.close()
+    waiting.join(JOIN_S)
+    closer.join(JOIN_S)
+    assert not waiting.is_alive() and not closer.is_alive(), "create/drop and close deadlocked"
+    assert not close_errors
+
+
+def test_closing_while_a_drop_waits_for_the_corpus_writer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    eng = SearchEngine(tmp_path, busy_timeout=120.0)
+    eng.create_corpus(CorpusConfig(name="busy", embedder=None))
+    marking = threading.Event()
+    real_mark = engine_module.mark_dropped
+
+    def announced(*args: object, **kwargs: object) -> None:
+        marking.set()
+        real_mark(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(engine_module, "mark_dropped", announced)
+    writer = WriteLock(tmp_path / "corpora" / "busy" / LOCK_FILE)
+    assert writer.acquire(5.0)
+    dropper, _ = _started(lambda: eng.drop_corpus("busy"))
+    assert marking.wait(JOIN_S)
+    _closing_while_waiting(eng, monkeypatch, writer, dropper)
+
+
+def test_closing_while_a_create_waits_for_the_directory_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    eng = SearchEngine(tmp_path, busy_timeout=120.0)
+    other_engine = WriteLock(tmp_path / ".lock")
+    assert other_engine.acquire(5.0)
+    root = eng._engine_lock
+    assert root is not None
+    waiting_for_flock = threading.Event()
+    real_flock = root._flock
+
+    def announced_flock(*args: Any) -> bool:
+        waiting_for_flock.set()  # called holding the root lock's mutex
+        return real_flock(*args)
+
+    monkeypatch.setattr(root, "_flock", announced_flock)
+    creator, errors = _started(lambda: eng.create_corpus(CorpusConfig(name="new", embedder=None)))
+    assert waiting_for_flock.wait(JOIN_S)
+    _closing_while_waiting(eng, monkeypatch, other_engine, creator)
+    assert [type(e).__name__ for e in errors] == ["InvalidArgument"]  # refused: closing
+    assert not (tmp_path / "corpora" / "new").exists()  # and nothing written
