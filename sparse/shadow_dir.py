@@ -38,7 +38,9 @@ class ShadowDirectory:
         self._source = source
         _remove_abandoned()
         self._path, owner = _owned_directory()
-        self._remove = weakref.finalize(self, _remove, self._path, owner)
+        # Bound to this process: a forked child inherits the finalizer, and run there (at
+        # its exit) it removed the parent's live directory, freezing its keyword reader.
+        self._remove = weakref.finalize(self, _remove, self._path, owner, os.getpid())
 
     @property
     def path(self) -> Path:
@@ -80,8 +82,12 @@ def _owned_directory() -> tuple[Path, int]:
     return path, owner
 
 
-def _remove(path: Path, owner: int) -> None:
-    shutil.rmtree(path, ignore_errors=True)
+def _remove(path: Path, owner: int, creator: int) -> None:
+    """Remove the directory — in the process that made it. In a forked child only its
+    copy of the owner descriptor is closed: never ``LOCK_UN``, which would free the
+    parent's lock (the lock lasts while any process holds the open file)."""
+    if os.getpid() == creator:
+        shutil.rmtree(path, ignore_errors=True)
     with contextlib.suppress(OSError):
         os.close(owner)
 

@@ -87,3 +87,27 @@ def test_one_whose_process_died_is_removed_by_the_next(temp_dir: Path, source: P
         live.close()
     assert _shadows(temp_dir) == []
     assert (source / "meta.json").read_text() == "{}"  # the real files are untouched
+
+
+def test_a_forked_child_leaves_its_parents_directory_alone(temp_dir: Path, source: Path) -> None:
+    """Review: the child inherited the finalizer and, at its exit or closing its copy,
+    removed the parent's live directory; the parent's reader then stopped following.
+    (Interpreter exit calls the same finalizer that ``close`` calls.)"""
+    shadow = ShadowDirectory(source)
+    try:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                shadow.close()
+            finally:
+                os._exit(0)  # never back into pytest's frames
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert shadow.path.is_dir(), "the child removed its parent's directory"
+        assert (shadow.sync() / "meta.json").read_text() == "{}"
+        assert _shadows(temp_dir) == [shadow.path.name]
+        ShadowDirectory(source).close()  # its owner lock still held: not swept either
+        assert _shadows(temp_dir) == [shadow.path.name]
+    finally:
+        shadow.close()
+    assert _shadows(temp_dir) == []
