@@ -53,10 +53,26 @@ from sparse.clamp import clamp_language, clamp_text
 
 logger = logging.getLogger(__name__)
 
-Ranking = Callable[[frozenset[str]], tuple[list[FusedHit], list[KeywordHit]]]
-"""A search's fused ranking (and its keyword hits), leaving out the ids given: the arms
-run once, and a page ranked again without hits the store no longer confirms
-(``Searcher._refilled``) re-fuses what they found."""
+
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    """One search's fused ranking, with the arms' candidates it was fused from."""
+
+    fused: list[FusedHit]
+    sparse_hits: list[KeywordHit]
+    dense: Sequence[tuple[str, float]] = ()
+
+    def candidate_ids(self) -> list[str]:
+        """Every id either arm offered, once (what a refill has the store confirm)."""
+        ids = [hit.source_id for hit in self.sparse_hits]
+        ids += [doc_id for doc_id, _ in self.dense]
+        return list(dict.fromkeys(ids))
+
+
+Ranking = Callable[[frozenset[str]], Ranked]
+"""A search's ranking, leaving out the ids given: the arms run once, and a page ranked
+again without hits the store no longer confirms (``Searcher._refilled``) re-fuses what
+they found."""
 
 _REFILL_ROUNDS = 3
 """Times a page is ranked again without unconfirmed hits (each round finds those the
@@ -172,12 +188,11 @@ class Searcher:
         if strategy is Strategy.KEYWORD and p.embedder is not None:
             p.metrics.fallbacks.labels(p.corpus, FallbackReason.EMBEDDER_DOWN.value).inc()
         rank: Ranking | None = None
-        fused: list[FusedHit] | None = None
-        sparse_hits: list[KeywordHit] = []
+        ranked: Ranked | None = None
         if strategy is Strategy.HYBRID and p.embedder is not None:
             try:
                 rank = self._hybrid(p, p.embedder, text, need, language, filters)
-                fused, sparse_hits = rank(frozenset())
+                ranked = rank(frozenset())
             except QueryEmbedTimeout:
                 # Not a failure of the embedder's (it may answer yet): embedder_up stays.
                 p.metrics.fallbacks.labels(p.corpus, FallbackReason.EMBEDDER_TIMEOUT.value).inc()
@@ -192,15 +207,16 @@ class Searcher:
         # (p95 over the c/2 bound at 2 threads a process: 1.79 -> 1.11, README); the
         # database fallback's scans step out of it (GateFreeBackend).
         with p.gate:
-            if rank is None or fused is None:
+            if rank is None or ranked is None:
                 rank = self._keyword(p, text, need, language, filters, skip == 0)
-                fused, sparse_hits = rank(frozenset())
-            passages = build_passages(p, fused[skip:need], sparse_hits, text, language, filters)
-            # A hit dropped from the page, or — the index known to lag the store — perhaps
-            # from a page above it (which would shift this one): rank again without them.
-            if len(passages) < len(fused[skip:need]) or (skip and p.indexes.keyword_pending):
+                ranked = rank(frozenset())
+            page = ranked.fused[skip:need]
+            passages = build_passages(p, page, ranked.sparse_hits, text, language, filters)
+            # A hit dropped from the page, or the index known to lag the store (a stale hit
+            # anywhere in the arms would shift the page): rank again without the stale.
+            if len(passages) < len(page) or p.indexes.keyword_pending:
                 passages = self._refilled(
-                    p, rank, fused, passages, skip, need, text, language, filters
+                    p, rank, ranked, passages, skip, need, text, language, filters
                 )
         p.metrics.searches.labels(p.corpus, strategy.value).inc()
         p.metrics.search_duration.labels(p.corpus).observe(time.perf_counter() - started)
@@ -210,7 +226,7 @@ class Searcher:
     def _refilled(
         p: SearchState,
         rank: Ranking,
-        fused: list[FusedHit],
+        ranked: Ranked,
         passages: list[Passage],
         skip: int,
         need: int,
@@ -218,28 +234,29 @@ class Searcher:
         language: int | None,
         filters: tuple[FieldFilter, ...],
     ) -> list[Passage]:
-        """The page again, ranked without the hits the store no longer confirms.
+        """The page again, ranked without the candidates the store no longer confirms.
 
         An index that lags the store — a writer that died between its store commit and
         its keyword commit, a write landing mid-search — returns documents since deleted
         or made non-public. ``build_passages`` drops them (never shown); left at that,
         the page came back short, with gaps in the arms' ranks, for as long as the lag
-        lasted. Ranked again without them, the next candidates fill it. Only when a hit
-        was dropped (or the index lags): a few rounds at most, each one store read of the
-        ranking's ids down to the page's end. ``passages``: the page as first built."""
+        lasted. Ranked again without them, the next candidates fill it. Every candidate
+        of both arms is checked, not only the page's: a stale one above the page moves
+        the ranks (RRF) or the window's mean and spread (z-scores) of those below it, so
+        excluding only what each page happened to see ranked every page differently —
+        pages repeated and skipped documents. A few rounds at most, each one store read
+        of the candidates. ``passages``: the page as first built."""
         exclude: frozenset[str] = frozenset()
         for _ in range(_REFILL_ROUNDS):
-            ranked = [hit.id for hit in fused[:need]]
-            confirmed = p.store.headers(ranked, filters=filters)
-            stale = frozenset(sid for sid in ranked if sid not in confirmed) - exclude
+            ids = ranked.candidate_ids()
+            confirmed = p.store.headers(ids, filters=filters)
+            stale = frozenset(sid for sid in ids if sid not in confirmed) - exclude
             if not stale:
                 break
             exclude |= stale
-            fused, sparse_hits = rank(exclude)
-            page = fused[skip:need]
-            passages = build_passages(p, page, sparse_hits, text, language, filters)
-            if len(passages) == len(page):
-                break
+            ranked = rank(exclude)
+            page = ranked.fused[skip:need]
+            passages = build_passages(p, page, ranked.sparse_hits, text, language, filters)
         return passages
 
     # -- strategies -----------------------------------------------------------------------
@@ -349,7 +366,7 @@ class Searcher:
         filters: tuple[FieldFilter, ...],
         first_page: bool,
     ) -> Ranking:
-        def rank(exclude: frozenset[str]) -> tuple[list[FusedHit], list[KeywordHit]]:
+        def rank(exclude: frozenset[str]) -> Ranked:
             t0 = time.perf_counter()
             # On a first page the tantivy backend cuts the excerpts from the store's texts
             # with the term order it has at hand (``build_passages`` cutting them would
@@ -370,7 +387,7 @@ class Searcher:
                 time.perf_counter() - t0
             )
             kept = _without(hits, exclude)
-            return fuse_arms(p.config, kept, None, need), kept
+            return Ranked(fuse_arms(p.config, kept, None, need), kept)
 
         return rank
 
@@ -419,11 +436,10 @@ class Searcher:
         if not sparse_hits and p.store.has_public_documents():
             p.metrics.sparse_arm_empty.labels(p.corpus).inc()
 
-        def rank(exclude: frozenset[str]) -> tuple[list[FusedHit], list[KeywordHit]]:
+        def rank(exclude: frozenset[str]) -> Ranked:
             kept = _without(sparse_hits, exclude)
-            fused = self._fused(
-                p, vector, text, window, need, language, filters, kept, _without(dense, exclude)
-            )
+            kept_dense = _without(dense, exclude)
+            fused = self._fused(p, vector, text, window, need, language, filters, kept, kept_dense)
             if window > p.config.window:  # a page past the fusion window
                 # Each arm runs again for the window's own ranking (and is timed again:
                 # the arm metrics count arm runs, two per such search).
@@ -440,7 +456,7 @@ class Searcher:
                     _without(self._dense_arm(p, vector, small, language, filters), exclude),
                 )
                 fused = paged_ranking(head, fused, need)
-            return fused, kept
+            return Ranked(fused, kept, kept_dense)
 
         return rank
 
