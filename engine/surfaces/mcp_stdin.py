@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import sys
 from collections.abc import Iterator
 from typing import IO, Any
@@ -37,18 +38,18 @@ def repaired_line(line: bytes) -> bytes:
         return line
     try:
         message = json.loads(text)
-    except (ValueError, RecursionError):
-        return line
-    try:
         candidate = json.dumps(_without_lone_surrogates(message), ensure_ascii=False)
-    except RecursionError:
+    except ValueError:
+        return line  # not JSON: no id to answer
+    except RecursionError:  # nested past Python's own limit
         candidate = ""
     if candidate and _parses(candidate):
         return candidate.encode("utf-8") + b"\n"
-    if isinstance(message, dict) and "method" in message and _is_id(message.get("id")):
-        stand_in = {"jsonrpc": "2.0", "id": message["id"], "method": UNREADABLE_METHOD}
-        return json.dumps(stand_in).encode("utf-8") + b"\n"
-    return line
+    request_id = _request_id(text)
+    if request_id is None:
+        return line
+    stand_in = {"jsonrpc": "2.0", "id": request_id, "method": UNREADABLE_METHOD}
+    return json.dumps(stand_in).encode("utf-8") + b"\n"
 
 
 @contextlib.contextmanager
@@ -71,8 +72,41 @@ def _parses(text: str) -> bool:
     return True
 
 
-def _is_id(value: object) -> bool:
-    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_INTEGER = re.compile(r"-?\d+(?![\d.eE])")
+_SPACE = re.compile(r"\s*")
+
+
+def _request_id(text: str) -> str | int | None:
+    """The ``id`` of a JSON-RPC request — an object whose top level has a ``method`` and
+    a string or integer ``id`` — read by one pass over ``text`` that tracks nesting
+    rather than recursing into it (a line nested past any parser's limit still has its
+    id near the start). ``None`` for anything else (a notification, a response)."""
+    depth, position, found, has_method = 0, 0, None, False
+    while position < len(text):
+        char = text[position]
+        if char in "{[":
+            depth += 1
+        elif char in "}]":
+            depth -= 1
+        elif char == '"':
+            token = _STRING.match(text, position)
+            if token is None:
+                return None
+            position = _SPACE.match(text, token.end()).end()  # type: ignore[union-attr]
+            if depth != 1 or not text.startswith(":", position):
+                continue  # a value, or a key inside something nested
+            key = token.group()
+            position = _SPACE.match(text, position + 1).end()  # type: ignore[union-attr]
+            has_method = has_method or key == '"method"'
+            if key == '"id"':
+                value = _STRING.match(text, position) or _INTEGER.match(text, position)
+                found = (
+                    None if value is None else _without_lone_surrogates(json.loads(value.group()))
+                )
+            continue
+        position += 1
+    return found if has_method and text.lstrip().startswith("{") else None
 
 
 def _without_lone_surrogates(value: Any) -> Any:
