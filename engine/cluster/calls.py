@@ -235,7 +235,11 @@ class ShardCalls:
                         (index,),
                     ) from None
                 continue
-            self._health.mark_up(index)
+            if self._settled(index):
+                # Not while a call it missed is still running there: a write or fetch
+                # answered beside a stuck search brought the shard back, and every later
+                # search paid the timeout again (and left one more call stuck on it).
+                self._health.mark_up(index)
             return result
 
 

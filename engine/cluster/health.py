@@ -187,7 +187,7 @@ class ShardHealth:
 
     def mark_up(self, index: int) -> None:
         with self._lock:
-            if not self._up[index]:
+            if not self._up[index] and not self._closed:
                 self._up[index] = True
                 logger.info("shard %d of %s is up", index, self._corpus)
                 self._publish()
@@ -236,6 +236,10 @@ class ShardHealth:
     def close(self) -> None:
         with self._lock:
             self._closed = True
+            # Not reachable through this coordinator any more: a gauge left at its last
+            # value told a scrape after close that every (killed) shard was up.
+            self._up = [False] * len(self._up)
+            self._publish()
             self._wake.notify_all()
             prober = self._prober
         if prober is not None:

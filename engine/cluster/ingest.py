@@ -168,7 +168,19 @@ def ingest(
     shards = corpus.shards
     fields = dict(corpus.config.fields)
     if kind == "parquet":
-        ds = ray.data.read_parquet(files, num_cpus=0, concurrency=io_tasks)
+        extensions = _parquet_extensions(files)
+        # Ray Data's newer Parquet reader takes ``None`` for its default (``.parquet``
+        # names only) again: files named otherwise go through the one that does not.
+        v2, context.use_datasource_v2 = (
+            context.use_datasource_v2,
+            extensions is not None and context.use_datasource_v2,
+        )
+        try:
+            ds = ray.data.read_parquet(
+                files, num_cpus=0, concurrency=io_tasks, file_extensions=extensions
+            )
+        finally:
+            context.use_datasource_v2 = v2
     else:
         # Files as bytes, cut into lines by the loaders' own rules (``file_lines``): a
         # JSON reader's type inference would turn a column with one missing integer into
@@ -246,6 +258,22 @@ def _format_of(path: str) -> str:
         return "parquet"
     with open(path, "rb") as head:
         return "parquet" if head.read(4) == _PARQUET_MAGIC else "jsonl"
+
+
+def _parquet_extensions(files: Sequence[str]) -> list[str] | None:
+    """Ray Data's ``file_extensions`` for these inputs: its default (``.parquet`` only)
+    skips the ``_SUCCESS`` markers and such of a folder, and also every file named
+    otherwise, though its magic bytes (or ``file_format``) say Parquet: "no files found".
+    Files given one by one are read whatever their names."""
+    folders = [f for f in files if Path(f).is_dir()]
+    if not folders:
+        return None
+    if any(not f.lower().endswith(".parquet") for f in files if f not in folders):
+        raise InvalidArgument(
+            "Parquet files whose names do not end in .parquet cannot be loaded in one call "
+            "with folders (whose other files are skipped): load them in a call of their own"
+        )
+    return ["parquet"]
 
 
 def _gpus(gpus_per_actor: float | None) -> float:

@@ -44,10 +44,21 @@ class ClusterManifest(BaseModel):
     def _names(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
         if value is not None and not all(isinstance(v, str) and 0 < len(v) <= 128 for v in value):
             raise ValueError("placement names must be 1-128 character strings")
+        reserved = sorted(set(value or ()) & _RAY_RESOURCES)
+        if reserved:
+            # Ray refuses them as custom resources, after the directory was made.
+            raise ValueError(
+                f"placement names are custom resources; {', '.join(reserved)} is Ray's own "
+                "(ask for CPUs and GPUs with ClusterOptions, name a resource you defined)"
+            )
         return value
 
     def shard_directory(self, root: Path, index: int) -> Path:
         return root / "shards" / f"{index:03d}"
+
+
+_RAY_RESOURCES = frozenset({"CPU", "GPU", "memory", "object_store_memory"})
+"""Resource names Ray reserves (``ray.remote(resources=...)`` refuses them)."""
 
 
 def write_manifest(root: Path, manifest: ClusterManifest) -> None:

@@ -23,6 +23,7 @@ import logging
 import os
 import re
 import shutil
+import threading
 import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -121,6 +122,8 @@ class ShardedCorpus:
         self._config = manifest.config
         self._options = options
         self.metrics = metrics
+        self._servers: list[Any] = []  # metrics servers started here, stopped at close
+        self._servers_lock = threading.Lock()
         # Every vector the coordinator embeds — documents and queries — is checked against
         # the corpus's stored length, as one corpus checks its own (``DimensionGuard``):
         # bad output is provider trouble, so documents are stored degraded and a search
@@ -491,12 +494,17 @@ class ShardedCorpus:
     def flush(self) -> None:
         self._on_every_shard("flush")
 
+    @in_lifetime
     def serve_metrics(self, host: str = "127.0.0.1", port: int = 0) -> Any:
         """Serve the coordinator's metrics at ``http://host:port/metrics`` (see
-        ``engine.surfaces.metrics_http``); ``.stop()`` the returned server."""
+        ``engine.surfaces.metrics_http``) until ``.stop()`` on the returned server or the
+        corpus closes (as ``SearchEngine.serve_metrics``)."""
         from engine.surfaces.metrics_http import serve_metrics
 
-        return serve_metrics(self.registry, host, port, healthy=lambda: not self._lifetime.ended)
+        server = serve_metrics(self.registry, host, port, healthy=lambda: not self._lifetime.ended)
+        with self._servers_lock:
+            self._servers = [s for s in self._servers if s.running] + [server]
+        return server
 
     def _on_every_shard(self, method: str, *args: Any) -> list[Any]:
         def one(index: int) -> Any:
@@ -538,6 +546,10 @@ class ShardedCorpus:
         self._lifetime.end(self._release, self._options.read_timeout_s)  # once: a no-op after
 
     def _release(self) -> None:
+        with self._servers_lock:
+            servers, self._servers = self._servers, []
+        for server in servers:  # a scrape after close found killed shards "up"
+            server.stop()
         self._health.close()
         self._searcher.close()
         if not self._options.detached:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from engine import CorpusConfig
+from engine import CorpusConfig, InvalidArgument
 from engine.config import DEFAULT_MODEL
 from engine.surfaces import render
 from engine.surfaces.cli_args import (
@@ -205,9 +205,12 @@ def load(
                 embedding_model=embedding_model,
                 progress=not quiet,
             )
-        except (pa.ArrowException, RayTaskError) as exc:
+        except InvalidArgument:
+            raise  # the engine's own refusal: reported as every command reports it
+        except (pa.ArrowException, RayTaskError, ValueError) as exc:
             # Files Ray Data cannot read as one table (Parquet files whose columns
-            # disagree, say): one line, not a traceback. What was acknowledged stays.
+            # disagree, say) or finds nothing to read in (an empty folder; it raises a
+            # plain ValueError): one line, not a traceback. What was acknowledged stays.
             cause = exc.cause if isinstance(exc, RayTaskError) else exc
             raise CommandError(f"cannot load: {type(cause).__name__}: {cause}") from None
     typer.echo(

@@ -69,6 +69,20 @@ def test_create_load_search_health(ray_cluster: None, tmp_path: Path) -> None:
     # A CommandError: `tandem` prints it as one "tandem: error:" line, not a traceback.
     assert isinstance(refused.exception, CommandError), refused.exception
     assert str(refused.exception).startswith("cannot load: ArrowTypeError: Unable to merge")
+    # Review: Parquet told by its magic bytes, or by --format, was dropped by Ray Data's
+    # default of ".parquet" names only ("no files found", and a traceback).
+    unnamed = tmp_path / "part-0"
+    pq.write_table(pa.table({"id": ["q1"], "text": ["kettle magic"]}), unnamed)
+    code, out = run("cluster", "load", str(root), str(unnamed), "--quiet")
+    assert code == 0 and "written 1" in out, out
+    told = tmp_path / "part-1.pq"
+    pq.write_table(pa.table({"id": ["q2"], "text": ["kettle told"]}), told)
+    code, out = run("cluster", "load", str(root), str(told), "--format", "parquet", "--quiet")
+    assert code == 0 and "written 1" in out, out
+    empty = tmp_path / "empty-folder"
+    empty.mkdir()
+    refused = CliRunner().invoke(app, ["cluster", "load", str(root), str(empty), "--quiet"])
+    assert isinstance(refused.exception, CommandError), refused.exception  # not a traceback
     code, out = run(
         "cluster",
         "search",
@@ -93,7 +107,7 @@ def test_create_load_search_health(ray_cluster: None, tmp_path: Path) -> None:
     assert code == 0, out
     shards = json.loads(out)
     assert [s["up"] for s in shards] == [True, True]
-    assert sum(s["documents"] for s in shards) == 31
+    assert sum(s["documents"] for s in shards) == 33
     code, out = run("cluster", "create", str(root), "--name", "notes", "--shards", "2")
     assert code != 0  # the directory already holds a sharded corpus
     other = tmp_path / "other"

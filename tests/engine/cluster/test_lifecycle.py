@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import threading
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,8 +33,13 @@ def test_a_closed_corpus_refuses_every_call_at_once(ray_cluster: None, tmp_path:
     )
     corpus.add(DOCS)
     assert len(corpus.search("alpha")) == 10
+    server = corpus.serve_metrics()
+    assert 'tandem_shards_up{corpus="c"} 2.0' in _scrape(server.url)
     corpus.close()
+    # Review: the server kept serving, the shards "up"; it stops with the corpus now.
+    assert not server.running
     calls: list[Callable[[], object]] = [
+        corpus.serve_metrics,
         lambda: corpus.search("alpha"),
         lambda: len(corpus),
         lambda: corpus.fetch_source("d1"),
@@ -47,6 +53,11 @@ def test_a_closed_corpus_refuses_every_call_at_once(ray_cluster: None, tmp_path:
         with pytest.raises(StorageError, match="is closed"):
             call()
     corpus.close()  # a second close does nothing
+
+
+def _scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=GENEROUS_S) as answer:
+        return str(answer.read().decode())
 
 
 def test_close_waits_for_the_calls_in_flight(ray_cluster: None, tmp_path: Path) -> None:
@@ -200,6 +211,20 @@ def test_a_placement_no_node_can_satisfy_is_named_when_the_start_gives_up(
         )
     assert "no-such-node" in caplog.text  # said before the wait, too
     assert list(root.iterdir()) == []
+
+
+@pytest.mark.parametrize("reserved", ["CPU", "GPU", "memory", "object_store_memory"])
+def test_a_placement_named_after_a_resource_of_rays_own_is_refused_first(
+    tmp_path: Path, reserved: str
+) -> None:
+    """Review: Ray refuses its own resource names as custom ones, with a bare ValueError
+    once the directory was made (the CLI printed a traceback and left it behind)."""
+    root = tmp_path / "c"
+    with pytest.raises(InvalidArgument, match=f"{reserved} is Ray's own"):
+        ShardedCorpus.create(
+            root, CorpusConfig(name="c", embedder=None), 2, placement=[reserved, "disk-1"]
+        )
+    assert not root.exists()
 
 
 def test_a_shard_whose_directory_is_gone_is_not_restarted_empty(

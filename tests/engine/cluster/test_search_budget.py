@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from engine import CorpusConfig
 from engine.cluster.calls import Pending
-from engine.cluster.health import ClusterMetrics
+from engine.cluster.health import ClusterMetrics, Operation
 from engine.cluster.routing import shard_for
 from engine.cluster.search import ShardedSearcher
 from engine.cluster.shard import ShardActor
@@ -322,12 +322,19 @@ def test_a_shard_whose_search_hangs_stays_out_until_the_call_returns(ray_cluster
         for _ in range(20):  # the prober pings it every 50 ms; it answers every ping
             assert health.up() == [0, 1]
             time.sleep(0.05)
+        # Review: any other call it answered beside the stuck search (a write, a fetch)
+        # brought it back, and the next search paid the timeout again.
+        assert calls.call(HUNG, "ping", timeout_s=TIMEOUT_S, operation=Operation.READ)
+        assert health.up() == [0, 1]
         ray.get(handles[HUNG].set_hang.remote(False), timeout=60)
         deadline = time.monotonic() + 120
         while health.up() != [0, 1, 2] and time.monotonic() < deadline:
             time.sleep(0.05)
         assert search() == [0, 1, 2]
         health.close()
+        # Review: after close the gauge kept its last value: every (killed) shard "up".
+        up = metrics.registry.get_sample_value("tandem_shards_up", {"corpus": "hung"})
+        assert up == 0
     finally:
         for handle in handles:
             ray.kill(handle)
