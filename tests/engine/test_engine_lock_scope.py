@@ -49,6 +49,19 @@ def _started(target: Callable[[], object]) -> tuple[threading.Thread, list[BaseE
     return thread, errors
 
 
+def _announcing_drops(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """An event set when a drop starts waiting for the corpus's writer."""
+    marking = threading.Event()
+    real_mark = engine_module.mark_dropped
+
+    def announced(*args: object, **kwargs: object) -> None:
+        marking.set()
+        real_mark(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(engine_module, "mark_dropped", announced)
+    return marking
+
+
 def _read_other(eng: SearchEngine) -> list[str]:
     corpus = eng.corpus("other")
     return [p.source_id for p in corpus.search("words", top_k=3)]
@@ -65,14 +78,7 @@ def _reads_while_waiting(eng: SearchEngine, waiting: threading.Thread) -> None:
 def test_a_drop_waiting_for_the_corpus_writer_does_not_stall_other_corpora(
     eng: SearchEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    marking = threading.Event()
-    real_mark = engine_module.mark_dropped
-
-    def announced(*args: object, **kwargs: object) -> None:
-        marking.set()
-        real_mark(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(engine_module, "mark_dropped", announced)
+    marking = _announcing_drops(monkeypatch)
     writer = WriteLock(tmp_path / "corpora" / "busy" / LOCK_FILE)  # another process's write
     assert writer.acquire(5.0)
     try:
@@ -138,14 +144,7 @@ def test_closing_while_a_drop_waits_for_the_corpus_writer(
 ) -> None:
     eng = SearchEngine(tmp_path, busy_timeout=120.0)
     eng.create_corpus(CorpusConfig(name="busy", embedder=None))
-    marking = threading.Event()
-    real_mark = engine_module.mark_dropped
-
-    def announced(*args: object, **kwargs: object) -> None:
-        marking.set()
-        real_mark(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(engine_module, "mark_dropped", announced)
+    marking = _announcing_drops(monkeypatch)
     writer = WriteLock(tmp_path / "corpora" / "busy" / LOCK_FILE)
     assert writer.acquire(5.0)
     dropper, _ = _started(lambda: eng.drop_corpus("busy"))

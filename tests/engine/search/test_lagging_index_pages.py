@@ -55,12 +55,19 @@ def _delete_from_the_store_only(
     monkeypatch.setattr(KeywordIndexKeeper, "apply", applied)
 
 
-def test_a_keyword_page_is_full_though_the_index_still_holds_deleted_documents(
-    engine: SearchEngine, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def lagging(engine: SearchEngine, monkeypatch: pytest.MonkeyPatch) -> Corpus:
+    """A keyword-only corpus whose index still holds ``DELETED``."""
     corpus = engine.create_corpus(CorpusConfig(name="c", embedder=None))
     corpus.add(DOCS)
     _delete_from_the_store_only(corpus, monkeypatch)
+    return corpus
+
+
+def test_a_keyword_page_is_full_though_the_index_still_holds_deleted_documents(
+    lagging: Corpus,
+) -> None:
+    corpus = lagging
     with pytest.raises(SourceNotFound):
         corpus.fetch_source("d0")
     hits = corpus.search("alpha", top_k=10)
@@ -100,13 +107,8 @@ def test_another_process_pages_through_the_same_ranking(
         assert pages == [REMAINING[0:5], REMAINING[5:10], REMAINING[10:15], []]
 
 
-def test_nothing_to_refill_past_the_last_match(
-    engine: SearchEngine, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    corpus = engine.create_corpus(CorpusConfig(name="c", embedder=None))
-    corpus.add(DOCS)
-    _delete_from_the_store_only(corpus, monkeypatch)
-    hits = corpus.search("alpha", top_k=50)
+def test_nothing_to_refill_past_the_last_match(lagging: Corpus) -> None:
+    hits = lagging.search("alpha", top_k=50)
     assert [h.source_id for h in hits] == REMAINING
     assert [h.ranks.sparse for h in hits] == list(range(1, 16))
 
