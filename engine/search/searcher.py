@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -34,6 +33,7 @@ from engine.search.embed_deadline import (
 )
 from engine.search.fusing import fuse_arms, hybrid_window, keyword_only_window, paged_ranking
 from engine.search.passages import build_passages
+from engine.search.ranked import Ranked, Ranking, refilled, without
 from engine.search.router import resolve_strategy
 from engine.search.strategy import Arm, FallbackReason, Strategy
 from engine.search.visibility import DenseVisibility
@@ -52,44 +52,6 @@ from sparse import FieldFilter, KeywordHit, KeywordSearchFacade, TermStatistics
 from sparse.clamp import clamp_language, clamp_text
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Ranked:
-    """One search's fused ranking, with the arms' candidates it was fused from."""
-
-    fused: list[FusedHit]
-    sparse_hits: list[KeywordHit]
-    dense: Sequence[tuple[str, float]] = ()
-
-    def candidate_ids(self) -> list[str]:
-        """Every id either arm offered, once (what a refill has the store confirm)."""
-        ids = [hit.source_id for hit in self.sparse_hits]
-        ids += [doc_id for doc_id, _ in self.dense]
-        return list(dict.fromkeys(ids))
-
-
-Ranking = Callable[[frozenset[str]], Ranked]
-"""A search's ranking, leaving out the ids given: the arms run once, and a page ranked
-again without hits the store no longer confirms (``Searcher._refilled``) re-fuses what
-they found."""
-
-_REFILL_ROUNDS = 3
-"""Times a page is ranked again without unconfirmed hits (each round finds those the
-previous one's new candidates brought: a lagging index rarely needs more than one)."""
-
-_Hit = TypeVar("_Hit", KeywordHit, tuple[str, float])
-
-
-def _without(hits: Sequence[_Hit], exclude: frozenset[str]) -> list[_Hit]:
-    """``hits`` less those whose id is in ``exclude`` (a copy either way)."""
-    if not exclude:
-        return list(hits)
-    return [hit for hit in hits if _hit_id(hit) not in exclude]
-
-
-def _hit_id(hit: KeywordHit | tuple[str, float]) -> str:
-    return hit[0] if isinstance(hit, tuple) else hit.source_id
 
 
 @dataclass(frozen=True)
@@ -215,48 +177,9 @@ class Searcher:
             # A hit dropped from the page, or the index known to lag the store (a stale hit
             # anywhere in the arms would shift the page): rank again without the stale.
             if len(passages) < len(page) or p.indexes.keyword_pending:
-                passages = self._refilled(
-                    p, rank, ranked, passages, skip, need, text, language, filters
-                )
+                passages = refilled(p, rank, ranked, passages, skip, need, text, language, filters)
         p.metrics.searches.labels(p.corpus, strategy.value).inc()
         p.metrics.search_duration.labels(p.corpus).observe(time.perf_counter() - started)
-        return passages
-
-    @staticmethod
-    def _refilled(
-        p: SearchState,
-        rank: Ranking,
-        ranked: Ranked,
-        passages: list[Passage],
-        skip: int,
-        need: int,
-        text: str,
-        language: int | None,
-        filters: tuple[FieldFilter, ...],
-    ) -> list[Passage]:
-        """The page again, ranked without the candidates the store no longer confirms.
-
-        An index that lags the store — a writer that died between its store commit and
-        its keyword commit, a write landing mid-search — returns documents since deleted
-        or made non-public. ``build_passages`` drops them (never shown); left at that,
-        the page came back short, with gaps in the arms' ranks, for as long as the lag
-        lasted. Ranked again without them, the next candidates fill it. Every candidate
-        of both arms is checked, not only the page's: a stale one above the page moves
-        the ranks (RRF) or the window's mean and spread (z-scores) of those below it, so
-        excluding only what each page happened to see ranked every page differently —
-        pages repeated and skipped documents. A few rounds at most, each one store read
-        of the candidates. ``passages``: the page as first built."""
-        exclude: frozenset[str] = frozenset()
-        for _ in range(_REFILL_ROUNDS):
-            ids = ranked.candidate_ids()
-            confirmed = p.store.headers(ids, filters=filters)
-            stale = frozenset(sid for sid in ids if sid not in confirmed) - exclude
-            if not stale:
-                break
-            exclude |= stale
-            ranked = rank(exclude)
-            page = ranked.fused[skip:need]
-            passages = build_passages(p, page, ranked.sparse_hits, text, language, filters)
         return passages
 
     # -- strategies -----------------------------------------------------------------------
@@ -386,7 +309,7 @@ class Searcher:
             p.metrics.arm_duration.labels(p.corpus, Arm.SPARSE.value).observe(
                 time.perf_counter() - t0
             )
-            kept = _without(hits, exclude)
+            kept = without(hits, exclude)
             return Ranked(fuse_arms(p.config, kept, None, need), kept)
 
         return rank
@@ -437,8 +360,8 @@ class Searcher:
             p.metrics.sparse_arm_empty.labels(p.corpus).inc()
 
         def rank(exclude: frozenset[str]) -> Ranked:
-            kept = _without(sparse_hits, exclude)
-            kept_dense = _without(dense, exclude)
+            kept = without(sparse_hits, exclude)
+            kept_dense = without(dense, exclude)
             fused = self._fused(p, vector, text, window, need, language, filters, kept, kept_dense)
             if window > p.config.window:  # a page past the fusion window
                 # Each arm runs again for the window's own ranking (and is timed again:
@@ -452,8 +375,8 @@ class Searcher:
                     small,
                     language,
                     filters,
-                    _without(self._sparse_arm(p, text, small, language, filters), exclude),
-                    _without(self._dense_arm(p, vector, small, language, filters), exclude),
+                    without(self._sparse_arm(p, text, small, language, filters), exclude),
+                    without(self._dense_arm(p, vector, small, language, filters), exclude),
                 )
                 fused = paged_ranking(head, fused, need)
             return Ranked(fused, kept, kept_dense)
