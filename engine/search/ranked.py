@@ -46,9 +46,10 @@ _Hit = TypeVar("_Hit", KeywordHit, tuple[str, float])
 
 
 def without(hits: Sequence[_Hit], exclude: frozenset[str]) -> list[_Hit]:
-    """``hits`` less those whose id is in ``exclude`` (a copy either way)."""
+    """``hits`` less those whose id is in ``exclude`` (``hits`` itself when there is
+    nothing to leave out and it is a list: every search passes here once)."""
     if not exclude:
-        return list(hits)
+        return hits if isinstance(hits, list) else list(hits)
     return [hit for hit in hits if _hit_id(hit) not in exclude]
 
 
