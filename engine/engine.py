@@ -289,6 +289,7 @@ class SearchEngine:
         directory = self._corpus_dir(name)  # validates first: a list is not a name
         config_path = directory / "config.json"
         with self._lock:
+            self._check_open()  # again: a close may have run while this call waited
             known = self._corpora.get(name)
             if known is not None and known.is_current() and not known._closed:
                 return known
@@ -557,12 +558,19 @@ class SearchEngine:
             server.stop()
         self.metrics.close()  # waits for a scrape's refresh, which may need self._lock
         self._health_checks.close()  # a check still asking a provider, a bounded while
+        # The root's lock first, as a create or drop takes it: one in progress — past its
+        # closing check, writing its corpus — finishes first (both hold it while waiting
+        # for other processes, at most ``busy_timeout``), and one that comes later finds
+        # the engine closing. Taken the other way round (the engine's lock, then the
+        # root's), a drop waiting for a writer and a close waited for each other for good;
+        # taken not at all, a create could commit its corpus and then report failure.
+        root = self._engine_lock
         first_error: BaseException | None = None
-        try:
-            with self._lock:
-                if self._closed:
-                    return
-                self._closed = True
+        with root.mutex if root is not None else contextlib.nullcontext(), self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
                 for corpus in self._corpora.values():
                     try:
                         corpus.close()
@@ -570,12 +578,9 @@ class SearchEngine:
                         first_error = first_error or exc
                 self._corpora.clear()
                 self._embedders.close()
-        finally:
-            # Outside the engine's lock: a create or drop holds the root's lock while it
-            # waits, and takes the engine's before it lets go (closing the root's waits
-            # for its holder: under the engine's lock, the two waited for each other).
-            if self._engine_lock is not None and self._closed:
-                self._engine_lock.close()
+            finally:
+                if root is not None:
+                    root.close()
         if first_error is not None:
             raise first_error
 

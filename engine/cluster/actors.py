@@ -22,6 +22,7 @@ from engine.cluster.manifest import ClusterManifest, read_manifest
 from engine.cluster.options import ClusterOptions
 from engine.cluster.runtime import NAMESPACE
 from engine.cluster.shard import EmbedderFactory, ShardActor, ShardSpec
+from engine.errors import InvalidArgument
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +69,11 @@ def start_shard(
             lifetime="detached",
             get_if_exists=True,
         )
-    return ray.remote(ShardActor).options(**options).remote(spec)
+    try:
+        actor = ray.remote(ShardActor).options(**options)
+    except ValueError as exc:  # a resource name Ray keeps for itself (see ``manifest``)
+        raise InvalidArgument(f"shard {index} cannot be placed: {exc}") from None
+    return actor.remote(spec)
 
 
 def stop_detached(root: str | os.PathLike[str]) -> int:

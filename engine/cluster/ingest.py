@@ -36,6 +36,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -168,19 +169,7 @@ def ingest(
     shards = corpus.shards
     fields = dict(corpus.config.fields)
     if kind == "parquet":
-        extensions = _parquet_extensions(files)
-        # Ray Data's newer Parquet reader takes ``None`` for its default (``.parquet``
-        # names only) again: files named otherwise go through the one that does not.
-        v2, context.use_datasource_v2 = (
-            context.use_datasource_v2,
-            extensions is not None and context.use_datasource_v2,
-        )
-        try:
-            ds = ray.data.read_parquet(
-                files, num_cpus=0, concurrency=io_tasks, file_extensions=extensions
-            )
-        finally:
-            context.use_datasource_v2 = v2
+        ds = _read_parquet(files, io_tasks)
     else:
         # Files as bytes, cut into lines by the loaders' own rules (``file_lines``): a
         # JSON reader's type inference would turn a column with one missing integer into
@@ -258,6 +247,29 @@ def _format_of(path: str) -> str:
         return "parquet"
     with open(path, "rb") as head:
         return "parquet" if head.read(4) == _PARQUET_MAGIC else "jsonl"
+
+
+_READER_SWITCH = threading.Lock()
+"""Held while ``DataContext.use_datasource_v2`` is switched off for one ``read_parquet``
+(a process-wide flag: two ingests switching it at once left it off for good)."""
+
+
+def _read_parquet(files: Sequence[str], io_tasks: int) -> ray.data.Dataset:
+    """Ray Data's first Parquet reader, whatever the default: the newer one takes
+    ``file_extensions=None`` for ``.parquet`` names only (a file named otherwise was "not
+    found"), and lists several paths on threads that each import fsspec's HTTP filesystem
+    (without aiohttp one of them failed: a folder given with another path crashed). The
+    first resolves the paths once, here, and reads only what it was given."""
+    context = ray.data.DataContext.get_current()
+    extensions = _parquet_extensions(files)
+    with _READER_SWITCH:
+        newer, context.use_datasource_v2 = context.use_datasource_v2, False
+        try:
+            return ray.data.read_parquet(
+                list(files), num_cpus=0, concurrency=io_tasks, file_extensions=extensions
+            )
+        finally:
+            context.use_datasource_v2 = newer
 
 
 def _parquet_extensions(files: Sequence[str]) -> list[str] | None:

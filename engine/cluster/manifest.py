@@ -57,8 +57,13 @@ class ClusterManifest(BaseModel):
         return root / "shards" / f"{index:03d}"
 
 
-_RAY_RESOURCES = frozenset({"CPU", "GPU", "memory", "object_store_memory"})
-"""Resource names Ray reserves (``ray.remote(resources=...)`` refuses them)."""
+_RAY_RESOURCES = frozenset(
+    {"CPU", "GPU", "memory", "object_store_memory"}
+    # Accelerators Ray manages, each refusing a fraction (Ray 2.x's accelerator managers).
+    | {"TPU", "HPU", "NPU", "neuron_cores", "FURIOSA", "RBLN", "MBLT", "TTNPU"}
+)
+"""Resource names Ray reserves (``ray.remote(resources=...)`` refuses them as custom
+resources; a name Ray adds later is still refused at start, as ``InvalidArgument``)."""
 
 
 def write_manifest(root: Path, manifest: ClusterManifest) -> None:

@@ -207,7 +207,7 @@ def load(
             )
         except InvalidArgument:
             raise  # the engine's own refusal: reported as every command reports it
-        except (pa.ArrowException, RayTaskError, ValueError) as exc:
+        except (pa.ArrowException, RayTaskError, ValueError, ImportError) as exc:
             # Files Ray Data cannot read as one table (Parquet files whose columns
             # disagree, say) or finds nothing to read in (an empty folder; it raises a
             # plain ValueError): one line, not a traceback. What was acknowledged stays.

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import re
 import sys
 from collections.abc import Iterator
@@ -26,6 +27,8 @@ from typing import IO, Any
 from mcp.types import jsonrpc_message_adapter
 
 __all__ = ["UNREADABLE_METHOD", "repaired_line", "repairing_stdin"]
+
+logger = logging.getLogger(__name__)
 
 UNREADABLE_METHOD = "tandem/unreadable-request"
 """What a request the SDK cannot read is replaced by (no tool has it: an error answer)."""
@@ -101,9 +104,11 @@ def _request_id(text: str) -> str | int | None:
             has_method = has_method or key == '"method"'
             if key == '"id"':
                 value = _STRING.match(text, position) or _INTEGER.match(text, position)
-                found = (
-                    None if value is None else _without_lone_surrogates(json.loads(value.group()))
-                )
+                try:
+                    found = None if value is None else json.loads(value.group())
+                except ValueError:  # a raw control character, a bad escape, 5,000 digits
+                    return None
+                found = _without_lone_surrogates(found)
             continue
         position += 1
     return found if has_method and text.lstrip().startswith("{") else None
@@ -128,7 +133,9 @@ class _RepairedLines(io.RawIOBase):
 
     def __init__(self, source: IO[bytes]) -> None:
         self._source = source
-        self._pending = b""
+        # The rest of the current line, as a view: slicing bytes on every read copied the
+        # rest of the line each time (a 32 MB line took 4 s).
+        self._pending = memoryview(b"")
 
     def readable(self) -> bool:
         return True
@@ -138,7 +145,11 @@ class _RepairedLines(io.RawIOBase):
             line = self._source.readline()
             if not line:
                 return 0
-            self._pending = repaired_line(line)
+            try:
+                self._pending = memoryview(repaired_line(line))
+            except Exception:  # never the server's end: the SDK answers what it can
+                logger.warning("an MCP request line could not be checked; passed on as sent")
+                self._pending = memoryview(line)
         size = min(len(buffer), len(self._pending))
         buffer[:size] = self._pending[:size]
         self._pending = self._pending[size:]

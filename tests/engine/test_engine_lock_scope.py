@@ -119,18 +119,16 @@ def _closing_while_waiting(
     """Close ``eng`` while ``waiting`` (a create or drop) waits for ``held``; then let
     ``held`` go: both must finish (a review found them waiting for each other for good —
     close held the engine's lock while closing the root's, whose holder needed it)."""
-    closing_root = threading.Event()
-    root = eng._engine_lock
-    assert root is not None
-    real_close = root.close
+    closing = threading.Event()
+    real_close = eng._health_checks.close
 
-    def announced_close() -> None:
-        closing_root.set()
+    def announced_close() -> None:  # one of close's first steps
         real_close()
+        closing.set()
 
-    monkeypatch.setattr(root, "close", announced_close)
+    monkeypatch.setattr(eng._health_checks, "close", announced_close)
     closer, close_errors = _started(eng.close)
-    assert closing_root.wait(JOIN_S)  # close is now waiting for the root's holder
+    assert closing.wait(JOIN_S)
     held.release()
     held.close()
     waiting.join(JOIN_S)
@@ -173,3 +171,69 @@ def test_closing_while_a_create_waits_for_the_directory_lock(
     _closing_while_waiting(eng, monkeypatch, other_engine, creator)
     assert [type(e).__name__ for e in errors] == ["InvalidArgument"]  # refused: closing
     assert not (tmp_path / "corpora" / "new").exists()  # and nothing written
+
+
+def test_a_corpus_call_that_waited_out_a_close_opens_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review: ``corpus()`` checked the engine open, then waited for its lock while a
+    close ran, then opened the corpus into the closed engine — left open for good."""
+    eng = SearchEngine(tmp_path)
+    first = eng.create_corpus(CorpusConfig(name="a", embedder=None))
+    first.close()
+    past_the_check = threading.Event()
+    real_dir = eng._corpus_dir
+
+    def announced_dir(name: str) -> Path:
+        past_the_check.set()
+        return real_dir(name)
+
+    monkeypatch.setattr(eng, "_corpus_dir", announced_dir)
+    with eng._lock:  # a close running: it holds the lock until the engine is closed
+        opener, errors = _started(lambda: eng.corpus("a"))
+        assert past_the_check.wait(JOIN_S)
+        eng._closed = True
+    opener.join(JOIN_S)
+    assert [type(e).__name__ for e in errors] == ["InvalidArgument"]
+    assert eng._corpora == {"a": first}  # no new object opened into the closed engine
+    eng._closed = False
+    eng.close()
+
+
+def test_a_create_committing_when_close_begins_finishes_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review: a create past its closing check, writing its config (the commit point),
+    then raised "closed" — the corpus existed, the caller was told it did not. Close now
+    waits for it."""
+    eng = SearchEngine(tmp_path)
+    writing, go = threading.Event(), threading.Event()
+    real_save = engine_module.save_config
+
+    def held_save(*args: Any) -> None:
+        writing.set()
+        assert go.wait(JOIN_S)
+        real_save(*args)
+
+    monkeypatch.setattr(engine_module, "save_config", held_save)
+    created: list[object] = []
+    creator, errors = _started(
+        lambda: created.append(eng.create_corpus(CorpusConfig(name="b", embedder=None)))
+    )
+    assert writing.wait(JOIN_S)
+    closing = threading.Event()
+    real_close = eng._health_checks.close
+
+    def announced_close() -> None:
+        real_close()
+        closing.set()
+
+    monkeypatch.setattr(eng._health_checks, "close", announced_close)
+    closer, close_errors = _started(eng.close)
+    assert closing.wait(JOIN_S)
+    go.set()
+    creator.join(JOIN_S)
+    closer.join(JOIN_S)
+    assert not errors and not close_errors and len(created) == 1
+    with SearchEngine(tmp_path) as again:
+        assert again.list_corpora() == ["b"]

@@ -213,7 +213,7 @@ def test_a_placement_no_node_can_satisfy_is_named_when_the_start_gives_up(
     assert list(root.iterdir()) == []
 
 
-@pytest.mark.parametrize("reserved", ["CPU", "GPU", "memory", "object_store_memory"])
+@pytest.mark.parametrize("reserved", ["CPU", "GPU", "memory", "object_store_memory", "TPU"])
 def test_a_placement_named_after_a_resource_of_rays_own_is_refused_first(
     tmp_path: Path, reserved: str
 ) -> None:

@@ -8,6 +8,7 @@ its parser refuses.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import select
@@ -19,6 +20,7 @@ from typing import IO, Any
 import pytest
 
 from engine import CorpusConfig, Document, SearchEngine
+from engine.surfaces import mcp_stdin
 from engine.surfaces.mcp_stdin import UNREADABLE_METHOD, repaired_line
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -142,3 +144,45 @@ def test_tandem_mcp_answers_every_request(tmp_path: Path) -> None:
     finally:
         server.stdin.close()
         server.wait(60)
+
+
+@pytest.mark.parametrize(
+    "request_id",
+    [b"1" * 5_000, b'"bad \\x escape"', b'"raw\ttab"'],
+    ids=["5,000 digits", "a bad escape", "a raw tab"],
+)
+def test_an_id_json_refuses_leaves_the_line_to_the_sdk(request_id: bytes) -> None:
+    """Review: such an id in a line nested past the recursion limit raised out of the
+    stdin stand-in and ended the server."""
+    line = (  # the nesting first: json.loads gives up on it before it reaches the id
+        b'{"jsonrpc":"2.0","method":"x","params":'
+        + b"[" * 5_000
+        + b"]" * 5_000
+        + b',"id":'
+        + request_id
+        + b"}\n"
+    )
+    assert repaired_line(line) == line
+
+
+def test_the_stand_in_reads_long_lines_whole_and_never_raises(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    long_line = _line(
+        {"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"x": "y" * 3_000_000}}
+    )
+    reader = io.TextIOWrapper(
+        io.BufferedReader(mcp_stdin._RepairedLines(io.BytesIO(long_line + b"not json\n"))),
+        encoding="utf-8",
+    )
+    assert reader.readline().encode() == long_line
+    assert reader.readline() == "not json\n"
+
+    def broken(line: bytes) -> bytes:
+        raise RuntimeError("a check that failed")
+
+    monkeypatch.setattr(mcp_stdin, "repaired_line", broken)
+    reader = io.TextIOWrapper(
+        io.BufferedReader(mcp_stdin._RepairedLines(io.BytesIO(b'{"a": 1}\n'))), encoding="utf-8"
+    )
+    assert reader.readline() == '{"a": 1}\n'  # passed on as sent
