@@ -113,12 +113,10 @@ def test_a_create_waiting_for_the_directory_lock_does_not_stall_other_corpora(
     assert eng.corpus("new").search("anything") == []
 
 
-def _closing_while_waiting(
-    eng: SearchEngine, monkeypatch: pytest.MonkeyPatch, held: WriteLock, waiting: threading.Thread
-) -> None:
-    """Close ``eng`` while ``waiting`` (a create or drop) waits for ``held``; then let
-    ``held`` go: both must finish (a review found them waiting for each other for good —
-    close held the engine's lock while closing the root's, whose holder needed it)."""
+def _closing(
+    eng: SearchEngine, monkeypatch: pytest.MonkeyPatch
+) -> tuple[threading.Thread, list[BaseException]]:
+    """``eng.close()`` started on a thread, returned once it is past its first steps."""
     closing = threading.Event()
     real_close = eng._health_checks.close
 
@@ -127,8 +125,18 @@ def _closing_while_waiting(
         closing.set()
 
     monkeypatch.setattr(eng._health_checks, "close", announced_close)
-    closer, close_errors = _started(eng.close)
+    closer, errors = _started(eng.close)
     assert closing.wait(JOIN_S)
+    return closer, errors
+
+
+def _closing_while_waiting(
+    eng: SearchEngine, monkeypatch: pytest.MonkeyPatch, held: WriteLock, waiting: threading.Thread
+) -> None:
+    """Close ``eng`` while ``waiting`` (a create or drop) waits for ``held``; then let
+    ``held`` go: both must finish (a review found them waiting for each other for good —
+    close held the engine's lock while closing the root's, whose holder needed it)."""
+    closer, close_errors = _closing(eng, monkeypatch)
     held.release()
     held.close()
     waiting.join(JOIN_S)
@@ -221,16 +229,7 @@ def test_a_create_committing_when_close_begins_finishes_first(
         lambda: created.append(eng.create_corpus(CorpusConfig(name="b", embedder=None)))
     )
     assert writing.wait(JOIN_S)
-    closing = threading.Event()
-    real_close = eng._health_checks.close
-
-    def announced_close() -> None:
-        real_close()
-        closing.set()
-
-    monkeypatch.setattr(eng._health_checks, "close", announced_close)
-    closer, close_errors = _started(eng.close)
-    assert closing.wait(JOIN_S)
+    closer, close_errors = _closing(eng, monkeypatch)
     go.set()
     creator.join(JOIN_S)
     closer.join(JOIN_S)
