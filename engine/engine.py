@@ -201,7 +201,14 @@ class SearchEngine:
         lock = self._engine_lock
         if lock is None:
             raise EngineReadOnly(f"{self._root} is open read-only")
-        if not lock.acquire(self._busy_timeout):
+        self._check_not_closing()
+        try:
+            acquired = lock.acquire(self._busy_timeout)
+        except OSError:  # closed while this call waited for it (a close holds it then)
+            self._check_not_closing()
+            raise
+        if not acquired:
+            self._check_not_closing()  # a close, not another engine, held it meanwhile
             raise EngineBusy(
                 f"{self._root}: another engine held the lock for {self._busy_timeout:g} s "
                 "(busy_timeout)"

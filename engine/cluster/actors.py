@@ -71,8 +71,9 @@ def start_shard(
         )
     try:
         actor = ray.remote(ShardActor).options(**options)
-    except ValueError as exc:  # a resource name Ray keeps for itself (see ``manifest``)
-        raise InvalidArgument(f"shard {index} cannot be placed: {exc}") from None
+    except (ValueError, OverflowError) as exc:  # a resource name Ray keeps for itself
+        # (see ``manifest``), or a quantity Ray cannot schedule
+        raise InvalidArgument(f"shard {index} cannot start: {exc}") from None
     return actor.remote(spec)
 
 

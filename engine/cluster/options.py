@@ -43,7 +43,7 @@ class ClusterOptions(BaseModel):
 
     max_restarts: Annotated[int, Field(ge=-1)] = -1
     max_concurrency: Annotated[int, Field(ge=1, le=64)] = 4
-    shard_num_cpus: Annotated[float, Field(ge=0)] = 0.0
+    shard_num_cpus: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
     search_timeout_s: Annotated[float, Field(gt=0, le=600)] = 5.0
     write_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 120.0
     read_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 30.0

@@ -42,9 +42,10 @@ def repaired_line(line: bytes) -> bytes:
     try:
         message = json.loads(text)
         candidate = json.dumps(_without_lone_surrogates(message), ensure_ascii=False)
-    except ValueError:
-        return line  # not JSON: no id to answer
-    except RecursionError:  # nested past Python's own limit
+    except (ValueError, RecursionError):
+        # Not JSON; or nested past Python's own limit, or a number of more than 4,300
+        # digits (each refused by json, though the SDK's parser may take them): the
+        # scan below finds a request's id if there is one.
         candidate = ""
     if candidate and _parses(candidate):
         return candidate.encode("utf-8") + b"\n"

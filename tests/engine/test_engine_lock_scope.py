@@ -236,3 +236,32 @@ def test_a_create_committing_when_close_begins_finishes_first(
     assert not errors and not close_errors and len(created) == 1
     with SearchEngine(tmp_path) as again:
         assert again.list_corpora() == ["b"]
+
+
+def test_a_create_waiting_while_close_holds_the_root_lock_is_told_closing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review: a create that waited for the root lock while a close held it and closed it
+    got a StorageError (the closed lock's OSError, taken for a disk failure)."""
+    eng = SearchEngine(tmp_path)
+    root = eng._engine_lock
+    assert root is not None
+    asking = threading.Event()
+    real_acquire = root.acquire
+
+    def announced_acquire(*args: Any) -> bool:
+        asking.set()
+        return real_acquire(*args)
+
+    monkeypatch.setattr(root, "acquire", announced_acquire)
+    with root.mutex:  # as close() holds it
+        creator, errors = _started(lambda: eng.create_corpus(CorpusConfig(name="c", embedder=None)))
+        assert asking.wait(JOIN_S)
+        eng._closing = True
+        root.close()
+    creator.join(JOIN_S)
+    assert [f"{type(e).__name__}: {e}" for e in errors] == [
+        "InvalidArgument: this SearchEngine is closing"
+    ]
+    assert not (tmp_path / "corpora" / "c").exists()
+    eng.close()

@@ -90,9 +90,11 @@ def test_create_load_search_health(ray_cluster: None, tmp_path: Path) -> None:
     from ray.data import DataContext
 
     reader = DataContext.get_current().use_datasource_v2
+    bars = DataContext.get_current().enable_progress_bars
     code, out = run("cluster", "load", str(root), str(folder), str(extra), "--quiet")
     assert code == 0 and "written 2" in out, out
     assert DataContext.get_current().use_datasource_v2 == reader  # put back
+    assert DataContext.get_current().enable_progress_bars == bars  # --quiet: put back too
     empty = tmp_path / "empty-folder"
     empty.mkdir()
     code, out = run("cluster", "load", str(root), str(empty), "--quiet")

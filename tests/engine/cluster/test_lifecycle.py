@@ -227,6 +227,13 @@ def test_a_placement_named_after_a_resource_of_rays_own_is_refused_first(
     assert not root.exists()
 
 
+@pytest.mark.parametrize("cpus", [float("inf"), float("nan")])
+def test_a_shard_cpu_count_ray_cannot_schedule_is_refused_by_the_options(cpus: float) -> None:
+    """Review: infinity passed the options and then failed in Ray with an OverflowError."""
+    with pytest.raises(ValueError, match="shard_num_cpus"):
+        ClusterOptions(shard_num_cpus=cpus)
+
+
 def test_a_shard_whose_directory_is_gone_is_not_restarted_empty(
     ray_cluster: None, tmp_path: Path
 ) -> None:

@@ -186,3 +186,26 @@ def test_the_stand_in_reads_long_lines_whole_and_never_raises(
         io.BufferedReader(mcp_stdin._RepairedLines(io.BytesIO(b'{"a": 1}\n'))), encoding="utf-8"
     )
     assert reader.readline() == '{"a": 1}\n'  # passed on as sent
+
+
+@pytest.mark.parametrize(
+    "unreadable",
+    [b'"filters":' + b"[" * 300 + b"]" * 300, b'"query":"x \\ud800"'],
+    ids=["deep", "lone surrogate"],
+)
+def test_a_number_json_refuses_does_not_hide_the_request(unreadable: bytes) -> None:
+    """Review: a number of more than 4,300 digits anywhere made json.loads raise
+    ValueError, taken for "not JSON": a deep or lone-surrogate request carrying one
+    went unanswered. The id is read by the scan instead."""
+    line = (
+        b'{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"x","arguments":{'
+        + unreadable
+        + b',"top_k":'
+        + b"7" * 5_000
+        + b"}}}\n"
+    )
+    assert json.loads(repaired_line(line)) == {
+        "jsonrpc": "2.0",
+        "id": 9,
+        "method": UNREADABLE_METHOD,
+    }
