@@ -163,83 +163,79 @@ def ingest(
     dimension = None
     if vector_column is not None and embedder is not None:
         dimension = known or dimension_if_up(embedder)
-    context = ray.data.DataContext.get_current()
-    # Process-wide in Ray Data: put back afterwards (``progress=False`` turned the bars
-    # off for the rest of the process).
-    bars, context.enable_progress_bars = context.enable_progress_bars, progress
-    try:
-        handles = corpus._calls.handles
-        shards = corpus.shards
-        fields = dict(corpus.config.fields)
-        if kind == "parquet":
-            ds = _read_parquet(files, io_tasks)
-        else:
-            # Files as bytes, cut into lines by the loaders' own rules (``file_lines``): a
-            # JSON reader's type inference would turn a column with one missing integer into
-            # floats, and Ray's text reader splits at U+2028 and the like (legal inside a JSON
-            # string), keeps a byte order mark, fails a whole file on one bad byte and tells
-            # gzip by the file's name.
-            ds = ray.data.read_binary_files(
-                files, include_paths=True, num_cpus=0, concurrency=io_tasks
-            ).flat_map(file_lines, num_cpus=0, concurrency=io_tasks)
+    handles = corpus._calls.handles
+    shards = corpus.shards
+    fields = dict(corpus.config.fields)
+    if kind == "parquet":
+        ds = _read_parquet(files, io_tasks)
+    else:
+        # Files as bytes, cut into lines by the loaders' own rules (``file_lines``): a
+        # JSON reader's type inference would turn a column with one missing integer into
+        # floats, and Ray's text reader splits at U+2028 and the like (legal inside a JSON
+        # string), keeps a byte order mark, fails a whole file on one bad byte and tells
+        # gzip by the file's name.
+        ds = ray.data.read_binary_files(
+            files, include_paths=True, num_cpus=0, concurrency=io_tasks
+        ).flat_map(file_lines, num_cpus=0, concurrency=io_tasks)
+    # On this dataset's own context (the ones made from it share it), not the process's:
+    # ``progress=False`` there turned Ray Data's bars off for the rest of the process.
+    ds.context.enable_progress_bars = progress
+    ds = ds.map_batches(
+        _prepare,  # type: ignore[arg-type]  # extra arguments come from fn_args
+        fn_args=(
+            handles,
+            shards,
+            fields,
+            resume,
+            vector_column,
+            dimension,
+            write_timeout_s,
+            kind == "jsonl",
+        ),
+        batch_format="pyarrow",
+        batch_size=batch_size,
+        num_cpus=0,
+        compute=ray.data.TaskPoolStrategy(size=io_tasks),
+    )
+    model = embedding_model
+    if spec is not None and vector_column is None:
+        gpus = _gpus(gpus_per_actor)
         ds = ds.map_batches(
-            _prepare,  # type: ignore[arg-type]  # extra arguments come from fn_args
-            fn_args=(
-                handles,
-                shards,
-                fields,
-                resume,
-                vector_column,
-                dimension,
-                write_timeout_s,
-                kind == "jsonl",
-            ),
+            _Embed,
+            # The corpus's stored length, which every embedded vector must have.
+            fn_constructor_args=(spec, embedder_factory, gpus > 0, known),
             batch_format="pyarrow",
             batch_size=batch_size,
-            num_cpus=0,
-            compute=ray.data.TaskPoolStrategy(size=io_tasks),
+            num_cpus=0 if gpus else 1,
+            num_gpus=gpus,
+            compute=ray.data.ActorPoolStrategy(size=embed_actors),
         )
-        model = embedding_model
-        if spec is not None and vector_column is None:
-            gpus = _gpus(gpus_per_actor)
-            ds = ds.map_batches(
-                _Embed,
-                # The corpus's stored length, which every embedded vector must have.
-                fn_constructor_args=(spec, embedder_factory, gpus > 0, known),
-                batch_format="pyarrow",
-                batch_size=batch_size,
-                num_cpus=0 if gpus else 1,
-                num_gpus=gpus,
-                compute=ray.data.ActorPoolStrategy(size=embed_actors),
-            )
-            model = (embedder_factory or default_embedder_factory)(spec).name
-        ds = ds.map_batches(
-            _write,  # type: ignore[arg-type]  # extra arguments come from fn_args
-            fn_args=(handles, shards, model, write_timeout_s, known),
-            batch_format="pyarrow",
-            batch_size=batch_size,
-            num_cpus=0,
-            compute=ray.data.TaskPoolStrategy(size=io_tasks),
-        )
-        started = time.monotonic()
-        written = skipped = rejected = 0
-        rejections: list[str] = []
-        with tqdm(disable=not progress, desc=f"ingest {corpus.name}", unit="doc") as bar:
-            for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
-                counts = pa.table(batch).to_pydict()
-                done = sum(counts["written"])
-                written += done
-                skipped += sum(counts["skipped"])
-                rejected += sum(counts["rejected"])
-                for reasons in counts["reasons"]:
-                    rejections.extend(reasons[: MAX_KEPT_REJECTIONS - len(rejections)])
-                bar.update(done)
-                if on_progress is not None:
-                    on_progress(written)
-        seconds = time.monotonic() - started
-        return IngestReport(written, skipped, rejected, seconds, tuple(rejections))
-    finally:
-        context.enable_progress_bars = bars
+        model = (embedder_factory or default_embedder_factory)(spec).name
+    ds = ds.map_batches(
+        _write,  # type: ignore[arg-type]  # extra arguments come from fn_args
+        fn_args=(handles, shards, model, write_timeout_s, known),
+        batch_format="pyarrow",
+        batch_size=batch_size,
+        num_cpus=0,
+        compute=ray.data.TaskPoolStrategy(size=io_tasks),
+    )
+    started = time.monotonic()
+    written = skipped = rejected = 0
+    rejections: list[str] = []
+    with tqdm(disable=not progress, desc=f"ingest {corpus.name}", unit="doc") as bar:
+        for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+            counts = pa.table(batch).to_pydict()
+            done = sum(counts["written"])
+            written += done
+            skipped += sum(counts["skipped"])
+            rejected += sum(counts["rejected"])
+            for reasons in counts["reasons"]:
+                rejections.extend(reasons[: MAX_KEPT_REJECTIONS - len(rejections)])
+            bar.update(done)
+            if on_progress is not None:
+                on_progress(written)
+    seconds = time.monotonic() - started
+    return IngestReport(written, skipped, rejected, seconds, tuple(rejections))
 
 
 _PARQUET_MAGIC = b"PAR1"

@@ -36,6 +36,7 @@ UNREADABLE_METHOD = "tandem/unreadable-request"
 
 def repaired_line(line: bytes) -> bytes:
     """``line`` if the SDK can parse it, else the repair described above."""
+    line = _as_one_line(line)
     text = line.decode("utf-8", "replace")
     if _parses(text):
         return line
@@ -66,6 +67,21 @@ def repairing_stdin() -> Iterator[None]:
         yield
     finally:
         sys.stdin = original
+
+
+_BOM = b"\xef\xbb\xbf"
+
+
+def _as_one_line(line: bytes) -> bytes:
+    """``line`` without what would make the SDK's text reader drop it although it is
+    JSON: a leading byte order mark (some Windows pipes write one before the first line),
+    and a bare carriage return, which JSON allows as whitespace between tokens (inside a
+    string it must be escaped) but the reader's universal newlines take for a line end,
+    splitting the request in two unreadable halves."""
+    body = line.removesuffix(b"\n").removesuffix(b"\r")
+    if not (body.startswith(_BOM) or b"\r" in body):
+        return line
+    return body.removeprefix(_BOM).replace(b"\r", b" ") + line[len(body) :]  # its own ending
 
 
 def _parses(text: str) -> bool:

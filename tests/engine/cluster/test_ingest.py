@@ -40,6 +40,15 @@ def test_ingest_embeds_writes_and_resumes(ray_cluster: None, tmp_path: Path) -> 
     )
     try:
         seen: list[int] = []
+        bars: list[bool] = []  # the process's Ray Data progress flag, while the ingest runs
+
+        def progressed(written: int) -> None:
+            seen.append(written)
+            bars.append(DataContext.get_current().enable_progress_bars)
+
+        from ray.data import DataContext
+
+        before = DataContext.get_current().enable_progress_bars
         report = ingest(
             corpus,
             source,
@@ -47,10 +56,13 @@ def test_ingest_embeds_writes_and_resumes(ray_cluster: None, tmp_path: Path) -> 
             batch_size=16,
             embedder_factory=hash_factory,
             progress=False,
-            on_progress=seen.append,
+            on_progress=progressed,
         )
         assert (report.written, report.rejected, report.skipped) == (len(DOCS), 1, 0)
         assert seen and seen[-1] == len(DOCS)
+        # Review: progress=False switched the bars off for the whole process (and two
+        # ingests at once left them off); it is set on the ingest's own dataset now.
+        assert set(bars) == {before} and DataContext.get_current().enable_progress_bars == before
         stats = corpus.stats()
         assert stats["documents"] == stats["vectors"] == len(DOCS)
         assert stats["degraded"] == 0

@@ -131,11 +131,14 @@ def test_tandem_mcp_answers_every_request(tmp_path: Path) -> None:
         assert _answer(server.stdout)["id"] == 1
         server.stdin.write(_line({"jsonrpc": "2.0", "method": "notifications/initialized"}))
         deeper = DEEP.replace(b'"deep"', b'"deeper"').replace(b"[" * 300, b"[" * 5_000)
-        for line in (LONE, DEEP, deeper.replace(b"]" * 300, b"]" * 5_000)):
+        carriage = b'{"jsonrpc":"2.0",\r"id":"cr","method":"ping"}'
+        for line in (LONE, DEEP, deeper.replace(b"]" * 300, b"]" * 5_000), carriage):
             server.stdin.write(line + b"\n")
             server.stdin.flush()
             answer = _answer(server.stdout)
-            if answer["id"] == 2:
+            if answer["id"] == "cr":
+                assert answer["result"] == {}
+            elif answer["id"] == 2:
                 passages = json.loads(answer["result"]["content"][0]["text"])["passages"]
                 assert [p["source_id"] for p in passages] == ["reset"]
             else:
@@ -209,3 +212,15 @@ def test_a_number_json_refuses_does_not_hide_the_request(unreadable: bytes) -> N
         "id": 9,
         "method": UNREADABLE_METHOD,
     }
+
+
+def test_a_bom_or_a_bare_carriage_return_no_longer_hides_a_request() -> None:
+    """Review: a line led by a byte order mark, or with a bare CR as whitespace (legal
+    JSON; the SDK's text reader takes it for a line end and splits the request), got no
+    answer at all."""
+    request = b'{"jsonrpc":"2.0","id":7,"method":"ping"}'
+    assert repaired_line(b"\xef\xbb\xbf" + request + b"\n") == request + b"\n"
+    with_cr = b'{"jsonrpc":"2.0",\r"id":8,\r"method":"ping"}\r\n'
+    assert repaired_line(with_cr) == b'{"jsonrpc":"2.0", "id":8, "method":"ping"}\r\n'
+    plain = request + b"\r\n"
+    assert repaired_line(plain) is plain  # a CRLF ending is the reader's to translate
