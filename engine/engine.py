@@ -214,6 +214,9 @@ class SearchEngine:
                 "(busy_timeout)"
             )
         try:
+            # A close that began while this call waited: write nothing (a close waits
+            # for the lock this call now holds, so none can begin from here on).
+            self._check_not_closing()
             yield
         finally:
             lock.release()
@@ -269,7 +272,6 @@ class SearchEngine:
         # (up to ``busy_timeout``), stalled every thread opening any corpus meanwhile —
         # a server's reads of corpora nobody was writing.
         with self._engine_writing():
-            self._check_not_closing()  # closed while this create waited: write nothing
             directory = self._corpus_dir(config.name)
             if (directory / "config.json").exists():
                 if not _marked_dropped(directory):
@@ -286,7 +288,6 @@ class SearchEngine:
             DocumentStore(directory / "store.sqlite3").close()
             save_config(directory / "config.json", config)
             with self._lock:
-                self._check_open()  # closed while this create waited
                 return self._open(config, directory)
 
     @sealed
@@ -363,7 +364,6 @@ class SearchEngine:
         """Delete a corpus and everything in it. Raises ``CorpusNotFound``."""
         self._check_open()
         with self._engine_writing():  # alone while waiting, as in ``create_corpus``
-            self._check_not_closing()
             directory = self._corpus_dir(name)
             if not (directory / "config.json").is_file():
                 raise CorpusNotFound(f"no corpus named {name!r}")

@@ -172,10 +172,21 @@ class KeywordIndexKeeper:
         ids = read_ids(self._withdrawn_file)
         if ids is None:
             return
+        back = self._put_back(ids)
+        if back:
+            logger.info("put %d withdrawn documents back in the keyword index", back)
+        self._forget_withdrawn_list()
+
+    def _put_back(self, ids: Sequence[str]) -> int:
+        """Index again those of ``ids`` the store has public now — read, not assumed: a
+        store write that raised after its commit made them non-public after all, and
+        those must stay out. Returns how many."""
         back = self._store.get_many(ids, public_only=True)
         if back:
-            logger.info("putting %d withdrawn documents back in the keyword index", len(back))
             self.tantivy.upsert([_to_sparse(d) for d in back.values()])
+        return len(back)
+
+    def _forget_withdrawn_list(self) -> None:
         try:
             self._withdrawn_file.unlink(missing_ok=True)
         except OSError:  # left: the next holder puts back nothing public, and tries again
@@ -252,19 +263,12 @@ class KeywordIndexKeeper:
             return  # (behind: the catch-up puts them back from ``tantivy.withdrawn``)
         if not stored:
             try:
-                # Read again rather than assumed: a write that raised after its commit
-                # made them non-public after all, and those must stay out.
-                back = self._store.get_many(withdrawn, public_only=True)
-                if back:
-                    self.tantivy.upsert([_to_sparse(d) for d in back.values()])
+                self._put_back(withdrawn)
                 self._write_marker(self._seen)  # other processes reload at the write
             except (SparseError, OSError, StorageError, sqlite3.Error) as exc:
                 self._failed(exc, "could not put withdrawn documents back")
                 return
-        try:
-            self._withdrawn_file.unlink(missing_ok=True)
-        except OSError:  # left: the next holder finds nothing public to put back
-            logger.debug("could not remove %s", self._withdrawn_file.name)
+        self._forget_withdrawn_list()
 
     # -- writes (called after the store committed) -------------------------------------------
 
@@ -290,11 +294,8 @@ class KeywordIndexKeeper:
             if written:
                 self.tantivy.upsert([_to_sparse(d) for d in written])
             self._mark(seq)
-        except (SparseError, OSError) as exc:
-            self._failed(exc, "write failed")
         except BaseException as exc:
-            self._failed(exc, "write interrupted")  # see ``_flush_batched``
-            raise
+            self._write_failed(exc)
 
     def start_batching(self) -> None:
         """Hold upserts until ``_KEYWORD_BATCH`` documents or ``stop_batching``: durable
@@ -315,15 +316,20 @@ class KeywordIndexKeeper:
         try:
             self.tantivy.upsert(batched)
             self._mark(self._batched_seq)
-        except (SparseError, OSError) as exc:
-            self._failed(exc, "write failed")
         except BaseException as exc:
-            # Ctrl-C in the middle of a commit (how a notebook stops a long add): the
-            # batch is stored but maybe not indexed. Behind, like any failure — searches
-            # answer from the database until the next write catches the index up —
-            # rather than an index taken for current that lacks thousands of documents.
-            self._failed(exc, "write interrupted")
-            raise
+            self._write_failed(exc)
+
+    def _write_failed(self, exc: BaseException) -> None:
+        """A keyword write that did not finish: behind (searches answer from the database
+        until the next write catches the index up). An index error is contained; anything
+        else — Ctrl-C in the middle of a commit, how a notebook stops a long add — is
+        raised again, but only once the index is marked: taken for current, it lacked
+        thousands of stored documents."""
+        if isinstance(exc, SparseError | OSError):
+            self._failed(exc, "write failed")
+            return
+        self._failed(exc, "write interrupted")
+        raise exc
 
     def unchanged_at(self, seq: int) -> None:
         """The store's write ``seq`` changed no keyword content: a keyword index current at
