@@ -146,7 +146,9 @@ def parse_filter(value: object, _depth: int = 0) -> Filter | None:
             raise InvalidArgument(f"filter JSON is longer than {MAX_FILTER_JSON_CHARS} characters")
         try:
             value = json.loads(value)
-        except (json.JSONDecodeError, RecursionError) as exc:
+        except (ValueError, RecursionError) as exc:
+            # ValueError: JSONDecodeError, and an integer of more digits than Python
+            # converts (4,300), which json.loads refuses with a plain ValueError.
             raise InvalidArgument(f"filter is not valid JSON: {exc}") from None
         if value is None:
             return None

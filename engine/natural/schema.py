@@ -159,7 +159,7 @@ def parse_output(text: object, declared: Mapping[str, FieldType]) -> ModelQuery:
         raise _refuse(f"empty or longer than {MAX_OUTPUT_CHARS} characters")
     try:
         data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # ValueError: also an over-long integer
         raise _refuse("not JSON") from None
     if not isinstance(data, dict) or set(data) != {"keywords", "filters"}:
         raise _refuse("expected exactly the keys keywords and filters")

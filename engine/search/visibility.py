@@ -3,9 +3,12 @@ and satisfying a filter on the declared fields.
 
 The allow-list is compiled once per (store ``commits``, language, filter) and reused,
 because turning thousands of ids into a FAISS selector on every query would cost more
-than the search; at most ``MAX_CACHED`` filtered lists are kept between commits (oldest
-dropped first). When every document is public and neither a language nor a filter is
-asked for, no allow-list is needed.
+than the search. Between commits at most ``MAX_CACHED`` lists are kept, holding at most
+``MAX_CACHED_IDS`` ids together (oldest dropped first; the newest is always kept): a
+count alone let anyone who may search hold 128 lists of a whole corpus each — 8 bytes
+an id, 1 GB for a million documents — by sending a new filter each time. When every
+document is public and neither a language nor a filter is asked for, no allow-list is
+needed.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from engine.storage import DocumentStore
 from sparse import FieldFilter
 
 MAX_CACHED = 128
+MAX_CACHED_IDS = 4_000_000
+"""Ids all cached lists hold together (32 MB of labels), unless one list alone holds more."""
 
 
 class DenseVisibility:
@@ -28,7 +33,7 @@ class DenseVisibility:
     def __init__(self, store: DocumentStore) -> None:
         self._store = store
         self._lock = threading.Lock()
-        self._cache: dict[tuple[int | None, int, tuple[FieldFilter, ...]], AllowList | None] = {}
+        self._cache: dict[tuple[int | None, int, tuple[FieldFilter, ...]], AllowList] = {}
         self._non_public: int | None = None  # documents, counted once per ``commits``
         self._commits = store.commits
 
@@ -49,8 +54,13 @@ class DenseVisibility:
                 return None
             key = (language_id, id(index.identity), filters)
             if key not in self._cache:
-                while len(self._cache) >= MAX_CACHED:
-                    del self._cache[next(iter(self._cache))]
                 ids = self._store.public_vector_ids(language_id, filters)
-                self._cache[key] = index.allow_list(ids)
+                allow = index.allow_list(ids)
+                held = sum(len(cached) for cached in self._cache.values())
+                while self._cache and (
+                    len(self._cache) >= MAX_CACHED or held + len(allow) > MAX_CACHED_IDS
+                ):
+                    dropped = self._cache.pop(next(iter(self._cache)))
+                    held -= len(dropped)
+                self._cache[key] = allow
             return self._cache[key]

@@ -145,8 +145,9 @@ class Memory:
                 # lose it through a caller who cannot even see it — so would replacing a
                 # document several scopes share (added with a list of scopes), which
                 # every one of them is refused; a non-public document is no memory to
-                # replace (and gets the same words, so the answer does not say that one
-                # exists — a derived id's "added": false did).
+                # replace (it gets the same words, though a refusal of an id that
+                # fetch_source calls absent still tells that one holds it: README says
+                # to keep non-public documents out of a memory corpus).
                 raise InvalidArgument(f"memory id {doc_id!r} is taken in another scope")
             result = corpus.add([document], progress=False)
         return Remembered(id=doc_id, scope=scope, added=result.added == 1)

@@ -258,3 +258,11 @@ def test_filter_lists_nested_past_the_cap_are_an_argument_error() -> None:
     deep = "[" * 200 + '{"a": 1}' + "]" * 200  # within the JSON length cap
     with pytest.raises(InvalidArgument, match="nest deeper"):
         parse_filter(deep)
+
+
+def test_an_integer_json_will_not_convert_is_an_argument_error() -> None:
+    # json.loads refuses more than 4,300 digits with a plain ValueError, not a decode error.
+    huge = "1" * 5_000
+    for text in (f'{{"year": {huge}}}', f'{{"year": {{"gte": -{huge}}}}}'):
+        with pytest.raises(InvalidArgument, match="not valid JSON"):
+            parse_filter(text)

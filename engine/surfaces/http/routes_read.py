@@ -44,7 +44,7 @@ from engine.surfaces.http.settings import ServerSettings
 from engine.surfaces.memory import Memory
 from sparse import MAX_QUERY_LENGTH
 
-__all__ = ["CorpusName", "engine_of", "router", "run_search", "search_passages"]
+__all__ = ["CorpusName", "engine_of", "path_source_id", "router", "run_search", "search_passages"]
 
 CorpusName = Annotated[
     str,
@@ -161,10 +161,22 @@ async def evidence(request: Request, name: CorpusName, body: EvidenceRequest) ->
 )
 async def source(request: Request, name: CorpusName, source_id: str) -> JsonAnswer:
     engine = engine_of(request)
+    source_id = path_source_id(request, source_id)
     found = await within_budget(
         lambda: engine.corpus(name).fetch_source(source_id), _budget(request)
     )
     return JsonAnswer(source_body(found))
+
+
+def path_source_id(request: Request, source_id: str) -> str:
+    """The source id as the path carried it. Starlette matches a route with a pattern
+    ending in ``$``, which lets a final newline go unmatched: ``/sources/a%0A`` reached
+    the route as ``a``, and a DELETE removed ``a``. The newline is put back, for the
+    engine to treat like any other control character in an id."""
+    path = request.scope.get("path", "")
+    if isinstance(path, str) and path.endswith("\n") and not source_id.endswith("\n"):
+        return source_id + "\n"
+    return source_id
 
 
 @router.post(

@@ -22,7 +22,7 @@ from engine.surfaces.http.auth import BEARER, WriteRoute
 from engine.surfaces.http.errors import ApiError, engine_error
 from engine.surfaces.http.in_flight import WritesInFlight
 from engine.surfaces.http.responses import JsonAnswer
-from engine.surfaces.http.routes_read import CorpusName, engine_of
+from engine.surfaces.http.routes_read import CorpusName, engine_of, path_source_id
 from engine.surfaces.http.schemas import (
     CorpusResponse,
     CreateCorpusRequest,
@@ -185,6 +185,7 @@ def _stopped_part_way(stopped: AddStopped) -> ApiError:
 )
 async def delete_document(request: Request, name: CorpusName, source_id: str) -> JsonAnswer:
     engine = engine_of(request)
+    source_id = path_source_id(request, source_id)
     deleted = await anyio.to_thread.run_sync(lambda: engine.corpus(name).delete([source_id]))
     return JsonAnswer({"deleted": deleted})
 

@@ -146,6 +146,12 @@ def test_good_output_is_parsed() -> None:
     )
 
 
+def test_an_integer_json_will_not_convert_is_refused() -> None:
+    text = '{"keywords": ["war"], "filters": {"year": {"min": ' + "1" * 5_000 + "}}}"
+    with pytest.raises(NaturalSearchUnavailable, match="expected shape"):
+        parse_output(text, DECLARED)
+
+
 _json = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=200),
     lambda children: (

@@ -176,6 +176,26 @@ def test_dense_allow_list_is_cached_per_filter_and_generation(
     assert len(calls) == 3  # a write starts a new generation
 
 
+def test_the_allow_list_cache_holds_a_bounded_number_of_ids(
+    engine: SearchEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A count alone let every new filter keep a list of the whole corpus until the next
+    # write: 128 of them, 8 bytes an id each.
+    monkeypatch.setattr("engine.search.visibility.MAX_CACHED_IDS", 25, raising=False)
+    corpus = engine.create_corpus(_config(True))
+    corpus.add(_letters(9))
+    cache = corpus._visibility._cache
+    for low in range(1, 8):  # each a new filter admitting all nine documents
+        hits = corpus.search("war", filters={"year": {"gte": 1930 - low}})
+        assert len(hits) == 9
+        assert sum(len(allow) for allow in cache.values()) <= 25
+    assert len(cache) == 2  # the two newest lists of nine
+    big = engine.create_corpus(_config(True))
+    big.add(_letters(30))  # one list past the budget alone is still kept (and reused)
+    big.search("war", filters={"year": {"gte": 1900}})
+    assert [len(allow) for allow in big._visibility._cache.values()] == [30]
+
+
 def test_switching_embedder_cannot_change_fields(engine: SearchEngine) -> None:
     config = _config(True)
     corpus = engine.create_corpus(config)

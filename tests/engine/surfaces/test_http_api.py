@@ -367,6 +367,21 @@ def test_sources_absent_and_non_public_get_the_same_404(client: TestClient) -> N
     ) == private.headers.get("content-length")
 
 
+def test_an_id_ending_in_a_newline_is_not_read_as_the_id_before_it(client: TestClient) -> None:
+    # Starlette's route pattern ends in "$", which matches before a final newline: the
+    # path's "victim\n" reached the route as "victim", and a DELETE removed that document.
+    engine: SearchEngine = client.app.state.engine  # type: ignore[attr-defined]
+    corpus = engine.create_corpus(CorpusConfig(name="newline", embedder=None))
+    corpus.add([Document(id="victim", title="Victim", text="still here")])
+    try:
+        assert client.get("/v1/corpora/newline/sources/victim%0A").status_code == 422
+        gone = client.delete("/v1/corpora/newline/documents/victim%0A", headers=AUTH)
+        assert gone.status_code == 200 and gone.json() == {"deleted": 0}
+        assert client.get("/v1/corpora/newline/sources/victim").json()["text"] == "still here"
+    finally:
+        engine.drop_corpus("newline")
+
+
 def test_evidence_grep_and_the_grep_time_budget(client: TestClient) -> None:
     evidence = client.post("/v1/corpora/help/evidence", json={"query": "invoices", "top_k": 2})
     assert evidence.status_code == 200 and evidence.json()["evidence"].startswith("[1] billing")
