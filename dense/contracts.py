@@ -93,5 +93,15 @@ def embed_query(
         return embedder.embed_query(text, before_model=before_model)
     if before_model is not None:
         before_model()
-    row: npt.NDArray[np.float32] = embedder.embed([text])[0]
+    answer = embedder.embed([text])
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):  # values: the corpus's guard
+            rows = np.asarray(answer, dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        raise EmbedderUnavailable("embedder returned no numeric array for one query") from exc
+    if rows.ndim != 2 or rows.shape[0] != 1:
+        # Provider trouble, as for a document: an empty or 1-D answer failed the search
+        # with an IndexError instead of sending it to keyword search.
+        raise EmbedderUnavailable(f"embedder returned shape {rows.shape} for one query")
+    row: npt.NDArray[np.float32] = rows[0]
     return row

@@ -8,11 +8,11 @@ so a crash part-way leaves a corpus that ``repair`` finishes.)
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 
 from tqdm import tqdm
 
-from dense import Embedder
 from engine.config import CorpusConfig
 from engine.errors import InvalidArgument
 from engine.write.ingest import Ingestor
@@ -27,7 +27,7 @@ def check_switch(
     integer in 1..10000."""
     if not isinstance(config, CorpusConfig) or config.name != current.name:
         raise InvalidArgument("switch_embedder needs this corpus's config with an embedder")
-    if config.embedder is None or not isinstance(embedder, Embedder):
+    if config.embedder is None or not _is_embedder(embedder):
         raise InvalidArgument("switch_embedder needs an embedder; None turns vectors off")
     if config.fields != current.fields:
         raise InvalidArgument("switch_embedder cannot change the declared filterable fields")
@@ -40,6 +40,20 @@ def check_switch(
         raise InvalidArgument("batch_size must be an integer in 1..10000")
     if not 1 <= batch_size <= 10_000:
         raise InvalidArgument("batch_size must be in 1..10000")
+
+
+def _is_embedder(candidate: object) -> bool:
+    """Whether ``candidate`` has ``dense.Embedder``'s members, looked up without running
+    any: ``isinstance`` against the protocol reads its properties on Python 3.11, and an
+    Ollama embedder's ``dimension`` asks the server — it raised while the server was down
+    (the switch refused instead of leaving documents degraded to heal), waited while it
+    was slow, and sent one more request while it was up."""
+    for member in ("name", "dimension", "embed", "is_available"):
+        try:
+            inspect.getattr_static(candidate, member)
+        except AttributeError:
+            return False
+    return True
 
 
 def reembed_degraded(

@@ -11,7 +11,13 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from dense import Embedder, QueryEmbedder, SentenceTransformerEmbedder, embed_query
+from dense import (
+    Embedder,
+    EmbedderUnavailable,
+    QueryEmbedder,
+    SentenceTransformerEmbedder,
+    embed_query,
+)
 from dense.onnx_query import OnnxQueryEncoder
 
 TEXT = "how do I reset my password"
@@ -114,3 +120,32 @@ def test_embedders_without_the_hook_run_it_first() -> None:
     log.events.clear()
     embed_query(plain, TEXT)
     assert log.events == ["model"]
+
+
+class _Answering:
+    """An embedder without ``embed_query`` that answers ``rows`` to any batch."""
+
+    name = "answering"
+    dimension = 4
+
+    def __init__(self, rows: object) -> None:
+        self.rows = rows
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        return self.rows
+
+    def is_available(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [np.zeros((0, 4), np.float32), np.ones(4, np.float32), np.ones((2, 4)), [[1.0], [2.0, 3.0]]],
+    ids=["empty", "one-d", "two-rows", "ragged"],
+)
+def test_a_query_answer_of_the_wrong_shape_is_provider_trouble(rows: object) -> None:
+    # An empty answer raised IndexError from inside the search instead of the one
+    # exception that sends a search to keywords.
+    with pytest.raises(EmbedderUnavailable):
+        embed_query(_Answering(rows), "query")
+    assert embed_query(_Answering([[1.0, 0.0, 0.0, 0.0]]), "query").shape == (4,)

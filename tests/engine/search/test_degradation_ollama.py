@@ -312,3 +312,25 @@ def test_default_factory_with_a_real_ollama_spec(
             time.sleep(0.05)
         assert healed == 2
         assert value(scrape(server.url), "tandem_documents_degraded", corpus="docs") == 0
+
+
+def test_a_switch_to_a_provider_that_is_down_leaves_the_documents_degraded(
+    rig: Rig, clock: ManualClock
+) -> None:
+    # The switch's argument check was an isinstance against the Embedder protocol, which
+    # on Python 3.11 reads its properties: the new embedder's ``dimension`` asked the
+    # server, and a server that was down made the switch raise EmbedderUnavailable (no
+    # EngineError) with nothing switched.
+    corpus = rig.engine.corpus("docs")
+    corpus.add(docs(4, "ok"))
+    with OllamaStandIn(dimension=16) as other:
+        target = OllamaEmbedding(model="standin-embed", host=other.host)
+        other.stop()
+        assert rig.engine.switch_embedder("docs", target, progress=False) == 0
+        assert rig.engine.corpus("docs").config.embedder == target
+        assert rig.degraded() == 4
+        assert len(rig.engine.corpus("docs").search("alpha bravo")) == 4  # keywords
+        other.start()
+        clock.advance()
+        assert rig.engine.corpus("docs").repair() == 4
+        assert rig.degraded() == 0

@@ -5,9 +5,11 @@ choice survives a reopen and round-trips through the config's JSON."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from dense import PassageMeanEmbedder, split_passages
@@ -157,3 +159,39 @@ def test_piece_windows_round_trip_and_need_a_tokenizer() -> None:
         OllamaEmbedding(model="m", passages=PassageWindows(unit="pieces"))
     with pytest.raises(ValueError):
         PassageWindows(unit="sentences")  # type: ignore[arg-type]
+
+
+class _RowShort(FakeEmbedder):
+    """Answers one row too few (``short``) or a 1-D array (``flat``) for a batch."""
+
+    def __init__(self) -> None:
+        super().__init__(64, "row-short", vectors=word_directions)
+        self.fault: str | None = None
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        rows = super().embed(texts)
+        if self.fault == "short":
+            return rows[:-1]
+        if self.fault == "flat":
+            return rows.reshape(-1)
+        return rows
+
+
+@pytest.mark.parametrize("fault", ["short", "flat"])
+def test_a_malformed_answer_for_windows_stores_the_documents_degraded(
+    tmp_path: Path, fault: str
+) -> None:
+    # The means were taken before the corpus's own output check: the add raised a bare
+    # ValueError / IndexError and stored nothing, and every later add (which repairs
+    # first) failed the same way.
+    fake = _RowShort()
+    config = CorpusConfig(name="whole", embedder=SentenceTransformerEmbedding(passages=WINDOWS))
+    with SearchEngine(tmp_path / "e", embedder_factory=factory_for(fake)) as engine:
+        corpus = engine.create_corpus(config)
+        fake.fault = fault
+        result = corpus.add(_docs())
+        assert (result.added, result.degraded) == (len(_docs()), len(_docs()))
+        assert {hit.source_id for hit in corpus.search("zebra")} == {"tail"}  # keywords
+        fake.fault = None
+        assert corpus.repair() == len(_docs())
+        assert _dense_rank(engine, "whole", "zebra") == 1
