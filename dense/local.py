@@ -168,6 +168,13 @@ class SentenceTransformerEmbedder:
         ``embed`` tries again); never raises, never loads."""
         return self._model is not None or self._load_breaker.retry_after_s() == 0.0
 
+    @property
+    def load_failed(self) -> bool:
+        """Whether the last attempt to load the model failed (none has succeeded since):
+        ``is_available`` turns True again when the back-off passes, so that a search may
+        try once more, but the model is no more loaded for that."""
+        return self._model is None and self._load_error is not None
+
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """Unit-norm float32 rows, one per text, in order; ``[]`` -> shape (0, dim)."""
         # Checked first: a bad text must not look like an ONNX Runtime failure below.

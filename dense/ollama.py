@@ -16,7 +16,10 @@ after a failure admits one trial embedding (``CircuitBreaker.admit_trial``) and 
 the back-off as it was, so a server that answers its health check while ``/api/embed``
 keeps failing or stalling is still asked exponentially less often.
 Bad input (a text that is no str or not valid UTF-8) is the caller's fault, not the
-server's: ``ValueError`` before any request, and the breaker is not told.
+server's: ``ValueError`` before any request, and the breaker is not told. A text the
+server refuses (HTTP 400 or 413 from ``/api/embed``: longer than the model's context)
+raises ``EmbedderUnavailable`` too — its document is stored degraded and isolated by the
+repair plan — but counts as the server answering: the breaker stays closed for the rest.
 
 Logs carry counts, lengths and latencies only — never the texts.
 """
@@ -55,6 +58,17 @@ def _unavailable(
     return EmbedderUnavailable(
         f"ollama {call}: {describe_failure(exc, model=model, host=host, timeout_s=timeout_s)}"
     )
+
+
+_REFUSED_INPUT = frozenset({400, 413})
+"""``/api/embed`` statuses that refuse what was sent (a text longer than the model's
+context, a body too large), not the server's trouble."""
+
+
+class _InputRefused(EmbedderUnavailable):
+    """The server answered an embedding call by refusing its texts (``_REFUSED_INPUT``):
+    provider trouble for those documents (stored degraded, isolated by the repair plan),
+    not a reason to back off from the server."""
 
 
 class OllamaEmbedder:
@@ -211,6 +225,12 @@ class OllamaEmbedder:
                 self._embed_batch(items[i : i + self._batch_size])
                 for i in range(0, len(items), self._batch_size)
             ]
+        except _InputRefused:
+            # It answered, refusing these texts (one past the model's context): up for
+            # every other text. Counted a failure, one such document kept the breaker —
+            # shared by every corpus on this model — opening at each retry of it.
+            self._mark_healthy()
+            raise
         except EmbedderUnavailable:
             self._mark_failed()
             raise
@@ -292,6 +312,8 @@ class OllamaEmbedder:
                 exc, model=self._model, host=self._host, call="embed", timeout_s=self._timeout_s
             )
             logger.warning("%s (batch of %d)", error, len(batch))
+            if isinstance(exc, ollama.ResponseError) and exc.status_code in _REFUSED_INPUT:
+                raise _InputRefused(str(error)) from exc
             raise error from exc
         return self._validated(response.embeddings, expected=len(batch))
 

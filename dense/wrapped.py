@@ -26,3 +26,8 @@ class WrappedEmbedder:
 
     def is_available(self) -> bool:
         return self._inner.is_available()
+
+    @property
+    def load_failed(self) -> bool:
+        """The wrapped embedder's ``load_failed`` (False for one that has none)."""
+        return bool(getattr(self._inner, "load_failed", False))

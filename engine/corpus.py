@@ -32,6 +32,7 @@ from engine.natural import Answer
 from engine.natural.questions import CorpusQuestions
 from engine.search.current_index import CurrentIndexBackend, GateFreeBackend
 from engine.search.embed_deadline import DEFAULT_QUERY_EMBED_TIMEOUT_S
+from engine.search.router import reported_up
 from engine.search.searcher import Searcher, SearchState
 from engine.search.sources import evidence_text, fetch_source, grep
 from engine.search.visibility import DenseVisibility
@@ -87,7 +88,7 @@ class Corpus:
         self._gate = gate if gate is not None else contextlib.nullcontext()
         self._name = config.name
         self._metrics = metrics
-        self._store = DocumentStore(directory / "store.sqlite3", read_only=read_only)
+        self._store = DocumentStore(directory / "store.sqlite3", read_only=read_only, existing=True)
         try:
             self._indexes = DerivedIndexes(
                 directory,
@@ -117,6 +118,7 @@ class Corpus:
                     TantivyBackend(self._indexes.tantivy, texts=self._store.public_bodies),
                     lambda: self._indexes.keyword_index_current,
                     self._gate,
+                    on_unreadable=self._indexes.keyword_index_unreadable,
                 ),
                 GateFreeBackend(DatabaseLikeBackend(self._store), self._gate),
             ]
@@ -535,9 +537,9 @@ class Corpus:
         """Counts and state: ``documents``, ``degraded``, ``vectors``,
         ``vector_graph_pending``, ``vectors_enabled``, ``index_bytes``, and
         ``embedder_up`` — the embedder's own ``is_available()`` (unless its last answer
-        was refused: see ``_embedder_up_now``), so as far as this process knows: a local
-        model that has not been loaded here yet counts as up (``tandem stats`` loads it
-        first); the gauge is set to it too."""
+        was refused or its last load failed: see ``_embedder_up_now``), so as far as this
+        process knows: a local model that no one has tried to load here yet counts as up
+        (``tandem stats`` loads it first); the gauge is set to it too."""
         self._sync.follow()
         faiss = self._indexes.faiss
         embedder_up = self._embedder_up_now()
@@ -572,7 +574,8 @@ class Corpus:
 
     def _embedder_up_now(self) -> bool:
         """Whether the embedder is up: its ``is_available()``, unless its last answer was
-        refused (``DimensionGuard.output_refused``); False without one. A custom
+        refused (``DimensionGuard.output_refused``) or its model's last load failed
+        (``reported_up``); False without one. A custom
         embedder's exception counts as down."""
         embedder = self._embedder
         if embedder is None:
@@ -584,7 +587,8 @@ class Corpus:
                 "corpus %r: embedder health check raised %s", self.name, type(exc).__name__
             )
             up = False
-        return up and not (isinstance(embedder, DimensionGuard) and embedder.output_refused)
+        refused = isinstance(embedder, DimensionGuard) and embedder.output_refused
+        return reported_up(embedder, up) and not refused
 
     def _refresh_gauges(self) -> None:
         # Public documents only: anyone may read a server's /metrics, and a count that

@@ -281,6 +281,7 @@ class SearchEngine:
                 # No config: a create that crashed before writing it. Nothing there was
                 # ever a corpus; start clean rather than reopen what it left.
                 shutil.rmtree(directory)
+            self._sweep_dropped(directory.parent)
             directory.mkdir(parents=True)
             # The config is the corpus's commit point, so it comes last: a create killed
             # before it leaves a directory no engine lists (the next create clears it),
@@ -312,9 +313,9 @@ class SearchEngine:
                         self.metrics.forget(name)
                     raise CorpusNotFound(f"no corpus named {name!r}")
                 try:
-                    config = CorpusConfig.model_validate(json.loads(config_path.read_text("utf-8")))
+                    config = _read_config(name, config_path)
                     return self._open(config, directory)
-                except (OSError, sqlite3.Error):
+                except (OSError, sqlite3.Error, StorageError):
                     # Another process dropped it between the check and the open (its
                     # directory renamed away under us): absent, not a storage failure.
                     if not config_path.is_file():
@@ -396,9 +397,15 @@ class SearchEngine:
         announce_change_at(directory / "store.sqlite3")
         tombstone = directory.with_name(f"{_TOMBSTONE}{name}-{uuid.uuid4().hex}")
         os.rename(directory, tombstone)
-        for leftover in directory.parent.glob(f"{_TOMBSTONE}*"):
-            shutil.rmtree(leftover, ignore_errors=True)
+        self._sweep_dropped(directory.parent)
         self.metrics.forget(name)
+
+    @staticmethod
+    def _sweep_dropped(corpora: Path) -> None:
+        """Delete dropped corpora's renamed directories: this drop's, and any a drop
+        killed part-way left (swept at drops and creates, which hold the root's lock)."""
+        for leftover in corpora.glob(f"{_TOMBSTONE}*"):
+            shutil.rmtree(leftover, ignore_errors=True)
 
     @sealed
     def switch_embedder(
@@ -601,3 +608,16 @@ class SearchEngine:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _read_config(name: str, path: Path) -> CorpusConfig:
+    """A corpus's config as its file holds it; ``StorageError`` naming the file when the
+    file is damaged (not UTF-8, not JSON, not a config) instead of the parser's own
+    exception, which no caller catching ``EngineError`` saw."""
+    try:
+        return CorpusConfig.model_validate(json.loads(path.read_text("utf-8")))
+    except ValueError as exc:  # JSON, UTF-8 and pydantic's errors are all ValueErrors
+        raise StorageError(
+            f"corpus {name!r}: {path.name} is damaged ({type(exc).__name__}); restore it "
+            "from a backup or drop the corpus"
+        ) from None

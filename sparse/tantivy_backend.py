@@ -56,7 +56,7 @@ from sparse.contracts import (
     TermsFilter,
     TermStatistics,
 )
-from sparse.errors import SparseIndexCorruptError
+from sparse.errors import SparseError, SparseIndexCorruptError, is_contained
 from sparse.excerpt import make_excerpt
 from sparse.tantivy_index import IndexView, TantivyIndex
 from sparse.tantivy_schema import (
@@ -390,6 +390,21 @@ def _ranked(
     twice as many, so every document with the cut-off score is read before the cut.
     Fields are read one by one (``get_first``): a hit's ``to_dict`` cost twice as much.
     """
+    try:
+        return _read_ranked(searcher, query, limit)
+    except BaseException as exc:
+        # tantivy answers a segment it cannot read (damaged postings, a damaged document
+        # store) with a ValueError or a panic, though the index opened fine.
+        if isinstance(exc, SparseError) or not is_contained(exc):
+            raise
+        raise SparseIndexCorruptError(
+            f"the keyword index could not be read ({type(exc).__name__})"
+        ) from exc
+
+
+def _read_ranked(
+    searcher: tantivy.Searcher, query: tantivy.Query, limit: int
+) -> list[tuple[float, str, tantivy.Document]]:
     cap = max(MAX_TIE_FETCH, limit + 1)
     fetch = limit + 1
     while True:

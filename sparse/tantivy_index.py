@@ -221,6 +221,24 @@ class TantivyIndex:
         if ids:
             self._write(lambda writer: _delete_all(writer, ids))
 
+    def remove_temp_files(self) -> int:
+        """Delete the temporary files killed writes left; returns how many. tantivy writes
+        ``meta.json`` (and ``.managed.json``) through a ``.tmp*`` file it renames, and a
+        process killed between the two leaves that file for good — its garbage collection
+        knows only the files its commits list. Call it holding every writer off (the
+        engine's write lock); a no-op on a read-only index."""
+        if self._read_only:
+            return 0
+        removed = 0
+        for stray in self._path.glob(".tmp*"):
+            try:
+                if stray.is_file() and not stray.is_symlink():
+                    stray.unlink()
+                    removed += 1
+            except OSError:
+                continue  # tried again at the next open
+        return removed
+
     def collect_garbage(self) -> None:
         """Delete the files no commit refers to. A writer killed mid-commit leaves the
         files of its commit behind, named by its operation stamp; the next writer works

@@ -50,7 +50,7 @@ from engine.cluster.routing import group_by_shard
 from engine.config import CorpusConfig
 from engine.documents import ArmRanks, Passage
 from engine.limits import MAX_LANGUAGE_ID, MAX_TOP_K, clamp_int, page_start
-from engine.search.embed_deadline import EmbedDeadline, QueryEmbedTimeout
+from engine.search.embed_deadline import EmbedDeadline, EmbedderDown, QueryEmbedTimeout
 from engine.search.fusing import hybrid_window, keyword_only_window, paged_ranking
 from engine.search.strategy import FallbackReason
 from engine.search.windows import ArmWindow, ScoredHit
@@ -169,7 +169,9 @@ class ShardedSearcher:
         ahead = passages_ahead(need, len(targets))
         embedder = self._embedder
         vector = None
-        if embedder is not None and not embedder.is_available():
+        # With a deadline, the embedder's is_available() is asked within it (on the
+        # embedding's worker, ``_query_vector``), not here, where a probe could hang.
+        if embedder is not None and not self._deadline.bounded and not embedder.is_available():
             self._fell_back(FallbackReason.EMBEDDER_DOWN)
         elif embedder is not None:
             # Hybrid: the keyword windows need no vector, so the shards compute them (and
@@ -347,7 +349,12 @@ class ShardedSearcher:
         ``DimensionGuard`` refused its vector: not one row, NaN, infinite, zero, another
         length)."""
         try:
-            return self._deadline.embed(embedder, text, None)
+            return self._deadline.embed(
+                embedder, text, None, check_available=self._deadline.bounded
+            )
+        except EmbedderDown:
+            self._fell_back(FallbackReason.EMBEDDER_DOWN)
+            return None
         except QueryEmbedTimeout:
             self._fell_back(FallbackReason.EMBEDDER_TIMEOUT)
             return None

@@ -18,6 +18,7 @@ from sparse import (
     ExcerptTerms,
     RetrievalQuery,
     SearchBackend,
+    SparseIndexCorruptError,
     TermStatistics,
     TermStatisticsSource,
 )
@@ -51,17 +52,26 @@ class CurrentIndexBackend(_Delegating):
         inner: SearchBackend,
         is_current: Callable[[], bool],
         gate: contextlib.AbstractContextManager[None] | None = None,
+        on_unreadable: Callable[[], None] = lambda: None,
     ) -> None:
         super().__init__(inner)
         self._is_current = is_current
         self._gate = gate if gate is not None else contextlib.nullcontext()
+        self._on_unreadable = on_unreadable
 
     def is_available(self) -> bool:
         return self._is_current() and self._inner.is_available()
 
     def search(self, query: RetrievalQuery, access: AccessContext) -> list[EvidenceSource]:
         with self._gate:
-            return self._inner.search(query, access)
+            try:
+                return self._inner.search(query, access)
+            except SparseIndexCorruptError:
+                # A damaged segment fails every search that reads it, while the index
+                # opens and counts right: flagged, the cascade stops asking it, and the
+                # next writer rebuilds it (before, a warning per search, for good).
+                self._on_unreadable()
+                raise
 
     def excerpt_terms(self, text: str, language_id: int | None) -> list[str]:
         if not isinstance(self._inner, ExcerptTerms):

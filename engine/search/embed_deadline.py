@@ -68,6 +68,11 @@ class QueryEmbedTimeout(EmbedderUnavailable):
     running (internal: the search answers from keywords)."""
 
 
+class EmbedderDown(EmbedderUnavailable):
+    """The embedder's ``is_available()``, asked within the deadline, said no (internal:
+    the search answers from keywords, counted as ``embedder_down``)."""
+
+
 class _DaemonWorkers:
     """Daemon threads running submitted jobs; an idle one is reused before a new one starts."""
 
@@ -151,14 +156,30 @@ class EmbedDeadline:
         self._workers: _DaemonWorkers | None = None
         self._pid = os.getpid()
 
+    @property
+    def bounded(self) -> bool:
+        """Whether calls have a deadline (``timeout_s`` is not None)."""
+        return self._timeout_s is not None
+
     def embed(
-        self, embedder: Embedder, text: str, before_model: Callable[[], object] | None
+        self,
+        embedder: Embedder,
+        text: str,
+        before_model: Callable[[], object] | None,
+        *,
+        check_available: bool = False,
     ) -> Vector:
         """``dense.embed_query(embedder, text, before_model=...)`` within the deadline;
         ``QueryEmbedTimeout`` when it is missed or an earlier miss still runs. Whatever
-        else the call raises is raised here. ``before_model`` runs on the worker."""
+        else the call raises is raised here. ``before_model`` runs on the worker.
+
+        ``check_available``: ask ``embedder.is_available()`` first, on the worker and
+        within the same deadline (``EmbedderDown`` when it says no). Asked by the search
+        before the deadline began, an Ollama health probe held the search for up to its
+        ``health_timeout_s`` and a custom one that hung held it for good."""
         timeout = self._timeout_s
         if timeout is None:
+            _check(embedder, check_available)
             return embed_query(embedder, text, before_model=before_model)
         workers = self._pool()  # first: a forked child forgets its parent's overdue calls
         key = id(embedder)
@@ -171,6 +192,7 @@ class EmbedDeadline:
             if not future.set_running_or_notify_cancel():
                 return  # given up on before its worker started
             try:
+                _check(embedder, check_available)
                 future.set_result(embed_query(embedder, text, before_model=before_model))
             except BaseException as exc:  # handed to the waiting search, whatever it is
                 future.set_exception(exc)
@@ -232,3 +254,8 @@ class EmbedDeadline:
             if self._workers is None:
                 self._workers = _DaemonWorkers(f"tandem-embed-{self._corpus}")
             return self._workers
+
+
+def _check(embedder: Embedder, asked: bool) -> None:
+    if asked and not embedder.is_available():
+        raise EmbedderDown("the embedder is not available")

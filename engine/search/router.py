@@ -15,5 +15,13 @@ def resolve_strategy(corpus: str, embedder: Embedder | None, metrics: EngineMetr
     if embedder is None:
         return Strategy.KEYWORD
     up = embedder.is_available()
-    metrics.embedder_up.labels(corpus).set(1 if up else 0)
+    metrics.embedder_up.labels(corpus).set(1 if reported_up(embedder, up) else 0)
     return Strategy.HYBRID if up else Strategy.KEYWORD
+
+
+def reported_up(embedder: Embedder, available: bool) -> bool:
+    """What ``tandem_embedder_up`` says for an embedder whose ``is_available()`` answered
+    ``available``: down, too, while a model whose last load failed is not loaded — its
+    back-off passing lets one search try again (``available``), and the gauge used to read
+    1 then, and 1 again after every failed try's back-off, for a model that never loaded."""
+    return available and not getattr(embedder, "load_failed", False)

@@ -29,12 +29,13 @@ from engine.search.completion import complete_windows
 from engine.search.embed_deadline import (
     DEFAULT_QUERY_EMBED_TIMEOUT_S,
     EmbedDeadline,
+    EmbedderDown,
     QueryEmbedTimeout,
 )
 from engine.search.fusing import fuse_arms, hybrid_window, keyword_only_window, paged_ranking
 from engine.search.passages import build_passages
 from engine.search.ranked import Ranked, Ranking, refilled, without
-from engine.search.router import resolve_strategy
+from engine.search.router import reported_up, resolve_strategy
 from engine.search.strategy import Arm, FallbackReason, Strategy
 from engine.search.visibility import DenseVisibility
 from engine.search.windows import (
@@ -146,7 +147,13 @@ class Searcher:
         if language is not None and language > MAX_LANGUAGE_ID:
             return []  # no document has such a language (and SQLite ints stop at 2**63)
         need = skip + k
-        strategy = resolve_strategy(p.corpus, p.embedder, p.metrics)
+        asks_within_deadline = p.embedder is not None and self._deadline.bounded
+        if asks_within_deadline:
+            # The embedder's is_available() is asked on the embedding's worker, within
+            # the deadline (an Ollama health probe, or a custom check that hangs).
+            strategy = Strategy.HYBRID
+        else:
+            strategy = resolve_strategy(p.corpus, p.embedder, p.metrics)
         if strategy is Strategy.KEYWORD and p.embedder is not None:
             p.metrics.fallbacks.labels(p.corpus, FallbackReason.EMBEDDER_DOWN.value).inc()
         rank: Ranking | None = None
@@ -155,6 +162,13 @@ class Searcher:
             try:
                 rank = self._hybrid(p, p.embedder, text, need, language, filters)
                 ranked = rank(frozenset())
+                if asks_within_deadline:  # as resolve_strategy records it
+                    up = reported_up(p.embedder, True)
+                    p.metrics.embedder_up.labels(p.corpus).set(1 if up else 0)
+            except EmbedderDown:
+                p.metrics.fallbacks.labels(p.corpus, FallbackReason.EMBEDDER_DOWN.value).inc()
+                p.metrics.embedder_up.labels(p.corpus).set(0)
+                strategy = Strategy.KEYWORD
             except QueryEmbedTimeout:
                 # Not a failure of the embedder's (it may answer yet): embedder_up stays.
                 p.metrics.fallbacks.labels(p.corpus, FallbackReason.EMBEDDER_TIMEOUT.value).inc()
@@ -340,7 +354,9 @@ class Searcher:
 
         try:
             t0 = time.perf_counter()
-            vector = self._deadline.embed(embedder, text, start_sparse_arm)
+            vector = self._deadline.embed(
+                embedder, text, start_sparse_arm, check_available=self._deadline.bounded
+            )
             t1 = time.perf_counter()
             p.metrics.embed_duration.labels(p.corpus, "query").observe(t1 - t0)
             index = p.indexes.faiss

@@ -32,11 +32,17 @@ logger = logging.getLogger(__name__)
 
 class StoreConnections:
     """Opens, hands out and closes the connections of the store at ``path``, and the
-    change counter beside it (``None`` when that file cannot be had)."""
+    change counter beside it (``None`` when that file cannot be had).
 
-    def __init__(self, path: Path, *, read_only: bool = False) -> None:
+    ``existing``: the store of a corpus that exists (only ``create_corpus`` makes one). A
+    file that is gone, empty, or holds no store is then a ``StorageError``: a writer used
+    to make a new, empty store in its place, and the corpus's keyword and vector indexes —
+    perhaps the last copies of its documents — were then rebuilt empty to agree with it."""
+
+    def __init__(self, path: Path, *, read_only: bool = False, existing: bool = False) -> None:
         self._path = path
         self._read_only = read_only
+        self._existing = existing
         self._immutable = False  # read-only and nobody can write: SQLite's immutable=1
         self._no_room = False  # writable, but opened read-only on a full disk
         self._local = threading.local()
@@ -53,6 +59,11 @@ class StoreConnections:
         # Only a store that holds something can be read without a writer: opening a new
         # one on a full disk leaves an empty file, which is no store to read.
         existed = path.is_file() and path.stat().st_size > 0
+        if existing and not existed and not _has_log(path):
+            raise StorageError(
+                f"{path}: the corpus's store is missing or empty; restore it from a backup "
+                "(its indexes are left as they are) or drop the corpus"
+            )
         try:
             self._writer = self._open_writer()
         except sqlite3.Error as exc:
@@ -122,6 +133,8 @@ class StoreConnections:
     def _open_writer(self) -> sqlite3.Connection:
         conn = self._connect()
         try:
+            if self._existing and not _holds_a_store(conn):
+                raise StorageError(f"{self._path} holds no Tandem store (no meta table)")
             with conn:
                 conn.executescript(SCHEMA)
                 conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('seq', '0')")
@@ -279,3 +292,19 @@ def out_of_room(exc: sqlite3.Error, directory: Path) -> bool:
         return os.statvfs(directory).f_bavail == 0
     except OSError:
         return False
+
+
+def _has_log(path: Path) -> bool:
+    """A write-ahead log with something in it beside ``path``: a store whose pages are
+    all still in its log is a store, whatever the size of its main file."""
+    wal = path.with_name(path.name + "-wal")
+    try:
+        return wal.stat().st_size > 0
+    except OSError:
+        return False
+
+
+def _holds_a_store(conn: sqlite3.Connection) -> bool:
+    """Whether the database holds the ``meta`` table every store has had from the first."""
+    row = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'")
+    return row.fetchone() is not None

@@ -50,11 +50,13 @@ from sparse import FieldFilter, StoredBody
 class DocumentStore:
     """The corpus's documents, their access groups and their embedding status."""
 
-    def __init__(self, path: Path, *, read_only: bool = False) -> None:
+    def __init__(self, path: Path, *, read_only: bool = False, existing: bool = False) -> None:
+        """``existing``: the store of a corpus that exists — never made anew (see
+        ``StoreConnections``)."""
         self._path = path
         self._write_lock = threading.RLock()
         self._headers = HeaderCache()
-        self._connections = StoreConnections(path, read_only=read_only)
+        self._connections = StoreConnections(path, read_only=read_only, existing=existing)
         self._marked = False  # document_fields rows carry is_public (see ``_fields_marked``)
 
     @property

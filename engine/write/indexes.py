@@ -113,6 +113,11 @@ class DerivedIndexes:
         another process), or while the index is rebuilt: the cascade must not trust it."""
         return self._keyword.current
 
+    def keyword_index_unreadable(self) -> None:
+        """A search could not read the keyword index files: see
+        ``KeywordIndexKeeper.note_unreadable`` (no index lock: a search calls it)."""
+        self._keyword.note_unreadable()
+
     # -- opening ------------------------------------------------------------------------
 
     def open(self, *, holder: bool = True) -> None:

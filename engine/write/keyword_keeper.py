@@ -72,6 +72,7 @@ class KeywordIndexKeeper:
         self._store = store
         self._marker = directory / "tantivy.seq"
         self._behind_flag = directory / "tantivy.behind"
+        self._damaged_flag = directory / "tantivy.damaged"  # a search could not read it
         self._withdrawn_file = directory / "tantivy.withdrawn"
         self._write_lock = directory / LOCK_FILE
         self._behind = False  # this process's keyword write failed: catch up before the next
@@ -101,12 +102,19 @@ class KeywordIndexKeeper:
             self._failed(exc, "unavailable at open")
 
     def _open(self) -> None:
+        self.tantivy.remove_temp_files()  # a killed commit's, never listed anywhere
         marker = read_marker(self._marker)
         existed = (self.tantivy.path / "meta.json").is_file()
-        if marker < 0 or not existed or not self.tantivy.is_available():
+        if marker < 0 or not existed or not self.tantivy.is_available() or self._damaged():
             self._rebuild()
             return
         seq = self._store.seq
+        if marker > seq:
+            # The index holds writes the store does not: the store was restored from an
+            # older copy. Its documents are the truth (and the counts may still agree).
+            logger.warning("keyword index ahead of the store (a store restored?); rebuilding")
+            self._rebuild()
+            return
         if marker < seq:
             try:
                 # A writer that died mid-commit (why the marker is behind) left files that
@@ -165,6 +173,25 @@ class KeywordIndexKeeper:
         self._catch_up(-1)
         self._mark(seq)
         self._withdrawn_file.unlink(missing_ok=True)  # every public document is back
+        self._damaged_flag.unlink(missing_ok=True)  # every segment is new
+
+    def _damaged(self) -> bool:
+        return self._damaged_flag.exists()
+
+    def note_unreadable(self) -> None:
+        """A search could not read the index files (a damaged segment: the index opens,
+        its counts agree, and every search that reads the segment fails). Every process
+        answers keyword searches from the database fallback from now on — this one at once,
+        others at their next follow — until the write-lock holder, at the next write or
+        writable open, rebuilds the index from the store. Safe without the index lock."""
+        self._flagged = True
+        if self._damaged():
+            return
+        logger.warning("keyword index cannot be read; rebuilt at the next write or open")
+        try:
+            self._damaged_flag.touch()
+        except OSError:
+            logger.warning("could not flag the keyword index as damaged")
 
     def _put_back_withdrawn(self) -> None:
         """A withdrawal whose writer died before its store write (``tantivy.withdrawn``
@@ -224,6 +251,7 @@ class KeywordIndexKeeper:
             and not self._flagged
             and self.tantivy.is_available()
             and not self._withdrawn_file.exists()  # a withdrawal's writer died
+            and not self._damaged()
         ):
             return
         self._behind = True  # replays from the marker (or rebuilds)
@@ -276,6 +304,8 @@ class KeywordIndexKeeper:
         """Mirror one committed store write. A failure is contained: the write is durable
         in the store (findable through the database fallback); the index catches up on the
         next write or the next open."""
+        if not self._behind and self._damaged():
+            self._behind = True  # rebuilt by ``_open`` below, this write included
         batched = self._batched
         if batched is not None and not deleted and not self._behind:
             batched.extend(_to_sparse(d) for d in written)
@@ -381,6 +411,7 @@ class KeywordIndexKeeper:
             # So does the list of a withdrawal whose writer died before its store write:
             # no process holds the write lock that the withdrawing one holds throughout.
             or (withdrawn and not held_by_a_process(self._write_lock))
+            or self._damaged()
         )
         self.pending = lagging or (self._seen, self._seen_stamp) != (marker, stamp)
 

@@ -60,7 +60,7 @@ def test_a_transient_load_failure_is_retried_after_the_backoff(
     with pytest.raises(EmbedderUnavailable, match="Too many open files") as info:
         embedder.embed(["forgot my login", "reset"])
     assert isinstance(info.value.__cause__, OSError)
-    assert not embedder.is_available()
+    assert not embedder.is_available() and embedder.load_failed
     clock.advance(4.9)
     with pytest.raises(EmbedderUnavailable, match=r"Too many open files.*next load attempt"):
         embedder.embed(["forgot my login"])  # within the window: not tried again
@@ -68,9 +68,10 @@ def test_a_transient_load_failure_is_retried_after_the_backoff(
     assert not embedder.is_available()
     clock.advance(0.1)
     assert embedder.is_available()  # the window has passed: the next embed loads
+    assert embedder.load_failed  # ... but nothing is loaded yet (the gauge reads 0)
     assert len(calls) == 1  # is_available never loads
     vectors = embedder.embed(["forgot my login", "reset"])
-    assert len(calls) == 2
+    assert len(calls) == 2 and not embedder.load_failed
     np.testing.assert_allclose(vectors, minilm.embed_torch(["forgot my login", "reset"]))
     assert embedder.is_available()
     clock.advance(1_000.0)
@@ -137,3 +138,31 @@ def test_a_missing_model_is_tried_once_per_growing_window(
         hammer()
         assert len(attempts) == total
         assert not embedder.is_available()
+
+
+def test_the_embedder_gauge_stays_down_after_a_failed_load_until_one_succeeds(
+    minilm: SentenceTransformerEmbedder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # tandem_embedder_up (and stats()["embedder_up"]) followed is_available(): 0 during
+    # the back-off, then 1 again with nothing loaded — a model that could never load
+    # flapped, and an alert on 0 missed it.
+    from engine import CorpusConfig, Document, SearchEngine
+
+    calls = _load_fails_once(minilm, monkeypatch)
+    clock = FakeClock()
+    embedder = _embedder(tmp_path / "cache", clock)
+    with SearchEngine(tmp_path / "e", embedder_factory=lambda spec: embedder) as engine:
+        corpus = engine.create_corpus(CorpusConfig(name="docs"))
+        assert corpus.stats()["embedder_up"]  # nobody has tried to load it yet
+        result = corpus.add([Document(id="a", text="forgot my login")], progress=False)
+        assert result.degraded == 1 and len(calls) == 1
+
+        def gauge() -> float | None:
+            return engine.registry.get_sample_value("tandem_embedder_up", {"corpus": "docs"})
+
+        assert not corpus.stats()["embedder_up"] and gauge() == 0
+        clock.advance(5.0)
+        assert embedder.is_available()  # a search may try again ...
+        assert not corpus.stats()["embedder_up"] and gauge() == 0  # ... it is still down
+        assert corpus.repair() == 1 and len(calls) == 2
+        assert corpus.stats()["embedder_up"] and gauge() == 1

@@ -529,3 +529,30 @@ def test_credentials_in_the_host_are_sent_as_basic_authentication(
     sent = {k.lower() for k in ollama_standin.last_headers("/api/embed")}
     assert "authorization" not in sent  # none invented for a host without credentials
     plain.close()
+
+
+@pytest.mark.parametrize("status", [400, 413])
+def test_a_text_the_server_refuses_does_not_open_the_breaker(
+    ollama_standin: OllamaStandIn, clock: FakeClock, status: int
+) -> None:
+    # One document past the model's context ("input length exceeds the context length",
+    # HTTP 400) opened the breaker — shared by every corpus on the model — at each retry.
+    original = ollama_standin.routes[("POST", "/api/embed")]
+
+    def embed(request: Request) -> Reply:
+        raw = request.body.get("input", [])
+        if any("too long" in text for text in ([raw] if isinstance(raw, str) else raw)):
+            return Reply(status, {"error": "input length exceeds the context length"})
+        return original(request)
+
+    ollama_standin.route("POST", "/api/embed", embed)
+    embedder = make_embedder(ollama_standin, clock)
+    for _ in range(3):
+        with pytest.raises(EmbedderUnavailable, match=f"HTTP {status}"):
+            embedder.embed(["fine", "too long"])
+        assert embedder._breaker.state is BreakerState.CLOSED
+        np.testing.assert_allclose(embedder.embed(["fine"]), expected(["fine"]), rtol=1e-6)
+    ollama_standin.behaviour = Behaviour.ERROR_500  # the server's trouble, as before
+    with pytest.raises(EmbedderUnavailable):
+        embedder.embed(["fine"])
+    assert embedder._breaker.state is BreakerState.OPEN

@@ -91,8 +91,18 @@ class BoundedHeadProtocol(HttpToolsProtocol):
     def send_400_response(self, msg: str) -> None:
         if self._too_large:
             self._refuse()
-        else:
-            super().send_400_response(msg)
+        elif not self.transport.is_closing():
+            # uvicorn's own 400 (a request line or a header httptools cannot parse) left
+            # out the nosniff every other answer carries.
+            body = msg.encode("ascii", "replace")
+            self.transport.write(
+                b"HTTP/1.1 400 Bad Request\r\n"
+                b"content-type: text/plain; charset=utf-8\r\n"
+                b"x-content-type-options: nosniff\r\n"
+                b"content-length: " + str(len(body)).encode("ascii") + b"\r\n"
+                b"connection: close\r\n\r\n" + body
+            )
+            self.transport.close()
 
     # -- counting what arrives ----------------------------------------------------------
 

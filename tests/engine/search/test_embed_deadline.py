@@ -319,3 +319,45 @@ def test_an_exit_waits_for_a_late_call_but_not_for_ever(tmp_path: Path, mode: st
     else:
         assert not marker.exists()
         assert "still running after" in result.stderr
+
+
+class StallsInItsHealthCheck(StallingEmbedder):
+    """``is_available()`` parks while ``stall`` is set (an Ollama probe to a server that
+    accepts and never answers; a custom check that hangs); ``down`` says no at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+
+    def is_available(self) -> bool:
+        self.park()
+        return not self.down
+
+
+def test_the_deadline_bounds_the_embedders_health_check(tmp_path: Path) -> None:
+    # The router asked is_available() in the searching thread, before the deadline began:
+    # a search waited as long as the check did (an Ollama probe up to health_timeout_s).
+    embedder = StallsInItsHealthCheck()
+    rig = Rig(tmp_path / "engine", embedder, DEADLINE_S)
+    try:
+        assert _hybrid(search_within(rig.corpus, SLACK_S))
+        embedder.stall = True
+        hits = search_within(rig.corpus, DEADLINE_S + SLACK_S)
+        assert hits and all(h.ranks.dense is None for h in hits)
+        assert rig.fallbacks("embedder_timeout") == 1
+        embedder.stall = False
+        embedder.release.set()
+        for _ in range(int(SLACK_S / 0.01)):  # the stuck check returns; hybrid resumes
+            if _hybrid(search_within(rig.corpus, SLACK_S)):
+                break
+            embedder.release.wait(0.01)
+        embedder.down = True  # a check that answers no: down, as the router counts it
+        hits = search_within(rig.corpus, SLACK_S)
+        assert hits and all(h.ranks.dense is None for h in hits)
+        assert rig.fallbacks("embedder_down") == 1
+        gauge = rig.engine.metrics.registry.get_sample_value(
+            "tandem_embedder_up", {"corpus": "docs"}
+        )
+        assert gauge == 0
+    finally:
+        rig.close()

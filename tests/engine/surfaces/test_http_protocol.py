@@ -152,3 +152,25 @@ def test_a_pipelined_head_is_counted_from_where_it_begins() -> None:
     assert statuses([request() + padded(60_000)]) == ([200, 200], False)
     over = request() + request(b"X-P: " + b"a" * 70_000 + b"\r\n")
     assert statuses([over]) == ([431], True)  # refused while the first is still running
+
+
+@pytest.mark.parametrize(
+    "head",
+    [b"GARBAGE\r\n\r\n", b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n"],
+    ids=["request-line", "content-length"],
+)
+def test_a_head_the_parser_refuses_is_400_with_nosniff(head: bytes) -> None:
+    # uvicorn's own 400 carried no nosniff, which every other answer does.
+    async def run() -> FakeTransport:
+        protocol = BoundedHeadProtocol(uvicorn.Config(_ok, log_level="critical"), ServerState(), {})
+        transport = FakeTransport()
+        transport.protocol = protocol
+        protocol.connection_made(transport)
+        protocol.data_received(head)
+        await asyncio.sleep(0.01)
+        return transport
+
+    transport = asyncio.run(run())
+    answer_head = transport.written.split(b"\r\n\r\n")[0].lower()
+    assert answer_head.startswith(b"http/1.1 400 ") and transport.closed
+    assert b"x-content-type-options: nosniff" in answer_head.split(b"\r\n")
