@@ -170,10 +170,11 @@ class SentenceTransformerEmbedder:
 
     @property
     def load_failed(self) -> bool:
-        """Whether the last attempt to load the model failed (none has succeeded since):
-        ``is_available`` turns True again when the back-off passes, so that a search may
-        try once more, but the model is no more loaded for that."""
-        return self._model is None and self._load_error is not None
+        """Whether the last attempt to load the model failed (none has succeeded since)
+        and no query path works either (an ONNX export already on disk embeds queries
+        without it): ``is_available`` turns True again when the back-off passes, so that
+        a search may try once more, but the model is no more loaded for that."""
+        return self._model is None and self._onnx is None and self._load_error is not None
 
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """Unit-norm float32 rows, one per text, in order; ``[]`` -> shape (0, dim)."""

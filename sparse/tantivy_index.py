@@ -258,11 +258,16 @@ class TantivyIndex:
                 writer.wait_merging_threads()
 
     def commit(self) -> None:
-        """Everything is committed already; reload to see other processes' commits."""
+        """Everything is committed already; reload to see other processes' commits.
+        ``SparseError`` when the files cannot be read (a drop or a rebuild elsewhere took
+        them away mid-reload: tantivy's own ``ValueError`` reached a search before)."""
         index = self._open()
         if self._shadow is not None:
             self._shadow.sync()
-        index.reload()
+        try:
+            index.reload()
+        except ValueError as exc:
+            raise SparseError(f"cannot reload the index at {self._path}") from exc
 
     def clear(self) -> None:
         """Delete the whole directory and start an empty index (the rebuild path)."""

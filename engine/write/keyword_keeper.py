@@ -184,7 +184,10 @@ class KeywordIndexKeeper:
         answers keyword searches from the database fallback from now on — this one at once,
         others at their next follow — until the write-lock holder, at the next write or
         writable open, rebuilds the index from the store. Safe without the index lock."""
+        if not self._store.same_file():
+            return  # dropped meanwhile (its files went): not damage, nor this path's now
         self._flagged = True
+        self.pending = True  # every search follows the flag: a rebuild elsewhere shows
         if self._damaged():
             return
         logger.warning("keyword index cannot be read; rebuilt at the next write or open")
@@ -413,7 +416,9 @@ class KeywordIndexKeeper:
             or (withdrawn and not held_by_a_process(self._write_lock))
             or self._damaged()
         )
-        self.pending = lagging or (self._seen, self._seen_stamp) != (marker, stamp)
+        # While flagged, every search follows: a rebuild by another process's writable
+        # open moves no store seq, and nothing else would make this one look again.
+        self.pending = lagging or (self._seen, self._seen_stamp) != (marker, stamp) or self._flagged
 
     def close(self) -> None:
         self.tantivy.close()

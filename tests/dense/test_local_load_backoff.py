@@ -166,3 +166,20 @@ def test_the_embedder_gauge_stays_down_after_a_failed_load_until_one_succeeds(
         assert not corpus.stats()["embedder_up"] and gauge() == 0  # ... it is still down
         assert corpus.repair() == 1 and len(calls) == 2
         assert corpus.stats()["embedder_up"] and gauge() == 1
+
+
+def test_a_working_onnx_query_path_is_no_failed_load(
+    minilm: SentenceTransformerEmbedder,
+    minilm_cache_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Queries embed through an export already on disk, without torch: every search was
+    # hybrid while the gauge read 0 for the failed torch load.
+    calls = _load_fails_once(minilm, monkeypatch)
+    embedder = _embedder(minilm_cache_dir, FakeClock(), onnx_queries=True)
+    with pytest.raises(EmbedderUnavailable, match="Too many open files"):
+        embedder.embed(["forgot my login", "reset"])  # a batch: torch
+    assert embedder.load_failed
+    row = embedder.embed_query("forgot my login")  # ONNX Runtime, from the session's export
+    assert row.shape == (minilm.dimension,) and len(calls) == 1
+    assert embedder.onnx_active and not embedder.load_failed

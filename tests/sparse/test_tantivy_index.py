@@ -8,7 +8,7 @@ import pytest
 
 from sparse.analyzers import Analyzer
 from sparse.contracts import SparseDocument
-from sparse.errors import SparseIndexCorruptError
+from sparse.errors import SparseError, SparseIndexCorruptError
 from sparse.tantivy_backend import TantivyBackend
 from sparse.tantivy_index import TantivyIndex
 from tests.sparse.backend_contract import PUBLIC, ids, query
@@ -192,3 +192,20 @@ def test_a_field_of_the_wrong_type_is_named(tmp_path: Path, doc: SparseDocument)
     with pytest.raises(ValueError, match=r"source_id|title|text|url"):
         index.upsert([doc])
     assert index.doc_count() == 0
+
+
+def test_a_reload_that_cannot_read_the_new_files_is_a_sparse_error(tmp_path: Path) -> None:
+    # Another process's commit whose files went before this one reloaded (a drop and a
+    # re-create under way): tantivy's own ValueError reached a search unwrapped.
+    def doc(source_id: str) -> SparseDocument:
+        return SparseDocument(source_id=source_id, title="t", text="hello", url="", public=True)
+
+    first = TantivyIndex(tmp_path / "idx")
+    first.upsert([doc("a")])
+    before = set((tmp_path / "idx").iterdir())
+    TantivyIndex(tmp_path / "idx").upsert([doc("b")])  # another writer's commit
+    for written in set((tmp_path / "idx").iterdir()) - before:
+        if written.suffix == ".term":
+            written.unlink()
+    with pytest.raises(SparseError, match="cannot reload"):
+        first.commit()

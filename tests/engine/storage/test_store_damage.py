@@ -128,13 +128,18 @@ def test_a_damaged_segment_flagged_elsewhere_is_rebuilt_at_the_next_open(tmp_pat
     directory = _corpus_with_documents(tmp_path / "e")
     _damage_a_document_store(directory)
     with SearchEngine(tmp_path / "e", read_only=True) as reader:
-        assert len(reader.corpus("k").search("common", top_k=20)) == 10
-    assert (directory / "tantivy.damaged").exists()
-    with SearchEngine(tmp_path / "e") as engine:
-        corpus = engine.corpus("k")
-        assert corpus._indexes.keyword_index_current
-        assert [hit.source_id for hit in corpus.search("word3")] == ["d3"]
-    assert not (directory / "tantivy.damaged").exists()
+        seen = reader.corpus("k")
+        assert len(seen.search("common", top_k=20)) == 10
+        assert (directory / "tantivy.damaged").exists()
+        with SearchEngine(tmp_path / "e") as engine:
+            corpus = engine.corpus("k")
+            assert corpus._indexes.keyword_index_current
+            assert [hit.source_id for hit in corpus.search("word3")] == ["d3"]
+        assert not (directory / "tantivy.damaged").exists()
+        # The reader that saw the damage uses the rebuilt index at its next search: a
+        # rebuild at an open moves no store seq, and it kept to the database until a write.
+        assert [hit.source_id for hit in seen.search("word3")] == ["d3"]
+        assert seen._indexes.keyword_index_current
 
 
 def test_files_killed_writes_leave_are_swept(tmp_path: Path) -> None:
@@ -150,3 +155,16 @@ def test_files_killed_writes_leave_are_swept(tmp_path: Path) -> None:
         assert not stray.exists()
         engine.create_corpus(CorpusConfig(name="other", embedder=None))
         assert not tombstone.exists()
+
+
+def test_a_search_failing_on_a_dropped_corpus_flags_nothing(tmp_path: Path) -> None:
+    # A search racing a drop reads files the drop took away: that is no damage, and the
+    # flag landed in the directory of the corpus re-created under the same name.
+    directory = _corpus_with_documents(tmp_path / "e")
+    with SearchEngine(tmp_path / "e") as reader:
+        held = reader.corpus("k")
+        with SearchEngine(tmp_path / "e") as other:
+            other.drop_corpus("k")
+            other.create_corpus(CorpusConfig(name="k", embedder=None))
+        held._indexes.keyword_index_unreadable()  # what the racing search reports
+    assert not (directory / "tantivy.damaged").exists()
