@@ -316,6 +316,13 @@ def _read_header(fh: IO[bytes], path: Path) -> tuple[dict[str, Any], int]:
     fh.seek(size - _TRAILER.size)
     magic, version, header_at, header_len, end, digest = _TRAILER.unpack(fh.read(_TRAILER.size))
     if magic != MAGIC:
+        fh.seek(0)
+        lead = fh.read(len(MAGIC) + 4)
+        if lead[: len(MAGIC)] == MAGIC:  # formats 1 and 2 began with the magic
+            older = int.from_bytes(lead[len(MAGIC) :], "little")
+            raise FaissIndexCorrupt(
+                f"{path}: written by an older version (format {older}, not {FORMAT_VERSION})"
+            )
         raise FaissIndexCorrupt(f"{path}: not a Tandem FAISS index (bad magic)")
     if version != FORMAT_VERSION:
         raise FaissIndexCorrupt(f"{path}: unsupported format version {version}")

@@ -15,6 +15,7 @@ import enum
 import urllib.parse
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, TypeAlias, TypeVar
 
 from pydantic import (
@@ -23,6 +24,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -132,10 +134,13 @@ class OllamaEmbedding(_Frozen):
 
     @field_validator("host")
     @classmethod
-    def _dialable(cls, host: str) -> str:
+    def _dialable(cls, host: str, info: ValidationInfo) -> str:
         """An http(s) URL with a host name and, if any, a port in 1..65535 (``h:99999``
         made a corpus whose every document was stored degraded); a scheme may be left
-        out, as the Ollama client allows."""
+        out, as the Ollama client allows. Not re-checked in a stored config (``STORED``):
+        a corpus an older version created with one still opens."""
+        if _stored(info):
+            return host
         parts = urllib.parse.urlsplit(host if "://" in host else f"http://{host}")
         try:
             port = parts.port
@@ -150,6 +155,17 @@ class OllamaEmbedding(_Frozen):
         if self.passages is not None and self.passages.unit == "pieces":
             raise ValueError("Ollama exposes no tokenizer: use PassageWindows(unit='words')")
         return self
+
+
+STORED: Mapping[str, bool] = MappingProxyType({"stored": True})
+"""The validation context of a config read back from a corpus's ``config.json``
+(``CorpusConfig.model_validate(raw, context=STORED)``): rules added after a corpus was
+created refuse new configs only — its stored one still opens, read as it always acted."""
+
+
+def _stored(info: ValidationInfo) -> bool:
+    context = info.context
+    return isinstance(context, Mapping) and context.get("stored") is True
 
 
 EmbedderSpec = Annotated[
@@ -171,8 +187,10 @@ class FusionWeights(_Frozen):
 
     @field_validator("sparse", "dense")
     @classmethod
-    def _zero_or_counted(cls, weight: float) -> float:
+    def _zero_or_counted(cls, weight: float, info: ValidationInfo) -> float:
         if 0 < weight < MIN_WEIGHT:
+            if _stored(info):  # an older version took it; it always acted as 0
+                return 0.0
             raise ValueError(f"a weight is 0 or at least {MIN_WEIGHT:g}")
         return weight
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dense import Embedder, EmbedderUnavailable
-from engine.config import CorpusConfig, EmbedderSpec
+from engine.config import STORED, CorpusConfig, EmbedderSpec
 from engine.dimension_guard import DimensionGuard
 from engine.embedders import build_embedder
 from engine.metrics import EngineMetrics
@@ -100,7 +100,7 @@ class CorpusModel:
         store: the switch's new epoch made this process's vector index start over.)"""
         try:
             raw = json.loads((self._dir / "config.json").read_text("utf-8"))
-            config = CorpusConfig.model_validate(raw)
+            config = CorpusConfig.model_validate(raw, context=STORED)
         except (OSError, ValueError) as exc:
             logger.warning("corpus config unreadable (%s); keeping the one loaded", type(exc))
             self.search_as_written()

@@ -27,9 +27,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+import pydantic
 from prometheus_client import CollectorRegistry
 
-from engine.config import CorpusConfig, EmbedderSpec, save_config
+from engine.config import STORED, CorpusConfig, EmbedderSpec, save_config
 from engine.corpus import Corpus
 from engine.embedders import EmbedderFactory, EmbedderPool
 from engine.errors import (
@@ -615,9 +616,13 @@ def _read_config(name: str, path: Path) -> CorpusConfig:
     file is damaged (not UTF-8, not JSON, not a config) instead of the parser's own
     exception, which no caller catching ``EngineError`` saw."""
     try:
-        return CorpusConfig.model_validate(json.loads(path.read_text("utf-8")))
+        return CorpusConfig.model_validate(json.loads(path.read_text("utf-8")), context=STORED)
     except ValueError as exc:  # JSON, UTF-8 and pydantic's errors are all ValueErrors
+        what = type(exc).__name__
+        if isinstance(exc, pydantic.ValidationError):
+            first = exc.errors(include_input=False)[0]  # a value may hold credentials
+            what = f"{'.'.join(map(str, first['loc'])) or 'the config'}: {first['type']}"
         raise StorageError(
-            f"corpus {name!r}: {path.name} is damaged ({type(exc).__name__}); restore it "
-            "from a backup or drop the corpus"
+            f"corpus {name!r}: {path.name} cannot be read ({what}); restore it from a "
+            "backup — its documents are in the store beside it"
         ) from None

@@ -53,6 +53,10 @@ is. Any other character is fine: collections name documents by Wikipedia title
 as Elasticsearch, LanceDB and txtai accept. Ids never become file names; they reach
 SQLite and tantivy as bound values and an HTTP path as one percent-encoded segment."""
 
+LOOKUP_SOURCE_ID_PATTERN = re.compile(rf"{_ID_CHAR}{{1,256}}")
+"""``SOURCE_ID_PATTERN`` without its ``.``/``..`` part: what a look-up may name (an
+older version stored ids such as ``..``; they are still fetched and deleted by them)."""
+
 SOURCE_ID_RULE = "1-256 printable characters, no whitespace, no . or .. path segment"
 """What a refused source id is told."""
 
@@ -111,16 +115,21 @@ def _has_dot_segment(value: str) -> bool:
 
 def is_valid_source_id(value: object) -> bool:
     """Whether a new document may take ``value`` as its id (``SOURCE_ID_RULE``)."""
-    return is_lookup_source_id(value) and not _has_dot_segment(value)
+    return (
+        is_lookup_source_id(value)
+        and SOURCE_ID_PATTERN.fullmatch(value) is not None
+        and not _has_dot_segment(value)
+    )
 
 
 def is_lookup_source_id(value: object) -> TypeGuard[str]:
     """Whether ``value`` may name a stored document in a look-up (fetch):
     ``LOOKUP_SOURCE_ID_RULE``, the id rule without its dot-segment part, which came
-    later — a store may hold ``a/../b`` from before, still read and deleted by its id."""
+    later — a store may hold ``..`` or ``a/../b`` from before, still read and deleted by
+    its id (``..`` itself was refused here too, by the new-id pattern)."""
     return (
         isinstance(value, str)
-        and SOURCE_ID_PATTERN.fullmatch(value) is not None
+        and LOOKUP_SOURCE_ID_PATTERN.fullmatch(value) is not None
         and value.isprintable()
     )
 

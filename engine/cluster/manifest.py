@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from engine.atomic_files import replace_file
 from engine.cluster.errors import ClusterExists, ClusterNotFound
 from engine.cluster.routing import MAX_SHARDS
-from engine.config import CorpusConfig
+from engine.config import STORED, CorpusConfig
 from engine.errors import InvalidArgument
 
 MANIFEST_NAME = "cluster.json"
@@ -82,6 +82,6 @@ def read_manifest(root: Path) -> ClusterManifest:
     if not path.is_file():
         raise ClusterNotFound(f"no sharded corpus at {root} (no {MANIFEST_NAME})")
     try:
-        return ClusterManifest.model_validate(json.loads(path.read_text("utf-8")))
+        return ClusterManifest.model_validate(json.loads(path.read_text("utf-8")), context=STORED)
     except ValueError as exc:
         raise InvalidArgument(f"{path} is not a valid cluster manifest: {exc}") from exc

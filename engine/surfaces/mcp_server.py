@@ -45,6 +45,7 @@ from engine import (
 )
 from engine.limits import (
     CORPUS_NAME_PATTERN,
+    LOOKUP_SOURCE_ID_PATTERN,
     MAX_GREP_MATCHES,
     MAX_GREP_PATTERN,
     MAX_OFFSET,
@@ -144,7 +145,7 @@ SourceId = Annotated[
     Field(
         min_length=1,
         max_length=MAX_SOURCE_ID_CHARS,
-        pattern=f"^{SOURCE_ID_PATTERN.pattern}$",
+        pattern=f"^{LOOKUP_SOURCE_ID_PATTERN.pattern}$",
         description="A source_id from search_knowledge or grep_knowledge.",
     ),
 ]

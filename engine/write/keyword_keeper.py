@@ -77,6 +77,7 @@ class KeywordIndexKeeper:
         self._write_lock = directory / LOCK_FILE
         self._behind = False  # this process's keyword write failed: catch up before the next
         self._flagged = False  # behind flag, or a rebuild running elsewhere
+        self._disagrees = False  # opened (not holding) an index whose count is wrong
         self._seen = -1  # tantivy.seq when the tantivy reader last reloaded
         self._seen_stamp: Stamp | None = None  # ... and the marker file it was read from
         self._withdrawn: list[str] | None = None  # for the store write under way
@@ -89,7 +90,7 @@ class KeywordIndexKeeper:
         """False while a failed keyword-index write is waiting to be caught up (here or
         in another process), or while it is being rebuilt: the index then lacks
         acknowledged documents, so the cascade must not trust it."""
-        return not (self._behind or self._flagged)
+        return not (self._behind or self._flagged or self._disagrees)
 
     # -- the write-lock holder ------------------------------------------------------------
 
@@ -393,6 +394,28 @@ class KeywordIndexKeeper:
 
     # -- following other processes' writes (no file written) --------------------------------
 
+    def open_following(self, followed_seq: int) -> None:
+        """``follow``, then the check the holder makes at its open, without the rebuild
+        it may not make: an index that claims the store's ``seq`` but does not hold its
+        public documents (one built by a version that indexed non-public documents too,
+        whose words then moved the order of public hits) is not searched — the database
+        answers — until the marker moves (a holder's rebuild or write)."""
+        self.follow(followed_seq)
+        if self._flagged or self.pending or self._seen != followed_seq:
+            return
+        try:
+            public = self._store.count() - self._store.count_non_public()
+            self._disagrees = self.tantivy.doc_count() != public
+        except (SparseError, OSError, StorageError, sqlite3.Error) as exc:
+            logger.debug("keyword index count check failed (%s)", type(exc).__name__)
+            return
+        if self._disagrees:
+            self.pending = True  # every search looks for the holder's rebuild
+            logger.warning(
+                "keyword index disagrees with the store; searching the database until a "
+                "writable open rebuilds it"
+            )
+
     def follow(self, followed_seq: int) -> None:
         """Reload the reader if the marker moved; note whether it lags ``followed_seq``
         (the store seq this process's view last followed)."""
@@ -401,6 +424,7 @@ class KeywordIndexKeeper:
             try:
                 self.tantivy.commit()  # reload: every commit before the marker shows
                 self._seen, self._seen_stamp = marker, stamp
+                self._disagrees = False  # a holder wrote it, after its own count check
             except (SparseError, OSError) as exc:
                 logger.debug("keyword index reload failed (%s)", type(exc).__name__)
         lagging = marker < followed_seq
@@ -418,7 +442,12 @@ class KeywordIndexKeeper:
         )
         # While flagged, every search follows: a rebuild by another process's writable
         # open moves no store seq, and nothing else would make this one look again.
-        self.pending = lagging or (self._seen, self._seen_stamp) != (marker, stamp) or self._flagged
+        self.pending = (
+            lagging
+            or (self._seen, self._seen_stamp) != (marker, stamp)
+            or self._flagged
+            or self._disagrees
+        )
 
     def close(self) -> None:
         self.tantivy.close()

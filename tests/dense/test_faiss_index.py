@@ -438,3 +438,16 @@ def test_ef_search_grows_with_the_graph_and_the_window() -> None:
     assert index.effective_ef(1_000_000) == 128
     assert ef_for(128, 100) == 200  # a deep window searches at least 2k deep
     assert ef_for(128, 10) == 128
+
+
+@pytest.mark.parametrize("older", [1, 2])
+def test_a_file_of_an_older_format_says_so(tmp_path: Path, older: int) -> None:
+    # Formats 1 and 2 began with the magic and their version; the reason said "not a
+    # Tandem FAISS index (bad magic)", as for a file of some other program.
+    path = tmp_path / "vectors.faiss"
+    path.write_bytes(b"TNDMFAIS" + older.to_bytes(4, "little") + os.urandom(200))
+    with pytest.raises(FaissIndexCorrupt, match=f"older version \\(format {older}, not 3\\)"):
+        FaissIndex.load(path)
+    path.write_bytes(os.urandom(212))
+    with pytest.raises(FaissIndexCorrupt, match="bad magic"):
+        FaissIndex.load(path)

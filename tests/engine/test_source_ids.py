@@ -50,12 +50,12 @@ REFUSED_IDS = (
     "lone\ud800surrogate",
     "\u00a0",  # no-break space
     "a" * (MAX_SOURCE_ID_CHARS + 1),
-    ".",  # never an id, in any version
-    "..",
 )
 # Refused for new documents only: an older version stored them, and they can still be
 # looked up (``is_lookup_source_id``).
 DOT_SEGMENT_IDS = (
+    ".",  # ids until a review showed clients resolving them in URLs
+    "..",
     "a/../b",  # the URL path segments a client resolves before sending
     "x/../../../victim",
     "./x",
@@ -92,7 +92,7 @@ def test_an_id_an_older_version_stored_with_a_dot_segment_is_still_read_and_dele
     """Audit: the new write rule was applied to look-ups too, so documents an older
     version had stored under ``a/../b`` could no longer be fetched, and a memory
     ``recall`` whose hits held one failed whole."""
-    legacy = ["./README.md", "docs/../guide.md", "a/./b"]
+    legacy = ["./README.md", "docs/../guide.md", "a/./b", ".", ".."]
     with SearchEngine(tmp_path) as engine:
         corpus = engine.create_corpus(CorpusConfig(name="ids", embedder=None))
         with monkeypatch.context() as old_version:  # the rule without its dot segments

@@ -5,6 +5,7 @@ parser's own exception."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sqlite3
@@ -91,7 +92,7 @@ def test_a_damaged_config_is_a_storage_error_naming_the_file(
     (directory / "config.json").write_bytes(content)
     with SearchEngine(tmp_path / "e") as engine:
         assert engine.list_corpora() == ["k"]
-        with pytest.raises(StorageError, match=r"config\.json is damaged") as refused:
+        with pytest.raises(StorageError, match=r"config\.json cannot be read") as refused:
             engine.corpus("k")
         assert isinstance(refused.value, EngineError)
     assert os.path.isfile(directory / "store.sqlite3")
@@ -168,3 +169,60 @@ def test_a_search_failing_on_a_dropped_corpus_flags_nothing(tmp_path: Path) -> N
             other.create_corpus(CorpusConfig(name="k", embedder=None))
         held._indexes.keyword_index_unreadable()  # what the racing search reports
     assert not (directory / "tantivy.damaged").exists()
+
+
+def test_a_config_an_older_version_accepted_still_opens(tmp_path: Path) -> None:
+    # Rules added later (a weight of 0 or at least 1e-6, a dialable Ollama host) were
+    # applied to stored configs too: the corpus no longer opened, and the error said the
+    # file was damaged and to drop the corpus.
+    directory = _corpus_with_documents(tmp_path / "e")
+    raw = json.loads((directory / "config.json").read_text("utf-8"))
+    raw["weights"] = {"sparse": 1e-7, "dense": 1.0}
+    (directory / "config.json").write_text(json.dumps(raw), encoding="utf-8")
+    with SearchEngine(tmp_path / "e") as engine:
+        corpus = engine.corpus("k")
+        assert corpus.config.weights.sparse == 0.0  # what 1e-7 always amounted to
+        assert len(corpus.search("common", top_k=20)) == 10
+    for bad in ({"sparse": -1.0, "dense": 1.0}, {"sparse": "x", "dense": 1.0}):
+        raw["weights"] = bad  # never valid: refused, naming the field
+        (directory / "config.json").write_text(json.dumps(raw), encoding="utf-8")
+        with (
+            SearchEngine(tmp_path / "e") as engine,
+            pytest.raises(StorageError, match=r"weights\.sparse"),
+        ):
+            engine.corpus("k")
+
+
+def test_a_read_only_open_does_not_search_an_index_holding_non_public_documents(
+    tmp_path: Path,
+) -> None:
+    # Versions before the public-only index rule indexed non-public documents too, with
+    # the schema of today: their words moved the order of public hits. Only a writable
+    # open compared the counts (and rebuilt); a read-only one searched the old index.
+    from sparse import SparseDocument
+
+    home = tmp_path / "e"
+    with SearchEngine(home) as engine:
+        corpus = engine.create_corpus(CorpusConfig(name="k", embedder=None))
+        corpus.add(
+            [
+                Document(id="p1", title="one", text="pony"),
+                Document(id="p2", title="two", text="pony pony meadow"),
+                *(
+                    Document(id=f"m{i}", text="meadow memo", access_groups=["staff"])
+                    for i in range(40)
+                ),
+            ]
+        )
+        # What such a version left: the non-public memos in the index, at the same seq.
+        corpus._indexes.tantivy.upsert(
+            [SparseDocument(source_id=f"m{i}", title="", text="meadow memo") for i in range(40)]
+        )
+    with SearchEngine(home, read_only=True) as reader:
+        seen = reader.corpus("k")
+        assert not seen._indexes.keyword_index_current  # the database answers
+        assert {hit.source_id for hit in seen.search("pony meadow")} == {"p1", "p2"}
+        with SearchEngine(home) as engine:  # the writable open rebuilds it
+            engine.corpus("k")
+        seen.search("pony")
+        assert seen._indexes.keyword_index_current
