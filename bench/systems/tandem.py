@@ -20,6 +20,7 @@ from bench.timing import dir_size_bytes
 
 ADD_BATCH = 10_000
 CORPUS_NAME = "bench"
+WARM_CORPUS_NAME = "warm-up"
 
 
 def engine_api() -> Any:
@@ -65,9 +66,14 @@ class TandemSystem:
         self._engine: Any = None
         self._corpus: Any = None
 
+    def _open_engine(self) -> Any:
+        if self._engine is None:
+            self._engine = self._api.SearchEngine(str(self._ctx.workdir / "tandem"))
+        return self._engine
+
     def _open(self) -> Any:
         if self._corpus is None:
-            self._engine = self._api.SearchEngine(str(self._ctx.workdir / "tandem"))
+            engine = self._open_engine()
             fields: dict[str, object] = {
                 "name": CORPUS_NAME,
                 "embedder": self._ctx.model if self._hybrid else None,
@@ -77,13 +83,20 @@ class TandemSystem:
             if not self._complete:
                 fields["complete_windows"] = False
             config = self._api.CorpusConfig.model_validate(fields)
-            self._corpus = self._engine.create_corpus(config)
+            self._corpus = engine.create_corpus(config)
         return self._corpus
 
     def prepare(self) -> None:
-        """The corpus is created and, for a hybrid one, its query model loaded (as a
-        server does before it is ready): the model's load is not indexing."""
-        self._open()._warm_up()
+        """The engine is opened and, for a hybrid corpus, its query model loaded (as a
+        server does before it is ready) through a corpus of its own, kept open so that
+        the model stays loaded: the model's load is not indexing. The bench corpus is
+        created in ``index``, on the clock, as every peer's store is."""
+        engine = self._open_engine()
+        if self._hybrid:
+            warm = self._api.CorpusConfig.model_validate(
+                {"name": WARM_CORPUS_NAME, "embedder": self._ctx.model}
+            )
+            engine.create_corpus(warm)._warm_up()
 
     def index(self, documents: Sequence[BenchDocument], vectors: Vectors | None) -> None:
         if self._hybrid and vectors is None:
@@ -109,7 +122,8 @@ class TandemSystem:
         return [hit.source_id for hit in self._open().search(query, top_k=k)]
 
     def disk_bytes(self) -> int:
-        return dir_size_bytes(self._ctx.workdir / "tandem")
+        """The bench corpus's directory (not the warm-up corpus beside it)."""
+        return dir_size_bytes(self._ctx.workdir / "tandem" / "corpora" / CORPUS_NAME)
 
     def close(self) -> None:
         if self._engine is not None:
