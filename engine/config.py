@@ -188,9 +188,7 @@ class FusionWeights(_Frozen):
     @field_validator("sparse", "dense")
     @classmethod
     def _zero_or_counted(cls, weight: float, info: ValidationInfo) -> float:
-        if 0 < weight < MIN_WEIGHT:
-            if _stored(info):  # an older version took it; it always acted as 0
-                return 0.0
+        if 0 < weight < MIN_WEIGHT and not _stored(info):  # an older version took it
             raise ValueError(f"a weight is 0 or at least {MIN_WEIGHT:g}")
         return weight
 

@@ -226,7 +226,7 @@ class KeywordIndexKeeper:
     def _mark(self, seq: int) -> None:
         """The keyword index holds everything up to ``seq``: say so, to every process."""
         self._write_marker(seq)
-        self._behind = self._flagged = False
+        self._behind = self._flagged = self._disagrees = False
         self._behind_flag.unlink(missing_ok=True)
 
     def _write_marker(self, seq: int) -> None:
@@ -256,6 +256,7 @@ class KeywordIndexKeeper:
             and self.tantivy.is_available()
             and not self._withdrawn_file.exists()  # a withdrawal's writer died
             and not self._damaged()
+            and not self._disagrees  # seen at a non-holder open: counted again, rebuilt
         ):
             return
         self._behind = True  # replays from the marker (or rebuilds)
@@ -401,14 +402,20 @@ class KeywordIndexKeeper:
         whose words then moved the order of public hits) is not searched — the database
         answers — until the marker moves (a holder's rebuild or write)."""
         self.follow(followed_seq)
-        if self._flagged or self.pending or self._seen != followed_seq:
-            return
+        if self._flagged or self.pending or self._withdrawn_file.exists():
+            return  # (a withdrawal under way: its documents are out of the index already)
         try:
+            seq = self._store.seq
+            if seq != self._seen:
+                return  # a write is under way: the index holds what it has committed
             public = self._store.count() - self._store.count_non_public()
-            self._disagrees = self.tantivy.doc_count() != public
+            indexed = self.tantivy.doc_count()
+            if self._store.seq != seq:
+                return  # a write committed meanwhile: the counts are of two moments
         except (SparseError, OSError, StorageError, sqlite3.Error) as exc:
             logger.debug("keyword index count check failed (%s)", type(exc).__name__)
             return
+        self._disagrees = indexed != public
         if self._disagrees:
             self.pending = True  # every search looks for the holder's rebuild
             logger.warning(

@@ -181,7 +181,7 @@ def test_a_config_an_older_version_accepted_still_opens(tmp_path: Path) -> None:
     (directory / "config.json").write_text(json.dumps(raw), encoding="utf-8")
     with SearchEngine(tmp_path / "e") as engine:
         corpus = engine.corpus("k")
-        assert corpus.config.weights.sparse == 0.0  # what 1e-7 always amounted to
+        assert corpus.config.weights.sparse == 1e-7  # as stored, and fused as before
         assert len(corpus.search("common", top_k=20)) == 10
     for bad in ({"sparse": -1.0, "dense": 1.0}, {"sparse": "x", "dense": 1.0}):
         raw["weights"] = bad  # never valid: refused, naming the field
@@ -226,3 +226,37 @@ def test_a_read_only_open_does_not_search_an_index_holding_non_public_documents(
             engine.corpus("k")
         seen.search("pony")
         assert seen._indexes.keyword_index_current
+
+
+def test_a_follower_that_saw_a_disagreement_rebuilds_when_it_writes(tmp_path: Path) -> None:
+    # It opened while another process held the write lock, saw the index hold more than
+    # the store's public documents, then became the writer itself: its write neither
+    # rebuilt the index nor trusted it again, and its marker told the other followers
+    # that the old index was fine.
+    import fcntl
+
+    from sparse import SparseDocument
+
+    home = tmp_path / "e"
+    with SearchEngine(home) as engine:
+        corpus = engine.create_corpus(CorpusConfig(name="c", embedder=None))
+        corpus.add([Document(id=f"d{i}", text=f"alpha beta {i}") for i in range(5)])
+        corpus.add([Document(id="secret", text="alpha secretword", access_groups=["g"])])
+        corpus._indexes.tantivy.upsert([SparseDocument(source_id="secret", title="", text="alpha")])
+    lock = os.open(home / "corpora" / "c" / "write.lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process's write under way
+        first, second = SearchEngine(home), SearchEngine(home)
+        writer, other = first.corpus("c"), second.corpus("c")
+    finally:
+        os.close(lock)
+    try:
+        assert not writer._indexes.keyword_index_current
+        assert not other._indexes.keyword_index_current
+        writer.add([Document(id="new", text="alpha gamma")])  # takes the lock: rebuilds
+        other.search("alpha")
+        assert writer._indexes.keyword_index_current and other._indexes.keyword_index_current
+        assert writer._indexes.tantivy.doc_count() == 6  # d0..d4 and new: public only
+    finally:
+        first.close()
+        second.close()
