@@ -10,6 +10,7 @@ browser page from another origin cannot call this API.
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,7 +18,7 @@ from pathlib import Path
 import anyio.to_thread
 from fastapi import FastAPI
 
-from engine import SearchEngine
+from engine import EngineError, SearchEngine
 from engine.surfaces.http import ops, page, routes_read, routes_write
 from engine.surfaces.http.caps import BodyCap
 from engine.surfaces.http.errors import install_error_handlers
@@ -26,6 +27,8 @@ from engine.surfaces.http.ops import RequestGuard, RequestMetrics
 from engine.surfaces.http.search_lane import SearchLane
 from engine.surfaces.http.serve import end_with_supervisor
 from engine.surfaces.http.settings import ServerSettings, load_token
+
+logger = logging.getLogger(__name__)
 
 _WRITES_GRACE_S = 600.0
 """How long a shutdown waits for uploads being written (an upload is capped at 256 MiB;
@@ -47,9 +50,15 @@ documents. Writes need `Authorization: Bearer <token>`. Every error has the shap
 
 def _open_all(engine: SearchEngine) -> None:
     """Open every corpus (publishes its gauges) and load its query model, so /readyz
-    answers only once the first search pays neither (each worker loads its own)."""
+    answers only once the first search pays neither (each worker loads its own). A corpus
+    that cannot be opened (a damaged store or config) is logged and left: the others are
+    served, and its requests get its error, as when it breaks while the server runs —
+    raised here, it kept the whole server from starting."""
     for name in engine.list_corpora():
-        engine.corpus(name)._warm_up()
+        try:
+            engine.corpus(name)._warm_up()
+        except EngineError as exc:
+            logger.error("corpus %r cannot be opened (%s); serving the others", name, exc)
 
 
 def create_app(settings: ServerSettings, *, engine_factory: EngineFactory | None = None) -> FastAPI:

@@ -17,15 +17,27 @@ whether it arrives in one read or trickles in over many, before the application 
   only whitespace the parser skips (runs of spaces in the request line, before a header's
   value) in the read the head began in; from the next read on, the first count holds too.
   (uvicorn logs this refusal as an invalid request.)
+
+It also answers 408 and closes a connection that keeps the server waiting for the client
+— nothing sent since it opened, half a head, half a body — for ``CLIENT_WAIT_S`` without
+a byte (uvicorn times out only the wait *between* requests): a thousand such connections
+held every file descriptor a server had, and every new client was refused. The wait is
+measured from the last byte, so a slow upload that keeps sending is never cut; a request
+the application is working on is never timed out here.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-__all__ = ["MAX_HEAD_BYTES", "BoundedHeadProtocol"]
+__all__ = ["CLIENT_WAIT_S", "MAX_HEAD_BYTES", "BoundedHeadProtocol"]
+
+CLIENT_WAIT_S = 30.0
+"""How long a connection may keep the server waiting for its client's next byte while a
+request (or the first one) is incomplete; nginx waits 60 s for a head or body read."""
 
 MAX_HEAD_BYTES = 64 * 1024
 """The longest request line and headers taken: a search URL holding the longest query
@@ -33,13 +45,23 @@ MAX_HEAD_BYTES = 64 * 1024
 32 KiB by default, h11 16 KiB."""
 
 _TOO_LARGE = f"request line and headers longer than {MAX_HEAD_BYTES} bytes".encode("ascii")
-_ANSWER_431 = (
-    b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
-    b"content-type: text/plain; charset=utf-8\r\n"
-    b"x-content-type-options: nosniff\r\n"  # as every answer the app writes (RequestGuard)
-    b"content-length: " + str(len(_TOO_LARGE)).encode("ascii") + b"\r\n"
-    b"connection: close\r\n\r\n" + _TOO_LARGE
-)
+_TOO_SLOW = f"no byte from the client for {CLIENT_WAIT_S:g} s".encode("ascii")
+
+
+def _answer(status: bytes, body: bytes) -> bytes:
+    """A whole answer that closes the connection, with the nosniff every answer the app
+    writes carries (RequestGuard)."""
+    return (
+        b"HTTP/1.1 " + status + b"\r\n"
+        b"content-type: text/plain; charset=utf-8\r\n"
+        b"x-content-type-options: nosniff\r\n"
+        b"content-length: " + str(len(body)).encode("ascii") + b"\r\n"
+        b"connection: close\r\n\r\n" + body
+    )
+
+
+_ANSWER_431 = _answer(b"431 Request Header Fields Too Large", _TOO_LARGE)
+_ANSWER_408 = _answer(b"408 Request Timeout", _TOO_SLOW)
 _LINE_FRAMING = len(b"  HTTP/1.1\r\n")
 """A request line's bytes besides its method and URL (two spaces, the version, CRLF)."""
 _HEADER_FRAMING = len(b":\r\n")
@@ -60,6 +82,39 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         self._head_read = 0  # bytes that arrived for this head, from a read's start on
         self._head_parsed = 0  # bytes of this head as the parser reported them
         self._too_large = False
+        self._in_body = False  # a request's head has arrived, not all of its body
+        self._client_wait: asyncio.TimerHandle | None = None
+
+    # -- waiting for the client ---------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._wait_for_client()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_waiting()
+        super().connection_lost(exc)
+
+    def _wait_for_client(self) -> None:
+        self._stop_waiting()
+        self._client_wait = self.loop.call_later(CLIENT_WAIT_S, self._client_too_slow)
+
+    def _stop_waiting(self) -> None:
+        if self._client_wait is not None:
+            self._client_wait.cancel()
+            self._client_wait = None
+
+    def _client_too_slow(self) -> None:
+        self._client_wait = None
+        if self.transport.is_closing():
+            return
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete and not cycle.more_body:
+            self._wait_for_client()  # the application works on a whole request: not late
+            return
+        if cycle is None or not cycle.response_started:
+            self.transport.write(_ANSWER_408)
+        self.transport.close()
 
     # -- counting what the parser reports ---------------------------------------------
 
@@ -80,10 +135,12 @@ class BoundedHeadProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._count(len(self.parser.get_method()) + _LINE_FRAMING + _HEAD_END)
         self._in_head = False
+        self._in_body = True
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
+        self._in_body = False
         self._in_head = True  # what follows begins the next request
         self._head_read = 0
         self._head_parsed = 0
@@ -94,19 +151,19 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         elif not self.transport.is_closing():
             # uvicorn's own 400 (a request line or a header httptools cannot parse) left
             # out the nosniff every other answer carries.
-            body = msg.encode("ascii", "replace")
-            self.transport.write(
-                b"HTTP/1.1 400 Bad Request\r\n"
-                b"content-type: text/plain; charset=utf-8\r\n"
-                b"x-content-type-options: nosniff\r\n"
-                b"content-length: " + str(len(body)).encode("ascii") + b"\r\n"
-                b"connection: close\r\n\r\n" + body
-            )
+            self.transport.write(_answer(b"400 Bad Request", msg.encode("ascii", "replace")))
             self.transport.close()
 
     # -- counting what arrives ----------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
+        self._received(data)
+        if self._in_body or (self._in_head and (self._head_read or self._head_parsed)):
+            self._wait_for_client()  # a request is incomplete: the client owes the rest
+        else:
+            self._stop_waiting()
+
+    def _received(self, data: bytes) -> None:
         room = MAX_HEAD_BYTES - self._head_read
         if not self._in_head or len(data) <= room:
             if self._in_head:
@@ -121,7 +178,7 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         if self._in_head and self._head_read == MAX_HEAD_BYTES:
             self._refuse()  # the same head goes on past the cap
         else:
-            self.data_received(data[room:])  # its body, or the next request from its start
+            self._received(data[room:])  # its body, or the next request from its start
 
     def _refuse(self) -> None:
         if not self.transport.is_closing():

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import uvicorn
+from uvicorn.config import STARTUP_FAILURE
 from uvicorn.supervisors import Multiprocess
 
 from engine import EngineLocked, InvalidArgument, SearchEngine
@@ -145,6 +146,10 @@ def serve_http(
         timeout_graceful_shutdown=10,
         timeout_worker_healthcheck=60,  # a busy machine can take seconds to start a worker
         lifespan="on",
+        # No WebSocket protocol: the app has no WebSocket route, and uvicorn handed any
+        # request with an Upgrade header to one, whose bare 403 skipped the app (no
+        # nosniff, no error shape, not counted). Without it the request reaches the app.
+        ws="none",
     )
     sock = listening_socket(config)  # before anything is changed that must be undone
     metrics_dir = None
@@ -168,11 +173,20 @@ def serve_http(
         server = uvicorn.Server(config)
         if workers == 1:
             with _stop_signals_end_quietly():
-                server.run(sockets=[sock])
+                try:
+                    server.run(sockets=[sock])
+                except SystemExit as exc:  # uvicorn exits so when the app did not start
+                    if exc.code != STARTUP_FAILURE:
+                        raise
             if not server.started:
                 raise InvalidArgument("the server did not start (see the error above)")
         else:
-            Multiprocess(config, sockets=[sock]).run()
+            supervisor = Multiprocess(config, sockets=[sock])
+            supervisor.run()
+            if any(worker.exitcode == STARTUP_FAILURE for worker in supervisor.processes):
+                # (uvicorn stops every worker then, and returned as after a clean stop:
+                # exit 0, which a service manager takes for an intended one)
+                raise InvalidArgument("the server's workers did not start (see the error above)")
     finally:
         sock.close()
         for name, value in saved.items():

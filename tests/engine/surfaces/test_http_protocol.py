@@ -174,3 +174,67 @@ def test_a_head_the_parser_refuses_is_400_with_nosniff(head: bytes) -> None:
     answer_head = transport.written.split(b"\r\n\r\n")[0].lower()
     assert answer_head.startswith(b"http/1.1 400 ") and transport.closed
     assert b"x-content-type-options: nosniff" in answer_head.split(b"\r\n")
+
+
+async def _slow(scope: Any, receive: Any, send: Any) -> None:
+    """Reads the whole body, then works 0.3 s before answering."""
+    while (await receive()).get("more_body"):
+        pass
+    await asyncio.sleep(0.3)
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+def _timed(
+    reads: Sequence[tuple[float, bytes]], app: Any = _ok, linger: float = 0.5
+) -> FakeTransport:
+    """Each read after its pause (seconds), then ``linger`` seconds for timers to fire."""
+
+    async def run() -> FakeTransport:
+        protocol = BoundedHeadProtocol(uvicorn.Config(app, log_level="critical"), ServerState(), {})
+        transport = FakeTransport()
+        transport.protocol = protocol
+        protocol.connection_made(transport)
+        for pause, data in reads:
+            await asyncio.sleep(pause)
+            if transport.closed:
+                break
+            protocol.data_received(data)
+        await asyncio.sleep(linger)
+        if not transport.closed:
+            protocol.connection_lost(None)  # the test ends it: no timer outlives the loop
+        return transport
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize(
+    "reads",
+    [
+        pytest.param([], id="nothing-sent"),
+        pytest.param([(0.0, b"GET /healthz HTTP/1.1\r\nHo")], id="half-a-head"),
+        pytest.param(
+            [(0.0, b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc")],
+            id="half-a-body",
+        ),
+    ],
+)
+def test_a_client_that_stops_sending_is_answered_408_and_closed(
+    reads: list[tuple[float, bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Such connections were held for good: a thousand of them took every descriptor.
+    monkeypatch.setattr("engine.surfaces.http.protocol.CLIENT_WAIT_S", 0.1)
+    transport = _timed(reads)
+    assert transport.closed
+    assert transport.written.startswith(b"HTTP/1.1 408 ")
+    assert b"x-content-type-options: nosniff" in transport.written
+
+
+def test_slow_senders_and_slow_answers_are_not_timed_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("engine.surfaces.http.protocol.CLIENT_WAIT_S", 0.2)
+    head = b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\n\r\n"
+    trickle = [(0.0, head), (0.1, b"ab"), (0.1, b"cd"), (0.1, b"ef")]  # a byte each 0.1 s
+    assert b"HTTP/1.1 200 " in _timed(trickle).written
+    # The application works 0.3 s (past the wait) on a whole request: answered, not 408.
+    answered = _timed([(0.0, request())], app=_slow, linger=0.6).written
+    assert answered.startswith(b"HTTP/1.1 200 ") and b" 408 " not in answered

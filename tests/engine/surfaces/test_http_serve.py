@@ -337,3 +337,68 @@ def test_a_dead_servers_metrics_directory_is_swept_at_the_next_start(
         directory.mkdir()
     serve._sweep_metrics_dirs_of_dead_servers()
     assert not stale.exists() and live.exists() and other.exists()
+
+
+def test_a_corpus_that_cannot_be_opened_leaves_the_others_served(tmp_path: Path) -> None:
+    # Opening every corpus at start raised for a damaged one: the whole server exited
+    # (code 3, or 0 with two workers), serving nothing.
+    home = build(tmp_path / "engine")
+    with SearchEngine(home) as engine:
+        engine.create_corpus(CorpusConfig(name="broken", embedder=None))
+    (home / "corpora" / "broken" / "config.json").write_text("{not json", encoding="utf-8")
+    with running_server(home) as (base, _):
+        found = httpx.post(f"{base}v1/corpora/help/search", json={"query": "password"}, timeout=30)
+        assert [p["source_id"] for p in found.json()["passages"]] == ["reset"]
+        broken = httpx.post(
+            f"{base}v1/corpora/broken/search", json={"query": "password"}, timeout=30
+        )
+        assert broken.status_code >= 500 and set(broken.json()) == {"error"}
+
+
+def test_a_request_asking_to_upgrade_is_answered_by_the_app(tmp_path: Path) -> None:
+    # uvicorn handed it to its WebSocket protocol, whose bare 403 skipped the app: no
+    # nosniff, no no-store, no error shape, not counted.
+    home = build(tmp_path / "engine")
+    with running_server(home) as (base, _):
+        upgrade = {
+            "Connection": "Upgrade",
+            "Upgrade": "websocket",
+            "Sec-WebSocket-Version": "13",
+            "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+        }
+        answer = httpx.get(f"{base}v1/corpora", headers=upgrade, timeout=30)
+        assert answer.status_code == 200 and "help" in answer.text
+        assert answer.headers["x-content-type-options"] == "nosniff"
+        assert answer.headers["cache-control"] == "no-store"
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_workers_that_fail_to_start_end_the_server_with_an_error(
+    tmp_path: Path, workers: str
+) -> None:
+    # With two workers uvicorn stopped and returned as after a clean stop: exit 0, which a
+    # service manager takes for an intended one. The failure is made in every process
+    # (workers are spawned) by a sitecustomize on the path.
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(
+        "import engine.surfaces.http.app as app\n"
+        "def _fail(engine):\n"
+        "    raise RuntimeError('injected: the app cannot start')\n"
+        "app._open_all = _fail\n",
+        encoding="utf-8",
+    )
+    import os
+
+    path = os.pathsep.join(p for p in (str(shim), os.environ.get("PYTHONPATH", "")) if p)
+    home = build(tmp_path / "engine")
+    full = {k: v for k, v in os.environ.items() if k != "TANDEM_API_TOKEN"} | {"PYTHONPATH": path}
+    result = subprocess.run(
+        serve_command(home, "--workers", workers),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=full,
+    )
+    assert result.returncode == 1, (result.returncode, result.stderr[-2000:])
+    assert "tandem: error: " in result.stderr and "did not start" in result.stderr
