@@ -156,13 +156,20 @@ def ingest(
             embedding_model, corpus._model_names(), corpus.name, has_embeddings=True
         )
     # The length every row's own vector must have: the corpus's stored one (the shards
-    # say), else the embedder's (None: the provider is down and cannot say either; each
-    # batch then takes its first good vector's, and the shards have the last word).
+    # say), else the embedder's. Neither (a corpus with no vectors yet, its provider down)
+    # is refused: each batch took its first good vector's length then, and each empty
+    # shard the first it was sent — one corpus held two lengths, and every later write
+    # to one of its shards was refused.
     embedder = corpus._embedder
     known = corpus._dimension.refresh()  # the corpus's stored length (asked once)
     dimension = None
     if vector_column is not None and embedder is not None:
         dimension = known or dimension_if_up(embedder)
+        if dimension is None:
+            raise InvalidArgument(
+                f"corpus {corpus.name!r} holds no vectors yet and its embedder cannot say "
+                "their length now (is it down?): ingest the vectors once it answers"
+            )
     handles = corpus._calls.handles
     shards = corpus.shards
     fields = dict(corpus.config.fields)

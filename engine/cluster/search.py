@@ -271,19 +271,28 @@ class ShardedSearcher:
                 ),
                 budget.left(),
             )
-            if ranked and not rounds:
-                # Not one shard took the query vector (its vector round failed on every
-                # shard): answer as one corpus answers when its query vector fails, from
-                # a keyword search — through the full cascade, as the windows above were
-                # the hybrid arm's, index-backed only.
+            up = set(self._health.up()) if ranked and not rounds else set()
+            refused = [i for i in ranked if i in up]
+            if refused:
+                # The shards answered the vector round by refusing the query vector: answer
+                # as one corpus answers when its query vector fails, from a keyword search
+                # — through the full cascade, as the windows above were the hybrid arm's,
+                # index-backed only — asking only shards that answered.
                 self._fell_back(FallbackReason.EMBEDDER_ERROR)
                 alone = keyword_only_window(config, need)
                 keyword, statistics = self._keyword_round(
-                    _KeywordRequest(ranked, text, alone, language, compiled, False, ahead), budget
+                    _KeywordRequest(refused, text, alone, language, compiled, False, ahead),
+                    budget,
                 )
                 return self._fused(
                     text, None, alone, need, language, compiled, ahead, keyword, statistics, budget
                 )
+            if ranked and not rounds:
+                # Every shard missed the round (marked down, not asked again in this
+                # search), the embedder did nothing wrong: the keyword windows already
+                # here answer, without a vector arm (before, the search asked the missing
+                # shards again, counted an embedder error and returned nothing).
+                vector = None
         answered = [i for i in ranked if vector is None or i in rounds]
         if len(answered) < len(ranked):
             # A shard failed the vector round: the keyword window is cut again without it

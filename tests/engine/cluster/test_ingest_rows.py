@@ -187,3 +187,26 @@ def test_a_refusal_is_split_down_to_rows_only_when_it_names_a_row(
     else:
         assert (written, len(calls)) == (15, 9)
         assert refused == ["d5: document 'd5': refused"]
+
+
+def test_vectors_of_no_known_length_are_refused_before_anything_is_written(
+    ray_cluster: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A new corpus whose provider cannot say its dimension (down): each batch took its
+    # own first vector's length and each empty shard the first it got — one corpus
+    # held vectors of 64 and of 32 values, and writes to one shard were refused after.
+    monkeypatch.setattr("engine.cluster.ingest.dimension_if_up", lambda embedder: None)
+    source = tmp_path / "mixed.jsonl"
+    rows = [{"id": f"a{n}", "text": "x", "vec": [0.5] * 64} for n in range(8)]
+    _write_jsonl(source, rows + [{"id": f"b{n}", "text": "x", "vec": [0.5] * 32} for n in range(8)])
+    corpus = ShardedCorpus.create(
+        tmp_path / "c", CorpusConfig(name="vectors"), 2, embedder_factory=hash_factory
+    )
+    try:
+        with pytest.raises(InvalidArgument, match="no vectors yet"):
+            ingest(
+                corpus, source, vector_column="vec", embedding_model=EMBEDDER.name, progress=False
+            )
+        assert len(corpus) == 0
+    finally:
+        corpus.close()

@@ -212,6 +212,46 @@ def test_the_time_spent_embedding_the_query_is_not_taken_from_the_shards(
     assert vector[2] == pytest.approx(TIMEOUT_S - ROUND_S)
 
 
+class HangsInTheVectorRound(FakeCalls):
+    """Every shard answers the keyword round, and then misses the vector round (as
+    ``ShardCalls`` does for a shard that times out, it is marked down)."""
+
+    def __init__(self, shards: Sequence[ShardActor], clock: Clock) -> None:
+        super().__init__(shards, clock, set())
+        self.down: set[int] = set()
+
+    def up(self) -> list[int]:  # the health the searcher reads
+        return [i for i in range(SHARDS) if i not in self.down]
+
+    def submit(
+        self, indexes: Sequence[int], method: str, args: Callable[[int], tuple[Any, ...]]
+    ) -> Pending:
+        self.hung = set(indexes) if method == "vector_round" else set()
+        return super().submit(indexes, method, args)
+
+    def collect(self, pending: Pending, timeout_s: float, operation: object = None) -> dict:
+        answers = super().collect(pending, timeout_s, operation)
+        self.down |= set(pending.indexes) - set(answers)
+        return answers
+
+
+def test_shards_that_all_miss_the_vector_round_answer_from_their_keyword_windows(
+    shards: list[ShardActor],
+) -> None:
+    # The search asked the shards that had just missed the round again (a keyword round),
+    # counted an embedder error (the embedder did nothing wrong) and returned nothing.
+    found, _, clock = searcher(shards, set(), hybrid=True, global_statistics=False)
+    calls = HangsInTheVectorRound(shards, clock)
+    found._calls = calls  # type: ignore[assignment]
+    found._health = calls  # type: ignore[assignment]
+    passages = found.search("password reset item", 5, 0, None, ())
+    assert passages and all(p.ranks.dense is None for p in passages)
+    assert [method for method, _, _ in calls.rounds][:2] == ["keyword_window", "vector_round"]
+    assert "keyword_window" not in [method for method, _, _ in calls.rounds[2:]]
+    errors = found._metrics.fallbacks.labels(CONFIG.name, "embedder_error")._value.get()
+    assert errors == 0
+
+
 @pytest.mark.parametrize("global_statistics", [False, True], ids=["own-stats", "global-stats"])
 def test_a_stopped_shard_is_asked_once_per_search(
     ray_cluster: None, tmp_path: Path, global_statistics: bool
