@@ -84,6 +84,7 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         self._too_large = False
         self._in_body = False  # a request's head has arrived, not all of its body
         self._client_wait: asyncio.TimerHandle | None = None
+        self._was_waiting_for_100 = False  # the last look found the client awaiting a 100
 
     # -- waiting for the client ---------------------------------------------------------
 
@@ -111,6 +112,13 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete and not cycle.more_body:
             self._wait_for_client()  # the application works on a whole request: not late
+            return
+        if (cycle is not None and cycle.waiting_for_100_continue) or self._was_waiting_for_100:
+            # ``Expect: 100-continue``: the client waits for the application to ask for
+            # the body (uvicorn sends the 100 then): the wait is the server's, and once
+            # the 100 has gone out the client gets a whole wait from the next look on.
+            self._was_waiting_for_100 = cycle is not None and cycle.waiting_for_100_continue
+            self._wait_for_client()
             return
         if cycle is None or not cycle.response_started:
             self.transport.write(_ANSWER_408)
@@ -157,6 +165,7 @@ class BoundedHeadProtocol(HttpToolsProtocol):
     # -- counting what arrives ----------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
+        self._was_waiting_for_100 = False
         self._received(data)
         if self._in_body or (self._in_head and (self._head_read or self._head_parsed)):
             self._wait_for_client()  # a request is incomplete: the client owes the rest

@@ -238,3 +238,41 @@ def test_slow_senders_and_slow_answers_are_not_timed_out(monkeypatch: pytest.Mon
     # The application works 0.3 s (past the wait) on a whole request: answered, not 408.
     answered = _timed([(0.0, request())], app=_slow, linger=0.6).written
     assert answered.startswith(b"HTTP/1.1 200 ") and b" 408 " not in answered
+
+
+async def _asks_late(scope: Any, receive: Any, send: Any) -> None:
+    """Works 0.3 s before it reads the body (an upload waiting for the write lock)."""
+    await asyncio.sleep(0.3)
+    while (await receive()).get("more_body"):
+        pass
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+def test_a_client_waiting_for_100_continue_is_not_timed_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # It sends its body only once the application asks for it (uvicorn's 100 Continue).
+    monkeypatch.setattr("engine.surfaces.http.protocol.CLIENT_WAIT_S", 0.1)
+
+    async def run() -> FakeTransport:
+        protocol = BoundedHeadProtocol(
+            uvicorn.Config(_asks_late, log_level="critical"), ServerState(), {}
+        )
+        transport = FakeTransport()
+        transport.protocol = protocol
+        protocol.connection_made(transport)
+        protocol.data_received(
+            b"POST /x HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n"
+        )
+        for _ in range(100):  # until the 100 Continue (the application asked for the body)
+            await asyncio.sleep(0.01)
+            if b"100 Continue" in transport.written:
+                break
+        protocol.data_received(b"ok")
+        await asyncio.sleep(0.3)
+        protocol.connection_lost(None)
+        return transport
+
+    written = asyncio.run(run()).written
+    assert b" 408 " not in written and b"HTTP/1.1 200 " in written
