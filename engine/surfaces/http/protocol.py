@@ -109,9 +109,11 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         self._client_wait = None
         if self.transport.is_closing():
             return
-        cycle = self.cycle
-        if cycle is not None and not cycle.response_complete and not cycle.more_body:
-            self._wait_for_client()  # the application works on a whole request: not late
+        cycle = self.cycle  # the newest request: those queued behind another wait in
+        # ``pipeline`` (their reading paused) while the one before them is answered
+        working = cycle is not None and not cycle.response_complete and not cycle.more_body
+        if working or self.pipeline:
+            self._wait_for_client()  # the application works on a request: not late
             return
         if (cycle is not None and cycle.waiting_for_100_continue) or self._was_waiting_for_100:
             # ``Expect: 100-continue``: the client waits for the application to ask for
@@ -120,8 +122,8 @@ class BoundedHeadProtocol(HttpToolsProtocol):
             self._was_waiting_for_100 = cycle is not None and cycle.waiting_for_100_continue
             self._wait_for_client()
             return
-        if cycle is None or not cycle.response_started:
-            self.transport.write(_ANSWER_408)
+        if cycle is None or cycle.response_complete or not cycle.response_started:
+            self.transport.write(_ANSWER_408)  # (not in the middle of another answer)
         self.transport.close()
 
     # -- counting what the parser reports ---------------------------------------------

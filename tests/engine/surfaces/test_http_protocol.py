@@ -276,3 +276,22 @@ def test_a_client_waiting_for_100_continue_is_not_timed_out(
 
     written = asyncio.run(run()).written
     assert b" 408 " not in written and b"HTTP/1.1 200 " in written
+
+
+def test_a_request_queued_behind_a_slow_one_is_not_timed_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The timer looked at the newest request only (queued, its reading paused), not at
+    # the one the application was answering: 408 before the first answer.
+    monkeypatch.setattr("engine.surfaces.http.protocol.CLIENT_WAIT_S", 0.1)
+    second = b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n"
+    reads = [(0.0, request() + second), (0.15, b"ok")]  # its body after the wait
+    written = _timed(reads, app=_slow, linger=1.0).written
+    assert written.count(b"HTTP/1.1 200 ") == 2 and b" 408 " not in written
+
+
+def test_half_a_head_after_an_answered_request_gets_408(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("engine.surfaces.http.protocol.CLIENT_WAIT_S", 0.1)
+    transport = _timed([(0.0, request()), (0.05, b"GET /healthz HTTP/1.1\r\nHo")])
+    assert transport.closed and transport.written.startswith(b"HTTP/1.1 200 ")
+    assert b"HTTP/1.1 408 " in transport.written
