@@ -93,15 +93,23 @@ def embed_query(
         return embedder.embed_query(text, before_model=before_model)
     if before_model is not None:
         before_model()
-    answer = embedder.embed([text])
-    try:
-        with np.errstate(over="ignore", invalid="ignore"):  # values: the corpus's guard
-            rows = np.asarray(answer, dtype=np.float32)
-    except (TypeError, ValueError) as exc:
-        raise EmbedderUnavailable("embedder returned no numeric array for one query") from exc
-    if rows.ndim != 2 or rows.shape[0] != 1:
-        # Provider trouble, as for a document: an empty or 1-D answer failed the search
-        # with an IndexError instead of sending it to keyword search.
-        raise EmbedderUnavailable(f"embedder returned shape {rows.shape} for one query")
-    row: npt.NDArray[np.float32] = rows[0]
+    # Provider trouble, as for a document: an empty or 1-D answer failed the search with
+    # an IndexError instead of sending it to keyword search.
+    row: npt.NDArray[np.float32] = provider_rows(embedder.embed([text]), 1, "one query")[0]
     return row
+
+
+def provider_rows(vectors: object, count: int, what: str) -> npt.NDArray[np.float32]:
+    """``vectors`` as float32 rows if they are ``count`` rows of at least one value, else
+    ``EmbedderUnavailable`` (``what`` names the texts in the message). Only the shape is
+    checked: values are the corpus's guard's to judge."""
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            rows = np.asarray(vectors, dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        raise EmbedderUnavailable(
+            f"embedder returned no numeric array for {what} ({type(exc).__name__})"
+        ) from exc
+    if rows.ndim != 2 or rows.shape[0] != count or rows.shape[1] == 0:
+        raise EmbedderUnavailable(f"embedder returned shape {rows.shape} for {what}")
+    return rows

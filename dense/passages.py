@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dense.contracts import Embedder, EmbedderUnavailable, embed_query
+from dense.contracts import Embedder, embed_query, provider_rows
 from dense.wrapped import WrappedEmbedder
 
 Vectors = npt.NDArray[np.float32]
@@ -158,26 +158,6 @@ class PieceSplitter:
         return [(int(a), int(b)) for a, b in encoded["offset_mapping"]]
 
 
-def _window_rows(vectors: object, count: int) -> npt.NDArray[np.float32]:
-    """The model's rows for ``count`` windows, or ``EmbedderUnavailable``: the means are
-    taken before the corpus's own output check runs, so a provider that answered one row
-    short (or a 1-D array) failed the whole add with a ``ValueError`` instead of storing
-    its documents degraded. Values are left to that check (NaN or infinite rows make a
-    mean it refuses)."""
-    try:
-        with np.errstate(over="ignore", invalid="ignore"):
-            rows = np.asarray(vectors, dtype=np.float32)
-    except (TypeError, ValueError) as exc:
-        raise EmbedderUnavailable(
-            f"embedder returned no numeric array for {count} windows ({type(exc).__name__})"
-        ) from exc
-    if rows.ndim != 2 or rows.shape[0] != count or rows.shape[1] == 0:
-        raise EmbedderUnavailable(
-            f"embedder returned shape {rows.shape} for {count} windows, not ({count}, dim)"
-        )
-    return rows
-
-
 class _WordSplitter:
     """Word windows (``split_passages``) with the title rule ``PassageMeanEmbedder``
     documents."""
@@ -230,7 +210,9 @@ class PassageMeanEmbedder(WrappedEmbedder):
             owners.extend([i] * len(parts))
         if len(windows) == len(texts):  # nothing was split: the plain embedder's rows
             return self._inner.embed(texts)
-        rows = _window_rows(self._inner.embed(windows), len(windows))
+        # Checked before the means (the corpus's guard sees only them): a row short or a
+        # 1-D answer failed the whole add with a ValueError instead of storing degraded.
+        rows = provider_rows(self._inner.embed(windows), len(windows), f"{len(windows)} windows")
         sums = np.zeros((len(texts), rows.shape[1]), dtype=np.float64)
         np.add.at(sums, np.asarray(owners, dtype=np.int64), rows)
         norms = np.linalg.norm(sums, axis=1, keepdims=True)

@@ -131,8 +131,8 @@ class DerivedIndexes:
                     self._vectors.open_following()
                 else:
                     self._vectors.applied = state.seq
-                self._followed_seq = max(self._followed_seq, state.seq)
-                self._keyword.open_following(self._followed_seq)
+                self._follow_keyword(state.seq)
+                self._keyword.check_counts()
                 return
             self._keyword.open()
             if self._vectors_enabled:

@@ -395,13 +395,13 @@ class KeywordIndexKeeper:
 
     # -- following other processes' writes (no file written) --------------------------------
 
-    def open_following(self, followed_seq: int) -> None:
-        """``follow``, then the check the holder makes at its open, without the rebuild
-        it may not make: an index that claims the store's ``seq`` but does not hold its
-        public documents (one built by a version that indexed non-public documents too,
-        whose words then moved the order of public hits) is not searched — the database
-        answers — until the marker moves (a holder's rebuild or write)."""
-        self.follow(followed_seq)
+    def check_counts(self) -> None:
+        """At an open that does not hold the write lock, after ``follow``: the check the
+        holder makes at its open, without the rebuild it may not make. An index that
+        claims the store's ``seq`` but does not hold its public documents (one built by a
+        version that indexed non-public documents too, whose words then moved the order
+        of public hits) is not searched — the database answers — until the marker moves
+        (a holder's rebuild or write)."""
         if self._flagged or self.pending or self._withdrawn_file.exists():
             return  # (a withdrawal under way: its documents are out of the index already)
         try:

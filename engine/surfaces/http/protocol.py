@@ -109,22 +109,26 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         self._client_wait = None
         if self.transport.is_closing():
             return
-        cycle = self.cycle  # the newest request: those queued behind another wait in
-        # ``pipeline`` (their reading paused) while the one before them is answered
-        working = cycle is not None and not cycle.response_complete and not cycle.more_body
-        if working or self.pipeline:
-            self._wait_for_client()  # the application works on a request: not late
-            return
-        if (cycle is not None and cycle.waiting_for_100_continue) or self._was_waiting_for_100:
-            # ``Expect: 100-continue``: the client waits for the application to ask for
-            # the body (uvicorn sends the 100 then): the wait is the server's, and once
-            # the 100 has gone out the client gets a whole wait from the next look on.
-            self._was_waiting_for_100 = cycle is not None and cycle.waiting_for_100_continue
+        if self._server_owes():
             self._wait_for_client()
             return
-        if cycle is None or cycle.response_complete or not cycle.response_started:
-            self.transport.write(_ANSWER_408)  # (not in the middle of another answer)
-        self.transport.close()
+        cycle = self.cycle
+        mid_answer = cycle is not None and cycle.response_started and not cycle.response_complete
+        self._close_with(None if mid_answer else _ANSWER_408)
+
+    def _server_owes(self) -> bool:
+        """Whether the wait is the server's: the application works on a request (the
+        newest one, ``cycle``, or one before those queued in ``pipeline``, their reading
+        paused), or the client waits for its ``100 Continue`` — and once that has gone
+        out, it gets a whole wait from the next look on."""
+        cycle = self.cycle
+        if self.pipeline or (
+            cycle is not None and not cycle.response_complete and not cycle.more_body
+        ):
+            return True
+        awaiting_100 = cycle is not None and cycle.waiting_for_100_continue
+        owed, self._was_waiting_for_100 = awaiting_100 or self._was_waiting_for_100, awaiting_100
+        return owed
 
     # -- counting what the parser reports ---------------------------------------------
 
@@ -158,11 +162,10 @@ class BoundedHeadProtocol(HttpToolsProtocol):
     def send_400_response(self, msg: str) -> None:
         if self._too_large:
             self._refuse()
-        elif not self.transport.is_closing():
+        else:
             # uvicorn's own 400 (a request line or a header httptools cannot parse) left
             # out the nosniff every other answer carries.
-            self.transport.write(_answer(b"400 Bad Request", msg.encode("ascii", "replace")))
-            self.transport.close()
+            self._close_with(_answer(b"400 Bad Request", msg.encode("ascii", "replace")))
 
     # -- counting what arrives ----------------------------------------------------------
 
@@ -192,6 +195,11 @@ class BoundedHeadProtocol(HttpToolsProtocol):
             self._received(data[room:])  # its body, or the next request from its start
 
     def _refuse(self) -> None:
+        self._close_with(_ANSWER_431)
+
+    def _close_with(self, answer: bytes | None) -> None:
+        """Write ``answer`` (if any) and close, unless the connection is closing already."""
         if not self.transport.is_closing():
-            self.transport.write(_ANSWER_431)
+            if answer is not None:
+                self.transport.write(answer)
             self.transport.close()
